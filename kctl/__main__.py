@@ -1,0 +1,3 @@
+from kctl.cli import main
+
+main()

@@ -1,0 +1,78 @@
+"""kctl's exception family.
+
+Local errors (kctl or its caller misused something) are kept apart from remote
+ones (a peer broke the protocol, or a broker answered with an error code), as
+h11 does: the first is a bug or a user mistake, the second is news about the
+other side.
+
+Every error that can reach a user carries a message that says what went wrong
+and where; the command layer prints ``str(error)`` on one line and exits
+non-zero, so no traceback is shown for a user mistake.
+"""
+
+from __future__ import annotations
+
+
+class KctlError(Exception):
+    """Base of every error kctl raises on purpose."""
+
+
+class ConfigError(KctlError):
+    """A setting, option or input file is unknown or invalid."""
+
+
+class LocalProtocolError(KctlError):
+    """kctl was asked to encode something the protocol cannot carry."""
+
+
+class RemoteProtocolError(KctlError):
+    """Bytes from a peer do not follow the Kafka protocol."""
+
+
+class DecodeError(RemoteProtocolError):
+    """Input could not be decoded.
+
+    ``offset`` is the byte position (within the buffer being decoded) where the
+    problem was found and ``field`` names what was being read there, as a dotted
+    path when the message codec knows it (``topics[0].partitions[2].records``).
+    """
+
+    def __init__(self, reason: str, *, offset: int, field: str = "") -> None:
+        self.reason = reason
+        self.offset = offset
+        self.field = field
+        where = f"at offset {offset}" + (f" in field {field!r}" if field else "")
+        super().__init__(f"{reason} {where}")
+
+    def within(self, field: str, base_offset: int = 0) -> DecodeError:
+        """The same error with ``field`` prefixed to its path and its offset shifted."""
+        path = f"{field}.{self.field}" if self.field and field else (field or self.field)
+        return DecodeError(self.reason, offset=self.offset + base_offset, field=path)
+
+
+class EncodeError(LocalProtocolError):
+    """A value does not fit the wire type it is to be written as."""
+
+
+class BrokerError(KctlError):
+    """A broker answered with a non-zero error code.
+
+    ``name`` is Kafka's error name (``NOT_LEADER_OR_FOLLOWER``); ``retriable``
+    follows Kafka's own classification.
+    """
+
+    def __init__(self, code: int, name: str, retriable: bool, message: str = "") -> None:
+        self.code = code
+        self.name = name
+        self.retriable = retriable
+        self.message = message
+        text = f"{name} ({code})" + (f": {message}" if message else "")
+        super().__init__(text)
+
+
+class BrokerUnavailableError(KctlError):
+    """A broker could not be reached or the connection broke."""
+
+
+class BrokerNotInstalledError(KctlError):
+    """The embedded broker's binary is not installed."""
