@@ -76,3 +76,7 @@ class BrokerUnavailableError(KctlError):
 
 class BrokerNotInstalledError(KctlError):
     """The embedded broker's binary is not installed."""
+
+
+class UnsupportedVersionError(KctlError):
+    """kctl and the broker share no version of an API kctl needs."""

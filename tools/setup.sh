@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# Installs everything kctl's tests need on a clean machine, idempotently:
+# system packages (when a test needs one) and a virtual environment at .venv
+# with kctl and its broker and test extras.
+#
+#   bash tools/setup.sh            # broker + test extras
+#   KCTL_EXTRAS=broker bash tools/setup.sh   # just enough for `kctl produce`
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+extras="${KCTL_EXTRAS:-broker,test}"
+
+# System packages needed by the tests (packet capture tools, TLS terminator, ...).
+apt_packages=()
+need_apt=()
+for p in "${apt_packages[@]}"; do
+    dpkg -s "$p" >/dev/null 2>&1 || need_apt+=("$p")
+done
+if [ "${#need_apt[@]}" -gt 0 ] && [ "$extras" != "broker" ]; then
+    if [ "$(id -u)" = 0 ]; then
+        apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need_apt[@]}"
+    else
+        sudo apt-get update -qq && sudo DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need_apt[@]}"
+    fi
+fi
+
+[ -x .venv/bin/python ] || python3 -m venv .venv
+.venv/bin/python -m pip install -q --disable-pip-version-check -e ".[${extras}]"
+.venv/bin/python -c "import kctl"
