@@ -1,0 +1,423 @@
+"""Kafka's record compression codecs, both ways, with a cap on decompressed size.
+
+How this works:
+- ``compress(codec, data)`` and ``decompress(codec, data, max_size=...)`` cover
+  Kafka's five codecs: none (0), gzip (1), snappy (2), lz4 (3), zstd (4); the
+  codec id is the value of the low three bits of a batch's attributes.
+- Every decompressor is driven in bounded steps (or, for snappy, checked
+  against the length the block declares *before* any output is allocated), so
+  a small hostile input can never make us allocate more than ``max_size``
+  bytes: exceeding it raises ``DecodeError``, as does any corrupt stream.
+- Snappy: the Java client writes the xerial block framing
+  (``\\x82SNAPPY\\x00``, version and compat int32s, then ``[int32 length][raw
+  snappy block]`` chunks of at most 32 KiB of input each); some other clients
+  write one plain raw snappy block. We decode both (xerial is detected by its
+  magic, like the Java ``SnappyInputStream``) and write xerial by default.
+- LZ4: Kafka uses the LZ4 *frame* format with independent 64 KiB blocks. For
+  magic 0 the Java client computed the frame header checksum over the wrong
+  bytes (the 4 magic bytes included); ``KafkaLZ4BlockInputStream`` ignores the
+  checksum for magic 0. We accept the correct checksum, Kafka's broken one, or
+  (``legacy_lz4=True``) anything, by patching the header before handing it to
+  liblz4; ``compress(..., legacy_lz4=True)`` writes the broken variant, as
+  Kafka 0.8/0.9 did, for old brokers and for tests.
+
+Errors raised here carry offset 0 and field ``"compressed records"``: the
+caller knows where the compressed bytes sit and re-bases the error with
+``DecodeError.within``.
+
+No I/O, no clock (rule 1 of the conventions).
+"""
+
+from __future__ import annotations
+
+import struct
+import zlib
+from enum import IntEnum
+from typing import Final
+
+import cramjam
+import lz4.frame as _lz4f
+import zstandard as _zstd
+
+from kctl.errors import DecodeError, EncodeError
+
+__all__ = [
+    "Compression",
+    "DEFAULT_MAX_DECOMPRESSED",
+    "compress",
+    "decompress",
+    "xxh32",
+]
+
+DEFAULT_MAX_DECOMPRESSED: Final = 64 * 1024 * 1024
+"""Default cap on the decompressed size of one records blob (64 MiB)."""
+
+_FIELD: Final = "compressed records"
+# Decompressors hand out at most this much per step, so the memory held is the
+# output so far plus one step.
+_STEP: Final = 1 << 20
+
+
+class Compression(IntEnum):
+    """Kafka's codec ids (the low three bits of a batch's attributes)."""
+
+    NONE = 0
+    GZIP = 1
+    SNAPPY = 2
+    LZ4 = 3
+    ZSTD = 4
+
+    @classmethod
+    def from_name(cls, name: str) -> Compression:
+        """Parses a ``compression.type`` value (``none``, ``gzip``, ...)."""
+        try:
+            return cls[name.strip().upper()]
+        except KeyError:
+            raise ValueError(f"unknown compression type {name!r}; expected one of "
+                             f"{', '.join(c.name.lower() for c in cls)}") from None
+
+
+def _fail(reason: str) -> DecodeError:
+    return DecodeError(reason, offset=0, field=_FIELD)
+
+
+def _too_big(max_size: int) -> DecodeError:
+    return _fail(f"decompressed size exceeds the limit of {max_size} bytes")
+
+
+# ---------------------------------------------------------------------------
+# gzip
+
+def _gzip_compress(data: bytes, level: int | None) -> bytes:
+    # Java's GZIPOutputStream uses Deflater.DEFAULT_COMPRESSION (6). wbits=31
+    # writes a gzip header with mtime 0, so output is deterministic.
+    c = zlib.compressobj(6 if level is None else level, zlib.DEFLATED, 31)
+    return c.compress(data) + c.flush()
+
+
+def _gzip_decompress(data: bytes, max_size: int) -> bytes:
+    out: list[bytes] = []
+    total = 0
+    buf = memoryview(data)
+    d = zlib.decompressobj(31)
+    try:
+        while True:
+            chunk = d.decompress(buf, min(max_size - total + 1, _STEP))
+            total += len(chunk)
+            if total > max_size:
+                raise _too_big(max_size)
+            out.append(chunk)
+            if d.eof:
+                rest = d.unused_data
+                # Like java.util.zip.GZIPInputStream: read a following member if
+                # one starts here, ignore anything else that trails.
+                if rest[:2] != b"\x1f\x8b":
+                    break
+                d = zlib.decompressobj(31)
+                buf = memoryview(rest)
+                continue
+            buf = memoryview(d.unconsumed_tail)
+            if not buf and not chunk:
+                raise _fail("truncated gzip stream")
+    except zlib.error as e:
+        raise _fail(f"corrupt gzip stream ({e})") from None
+    return b"".join(out)
+
+
+# ---------------------------------------------------------------------------
+# snappy
+
+_XERIAL_MAGIC: Final = b"\x82SNAPPY\x00"
+_XERIAL_HEADER: Final = _XERIAL_MAGIC + struct.pack(">ii", 1, 1)
+_XERIAL_BLOCK: Final = 32 * 1024  # SnappyOutputStream's default block size
+_I32: Final = struct.Struct(">i")
+
+
+def _snappy_compress(data: bytes, xerial: bool) -> bytes:
+    raw = cramjam.snappy.compress_raw
+    if not xerial:
+        return bytes(raw(data))
+    parts = [_XERIAL_HEADER]
+    view = memoryview(data)
+    for i in range(0, len(data), _XERIAL_BLOCK):
+        block = bytes(raw(view[i:i + _XERIAL_BLOCK]))
+        parts.append(_I32.pack(len(block)))
+        parts.append(block)
+    return b"".join(parts)
+
+
+def _snappy_raw_len(block: bytes | memoryview) -> int:
+    try:
+        return cramjam.snappy.decompress_raw_len(block)
+    except Exception as e:  # cramjam raises its own error types
+        raise _fail(f"corrupt snappy block header ({e})") from None
+
+
+def _snappy_decompress(data: bytes, max_size: int) -> bytes:
+    view = memoryview(data)
+    if bytes(view[:8]) != _XERIAL_MAGIC:
+        blocks = [view]
+    else:
+        # Xerial framing: read every block's bounds and declared size first, so
+        # the total is checked before anything is decompressed.
+        if len(view) < 16:
+            raise _fail("truncated xerial snappy header")
+        blocks = []
+        pos = 16
+        while pos < len(view):
+            if pos + 4 > len(view):
+                raise _fail(f"truncated xerial snappy block length at byte {pos}")
+            n = _I32.unpack_from(view, pos)[0]
+            if n < 0 or pos + 4 + n > len(view):
+                raise _fail(f"xerial snappy block length {n} at byte {pos} exceeds the input")
+            blocks.append(view[pos + 4:pos + 4 + n])
+            pos += 4 + n
+    sizes = []
+    total = 0
+    for block in blocks:
+        n = _snappy_raw_len(block)
+        total += n
+        if total > max_size:
+            raise _too_big(max_size)
+        sizes.append(n)
+    out = bytearray(total)
+    at = 0
+    try:
+        for block, n in zip(blocks, sizes):
+            got = cramjam.snappy.decompress_raw_into(block, memoryview(out)[at:at + n])
+            if got != n:
+                raise _fail(f"snappy block produced {got} bytes, its header says {n}")
+            at += n
+    except DecodeError:
+        raise
+    except Exception as e:
+        raise _fail(f"corrupt snappy data ({e})") from None
+    return bytes(out)
+
+
+# ---------------------------------------------------------------------------
+# lz4
+
+_P1, _P2, _P3, _P4, _P5 = 2654435761, 2246822519, 3266489917, 668265263, 374761393
+_M32: Final = 0xFFFFFFFF
+
+
+def _rotl(x: int, r: int) -> int:
+    return ((x << r) | (x >> (32 - r))) & _M32
+
+
+def xxh32(data: bytes, seed: int = 0) -> int:
+    """XXH32 of ``data`` (pure Python: used on the few bytes of an LZ4 frame header)."""
+    n = len(data)
+    i = 0
+    if n >= 16:
+        v = [(seed + _P1 + _P2) & _M32, (seed + _P2) & _M32, seed & _M32, (seed - _P1) & _M32]
+        while i <= n - 16:
+            for lane in range(4):
+                w = int.from_bytes(data[i:i + 4], "little")
+                v[lane] = (_rotl((v[lane] + w * _P2) & _M32, 13) * _P1) & _M32
+                i += 4
+        h = (_rotl(v[0], 1) + _rotl(v[1], 7) + _rotl(v[2], 12) + _rotl(v[3], 18)) & _M32
+    else:
+        h = (seed + _P5) & _M32
+    h = (h + n) & _M32
+    while i + 4 <= n:
+        h = (_rotl((h + int.from_bytes(data[i:i + 4], "little") * _P3) & _M32, 17) * _P4) & _M32
+        i += 4
+    while i < n:
+        h = (_rotl((h + data[i] * _P5) & _M32, 11) * _P1) & _M32
+        i += 1
+    h ^= h >> 15
+    h = (h * _P2) & _M32
+    h ^= h >> 13
+    h = (h * _P3) & _M32
+    h ^= h >> 16
+    return h
+
+
+_LZ4_MAGIC: Final = b"\x04\x22\x4d\x18"
+
+
+def _lz4_header_end(frame: bytes | bytearray) -> int:
+    """Position of the header checksum byte (HC) of an LZ4 frame."""
+    if len(frame) < 7 or frame[:4] != _LZ4_MAGIC:
+        raise _fail("not an LZ4 frame (bad magic)")
+    flg = frame[4]
+    hc = 6 + (8 if flg & 0x08 else 0) + (4 if flg & 0x01 else 0)
+    if len(frame) <= hc:
+        raise _fail("truncated LZ4 frame header")
+    return hc
+
+
+def _lz4_compress(data: bytes, level: int | None, legacy: bool) -> bytes:
+    # As KafkaLZ4BlockOutputStream: 64 KiB independent blocks, no checksums
+    # beyond the header's, no content size.
+    frame = _lz4f.compress(
+        data, compression_level=0 if level is None else level,
+        block_size=_lz4f.BLOCKSIZE_MAX64KB, block_linked=False,
+        content_checksum=False, store_size=False, return_bytearray=legacy)
+    if legacy:
+        hc = _lz4_header_end(frame)
+        frame[hc] = (xxh32(bytes(frame[:hc])) >> 8) & 0xFF
+        frame = bytes(frame)
+    return frame
+
+
+def _lz4_decompress(data: bytes, max_size: int, legacy: bool) -> bytes:
+    hc = _lz4_header_end(data)
+    good = (xxh32(bytes(data[4:hc])) >> 8) & 0xFF
+    if data[hc] != good:
+        broken = (xxh32(bytes(data[:hc])) >> 8) & 0xFF
+        if not legacy and data[hc] != broken:
+            raise _fail(f"LZ4 frame header checksum mismatch (expected {good:#04x}, "
+                        f"got {data[hc]:#04x})")
+        patched = bytearray(data)
+        patched[hc] = good
+        data = bytes(patched)
+    d = _lz4f.LZ4FrameDecompressor()
+    out: list[bytes] = []
+    total = 0
+    buf: bytes | memoryview = data
+    try:
+        while True:
+            chunk = d.decompress(buf, min(max_size - total + 1, _STEP))
+            buf = b""
+            total += len(chunk)
+            if total > max_size:
+                raise _too_big(max_size)
+            out.append(chunk)
+            if d.eof:
+                break  # bytes after the end mark are ignored, as Kafka does
+            if d.needs_input:
+                raise _fail("truncated LZ4 frame")
+    except DecodeError:
+        raise
+    except Exception as e:  # lz4 raises RuntimeError for corrupt frames
+        raise _fail(f"corrupt LZ4 frame ({e})") from None
+    return b"".join(out)
+
+
+# ---------------------------------------------------------------------------
+# zstd
+
+def _zstd_compress(data: bytes, level: int | None) -> bytes:
+    return _zstd.ZstdCompressor(level=3 if level is None else level).compress(data)
+
+
+_ZSTD_MAGIC: Final = 0xFD2FB528
+_DICT_ID_SIZE: Final = (0, 1, 2, 4)
+_FCS_SIZE: Final = (0, 2, 4, 8)
+
+
+def _zstd_check_frames(data: bytes) -> None:
+    """Walks the frame and block headers, so a truncated stream is an error.
+
+    libzstd's streaming reader returns what it could decode from a cut-off
+    frame without complaint; the block headers tell us whether every frame is
+    whole. Skippable frames are allowed, as zstd-jni's ZstdInputStream does.
+    """
+    n = len(data)
+    pos = 0
+    while pos < n:
+        if pos + 4 > n:
+            raise _fail(f"truncated zstd frame magic at byte {pos}")
+        magic = int.from_bytes(data[pos:pos + 4], "little")
+        if magic & 0xFFFFFFF0 == 0x184D2A50:  # skippable frame
+            if pos + 8 > n:
+                raise _fail(f"truncated zstd skippable frame at byte {pos}")
+            pos += 8 + int.from_bytes(data[pos + 4:pos + 8], "little")
+            continue
+        if magic != _ZSTD_MAGIC:
+            raise _fail(f"not a zstd frame at byte {pos} (magic {magic:#010x})")
+        if pos + 5 > n:
+            raise _fail(f"truncated zstd frame header at byte {pos}")
+        fhd = data[pos + 4]
+        single = (fhd >> 5) & 1
+        fcs = _FCS_SIZE[fhd >> 6] or single  # flag 0 means 1 byte when single-segment
+        pos += 5 + (1 - single) + _DICT_ID_SIZE[fhd & 3] + fcs
+        while True:
+            if pos + 3 > n:
+                raise _fail(f"truncated zstd block header at byte {pos}")
+            bh = int.from_bytes(data[pos:pos + 3], "little")
+            kind = (bh >> 1) & 3
+            if kind == 3:
+                raise _fail(f"reserved zstd block type at byte {pos}")
+            pos += 3 + (1 if kind == 1 else bh >> 3)
+            if bh & 1:
+                break
+        if fhd & 0x04:
+            pos += 4  # content checksum
+    if pos > n:
+        raise _fail("truncated zstd frame")
+
+
+def _zstd_decompress(data: bytes, max_size: int) -> bytes:
+    _zstd_check_frames(data)
+    out: list[bytes] = []
+    total = 0
+    try:
+        reader = _zstd.ZstdDecompressor().stream_reader(data, read_across_frames=True)
+        with reader:
+            while True:
+                chunk = reader.read(min(max_size - total + 1, _STEP))
+                if not chunk:
+                    break
+                total += len(chunk)
+                if total > max_size:
+                    raise _too_big(max_size)
+                out.append(chunk)
+    except DecodeError:
+        raise
+    except _zstd.ZstdError as e:
+        raise _fail(f"corrupt zstd stream ({e})") from None
+    return b"".join(out)
+
+
+# ---------------------------------------------------------------------------
+# entry points
+
+def compress(codec: int, data: bytes, *, level: int | None = None, xerial: bool = True,
+             legacy_lz4: bool = False) -> bytes:
+    """Compresses ``data`` with ``codec`` (a ``Compression`` or its id).
+
+    ``level`` overrides the codec's default level (gzip 6, lz4 0, zstd 3, as
+    the Java client); ``xerial=False`` writes plain raw snappy instead of the
+    Java client's xerial framing; ``legacy_lz4=True`` writes the broken LZ4
+    header checksum of magic 0 message sets.
+    """
+    if codec == Compression.NONE:
+        return bytes(data)
+    if codec == Compression.GZIP:
+        return _gzip_compress(data, level)
+    if codec == Compression.SNAPPY:
+        return _snappy_compress(data, xerial)
+    if codec == Compression.LZ4:
+        return _lz4_compress(data, level, legacy_lz4)
+    if codec == Compression.ZSTD:
+        return _zstd_compress(data, level)
+    raise EncodeError(f"unknown compression codec {codec!r}")
+
+
+def decompress(codec: int, data: bytes, *, max_size: int = DEFAULT_MAX_DECOMPRESSED,
+               legacy_lz4: bool = False) -> bytes:
+    """Decompresses ``data``; more than ``max_size`` bytes of output is a ``DecodeError``.
+
+    ``legacy_lz4=True`` ignores the LZ4 frame header checksum entirely (magic 0
+    message sets); without it, the correct checksum and Kafka's broken one are
+    both accepted.
+    """
+    if max_size < 0:
+        raise ValueError("max_size must not be negative")
+    if codec == Compression.NONE:
+        if len(data) > max_size:
+            raise _too_big(max_size)
+        return bytes(data)
+    if codec == Compression.GZIP:
+        return _gzip_decompress(data, max_size)
+    if codec == Compression.SNAPPY:
+        return _snappy_decompress(data, max_size)
+    if codec == Compression.LZ4:
+        return _lz4_decompress(data, max_size, legacy_lz4)
+    if codec == Compression.ZSTD:
+        return _zstd_decompress(data, max_size)
+    raise _fail(f"unknown compression codec {codec}")
