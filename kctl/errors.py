@@ -80,3 +80,33 @@ class BrokerNotInstalledError(KctlError):
 
 class UnsupportedVersionError(KctlError):
     """kctl and the broker share no version of an API kctl needs."""
+
+
+class BufferExhaustedError(KctlError):
+    """``buffer.memory`` stayed full for ``max.block.ms`` (the Java client's BufferExhaustedException).
+
+    Raised by the send path when the sender could not complete batches fast
+    enough to free memory for a new one: the brokers are slow or unreachable,
+    or the producer is asked for more than the cluster takes.
+    """
+
+    def __init__(
+        self, *, requested: int, total_memory: int, available_memory: int, max_block_ms: int
+    ) -> None:
+        self.requested = requested
+        self.total_memory = total_memory
+        self.available_memory = available_memory
+        self.max_block_ms = max_block_ms
+        super().__init__(
+            f"buffer.memory ({total_memory} bytes) exhausted for {max_block_ms} ms "
+            f"(max.block.ms): could not allocate {requested} bytes, "
+            f"{available_memory} bytes available"
+        )
+
+
+class RecordTooLargeError(KctlError):
+    """A record or batch can never fit within a configured limit.
+
+    A local error: retrying cannot help; the record, ``batch.size``,
+    ``buffer.memory`` or ``max.request.size`` has to change.
+    """
