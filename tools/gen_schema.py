@@ -244,11 +244,15 @@ def main(argv: list[str] | None = None) -> int:
             j = load_json(p)
             if j.get("type") not in ("request", "response", "header", "data"):
                 continue
-            defs.setdefault(j["name"], []).append((label, j))
+            # Keyed by (api key, type): an API renamed between releases
+            # (ListClientMetricsResources -> ListConfigResources, key 74) is one API.
+            key = (j["apiKey"], j["type"]) if "apiKey" in j else (j["name"], j["type"])
+            defs.setdefault(key, []).append((label, j))
 
     messages = {}
-    for name in sorted(defs):
-        entries = defs[name]
+    for key in sorted(defs, key=lambda k: (str(k[0]), k[1])):
+        entries = defs[key]
+        name = entries[-1][1]["name"]
         claimed: set[int] = set()
         trees = []  # newest first
         flexible: set[int] = set()
@@ -278,6 +282,7 @@ def main(argv: list[str] | None = None) -> int:
         newest = trees[0][1]
         messages[name] = {
             "name": name,
+            "older_names": tuple(dict.fromkeys(j["name"] for _, j in entries if j["name"] != name)),
             "api_key": newest.get("apiKey"),
             "type": newest["type"],
             "listeners": tuple(newest.get("listeners", ())),
@@ -299,6 +304,7 @@ def main(argv: list[str] | None = None) -> int:
         "# fmt: off\n"
         "# ruff: noqa\n"
     )
+    messages = dict(sorted(messages.items()))
     body = "MESSAGES = " + pprint.pformat(messages, width=110, sort_dicts=False) + "\n"
     pathlib.Path(args.out).write_text(header + body)
     print(f"wrote {len(messages)} messages to {args.out}", file=sys.stderr)

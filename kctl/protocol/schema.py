@@ -87,6 +87,7 @@ class MessageSpec:
     sources: dict[str, frozenset[int]]  # which definition source each version came from
     listeners: tuple[str, ...]
     fields: tuple[FieldSpec, ...]
+    older_names: tuple[str, ...] = ()   # names this API had in older sources
 
     @property
     def min_version(self) -> int:
@@ -144,6 +145,7 @@ def _message(raw: dict) -> MessageSpec:
         sources={k: parse_versions(v) for k, v in raw["sources"].items()},
         listeners=tuple(raw["listeners"]),
         fields=tuple(_field(f) for f in raw["fields"]),
+        older_names=tuple(raw.get("older_names", ())),
     )
 
 
