@@ -1,0 +1,833 @@
+"""Record batches: RecordBatch v2 (magic 2) and the legacy message sets (magic 0, 1).
+
+How this works:
+- ``decode_batches(data)`` walks a records blob (what a Produce or Fetch
+  ``records`` field holds): a sequence of entries that all start with
+  ``offset int64, length int32`` and carry their magic byte at offset 16. A
+  trailing entry cut short (a Fetch response may truncate the last batch) ends
+  the walk and is reported in ``DecodedBatches.truncated``, not raised;
+  anything malformed raises ``DecodeError`` naming the absolute byte offset in
+  the blob and the field (``batch[1].records[3].headers[0].key``).
+- Magic 2: the 61-byte header is read with one ``struct`` call, the CRC-32C
+  over ``attributes`` to the end is checked, the records section is
+  decompressed under a budget (``max_decompressed``, shared by every batch of
+  the blob), the record count is checked against the bytes before any record
+  is built, and each record must use exactly the bytes its length prefix says.
+- Magic 0/1: as the Java client does, every top-level message is a batch of
+  its own; a compressed wrapper message holds an inner message set whose
+  offsets are absolute (magic 0) or relative to the wrapper (magic 1:
+  ``absolute = wrapper_offset - last_inner_offset + inner_offset``).
+- ``build_batch`` is the generic v2 encoder and ``build_message_set`` the
+  legacy one; ``kctl.protocol.batch_builder`` holds the hot-path v2 encoder,
+  which tests check byte for byte against ``build_batch``.
+
+Record fields follow Kafka's ``DefaultRecordBatch``/``DefaultRecord`` in
+snake_case; a record's ``offset`` and ``timestamp`` are absolute, as Java's
+``Record.offset()``/``timestamp()`` are (with ``LOG_APPEND_TIME`` every record
+reports the batch's ``max_timestamp``, as in Java).
+
+No I/O and no clock here (rule 1 of the conventions).
+"""
+
+from __future__ import annotations
+
+import struct
+import zlib
+from dataclasses import dataclass
+from enum import IntEnum
+from typing import Final, Iterable, Iterator, Sequence
+
+from crc32c import crc32c
+
+from kctl.errors import DecodeError, EncodeError
+from kctl.protocol.compression import DEFAULT_MAX_DECOMPRESSED, Compression, compress, decompress
+from kctl.protocol.primitives import (
+    INT16_RANGE,
+    INT32_RANGE,
+    INT64_RANGE,
+    Reader,
+    encode_varint,
+    encode_varlong,
+)
+
+__all__ = [
+    "Header",
+    "Record",
+    "RecordBatch",
+    "DecodedBatches",
+    "TimestampType",
+    "ControlRecordType",
+    "EndTransactionMarker",
+    "decode_batches",
+    "build_batch",
+    "build_message_set",
+    "control_record",
+    "decode_control_key",
+    "decode_end_txn_marker",
+    "RECORD_BATCH_OVERHEAD",
+    "NO_TIMESTAMP",
+    "NO_PRODUCER_ID",
+    "NO_PRODUCER_EPOCH",
+    "NO_SEQUENCE",
+    "NO_PARTITION_LEADER_EPOCH",
+]
+
+NO_TIMESTAMP: Final = -1
+NO_PRODUCER_ID: Final = -1
+NO_PRODUCER_EPOCH: Final = -1
+NO_SEQUENCE: Final = -1
+NO_PARTITION_LEADER_EPOCH: Final = -1
+
+# baseOffset int64, batchLength int32, partitionLeaderEpoch int32, magic int8,
+# crc uint32, attributes int16, lastOffsetDelta int32, baseTimestamp int64,
+# maxTimestamp int64, producerId int64, producerEpoch int16, baseSequence int32,
+# records count int32.
+_V2_HEADER: Final = struct.Struct(">qiibIhiqqqhii")
+RECORD_BATCH_OVERHEAD: Final = _V2_HEADER.size  # 61
+_LOG_OVERHEAD: Final = 12  # offset + length, common to every magic
+_CRC_START: Final = 21  # attributes: where the v2 CRC's coverage begins
+_V2_PRE_CRC: Final = struct.Struct(">qiib")  # baseOffset .. magic
+_V2_POST_CRC: Final = struct.Struct(">hiqqqhii")  # attributes .. records count
+_MIN_RECORD_SIZE: Final = 7  # length, attributes, ts delta, offset delta, key, value, headers
+
+_COMPRESSION_MASK: Final = 0x07
+_TIMESTAMP_TYPE_BIT: Final = 0x08
+_TRANSACTIONAL_BIT: Final = 0x10
+_CONTROL_BIT: Final = 0x20
+_DELETE_HORIZON_BIT: Final = 0x40
+
+# Legacy messages: offset int64, size int32, crc uint32, magic int8,
+# attributes int8 [, timestamp int64 for magic 1], key bytes, value bytes.
+_LEGACY_HEADER: Final = struct.Struct(">qiIbb")
+_LEGACY_MIN_SIZE: Final = {0: 14, 1: 22}  # crc .. value with null key and value
+
+
+class TimestampType(IntEnum):
+    NO_TIMESTAMP_TYPE = -1  # magic 0
+    CREATE_TIME = 0
+    LOG_APPEND_TIME = 1
+
+
+class ControlRecordType(IntEnum):
+    """The ``type`` in a control record's key (Kafka's ``ControlRecordType``)."""
+
+    ABORT = 0
+    COMMIT = 1
+    LEADER_CHANGE = 2
+    SNAPSHOT_HEADER = 3
+    SNAPSHOT_FOOTER = 4
+    KRAFT_VERSION = 5
+    KRAFT_VOTERS = 6
+
+
+@dataclass(frozen=True, slots=True)
+class Header:
+    key: str
+    value: bytes | None
+
+
+@dataclass(frozen=True, slots=True)
+class Record:
+    """One record. ``offset`` and ``timestamp`` are absolute.
+
+    ``attributes`` is unused by Kafka (always 0); it is kept so that a decoded
+    batch re-encodes to the same bytes (rule 10: keep what we don't understand).
+    """
+
+    offset: int
+    timestamp: int
+    key: bytes | None
+    value: bytes | None
+    headers: tuple[Header, ...] = ()
+    attributes: int = 0
+
+
+@dataclass(slots=True)
+class _UnfrozenRecord:
+    """``Record``'s mutable twin, same slots in the same order.
+
+    Why: a frozen dataclass's ``__init__`` sets each field through
+    ``object.__setattr__``, which costs ~0.8 us per record, a third of the
+    decode time. The decoder builds this twin (plain slot stores) and assigns
+    ``__class__ = Record`` before anyone else sees it, so every object that
+    leaves this module is a genuine, frozen ``Record``.
+    """
+
+    offset: int
+    timestamp: int
+    key: bytes | None
+    value: bytes | None
+    headers: tuple[Header, ...] = ()
+    attributes: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class RecordBatch:
+    """A decoded batch. For magic 0/1 one top-level message (possibly a
+    compressed wrapper around several), with the v2-only fields at their
+    "none" values."""
+
+    base_offset: int
+    partition_leader_epoch: int
+    magic: int
+    crc: int
+    attributes: int
+    compression: Compression
+    timestamp_type: TimestampType
+    is_transactional: bool
+    is_control: bool
+    has_delete_horizon_ms: bool
+    last_offset_delta: int
+    base_timestamp: int
+    max_timestamp: int
+    producer_id: int
+    producer_epoch: int
+    base_sequence: int
+    records: tuple[Record, ...]
+    size_in_bytes: int
+
+    @property
+    def last_offset(self) -> int:
+        return self.base_offset + self.last_offset_delta
+
+    @property
+    def next_offset(self) -> int:
+        return self.last_offset + 1
+
+    @property
+    def last_sequence(self) -> int:
+        if self.base_sequence == NO_SEQUENCE:
+            return NO_SEQUENCE
+        return (self.base_sequence + self.last_offset_delta) & 0x7FFFFFFF
+
+    @property
+    def delete_horizon_ms(self) -> int | None:
+        return self.base_timestamp if self.has_delete_horizon_ms else None
+
+    @property
+    def control_type(self) -> int | None:
+        """The control record type of a control batch (``ControlRecordType``)."""
+        if not self.is_control or not self.records or self.records[0].key is None:
+            return None
+        return decode_control_key(self.records[0].key)[1]
+
+
+@dataclass(frozen=True, slots=True)
+class DecodedBatches:
+    """What ``decode_batches`` found.
+
+    ``size`` is the number of bytes taken by whole batches; ``truncated`` the
+    number of trailing bytes that start a batch but do not hold all of it (a
+    Fetch response may cut its last batch short): not an error, just an
+    incomplete tail, as h11's ``NEED_DATA``.
+    """
+
+    batches: tuple[RecordBatch, ...]
+    size: int
+    truncated: int
+
+    @property
+    def incomplete(self) -> bool:
+        return self.truncated > 0
+
+    @property
+    def records(self) -> Iterator[Record]:
+        for batch in self.batches:
+            yield from batch.records
+
+    def __iter__(self) -> Iterator[RecordBatch]:
+        return iter(self.batches)
+
+    def __len__(self) -> int:
+        return len(self.batches)
+
+
+@dataclass(frozen=True, slots=True)
+class EndTransactionMarker:
+    """The value of an ABORT or COMMIT control record."""
+
+    version: int
+    coordinator_epoch: int
+
+
+# ---------------------------------------------------------------------------
+# decoding
+
+class _RecordsError(Exception):
+    """Raised inside the record parser; turned into a DecodeError by the caller,
+    who knows where the records section sits in the blob."""
+
+    def __init__(self, reason: str, pos: int, index: int, field: str) -> None:
+        self.reason = reason
+        self.pos = pos
+        self.index = index
+        self.field = field
+
+
+def _uvarint_at(data: bytes, pos: int, max_bytes: int) -> tuple[int, int]:
+    """Multi-byte LEB128 at ``pos``; IndexError when the data runs out."""
+    result = 0
+    shift = 0
+    for _ in range(max_bytes):
+        b = data[pos]
+        pos += 1
+        result |= (b & 0x7F) << shift
+        if b < 0x80:
+            return result, pos
+        shift += 7
+    raise ValueError(f"varint longer than {max_bytes} bytes")
+
+
+def _parse_records(body: bytes, count: int, base_offset: int, base_timestamp: int,
+                   log_append_time: int | None) -> list[Record]:
+    """Parses ``count`` v2 records that must fill ``body`` exactly.
+
+    Single-byte varints (and 2-byte lengths) are decoded inline: this loop is
+    what decoding speed comes down to. ``what`` names the field being read so
+    an IndexError (ran off the end) becomes a precise error.
+    """
+    out: list[Record] = []
+    append = out.append
+    end = len(body)
+    pos = 0
+    i = 0
+    what = "length"
+    uv = _uvarint_at
+    fast_record = _UnfrozenRecord
+    try:
+        for i in range(count):
+            # length (varint)
+            what = "length"
+            start = pos
+            b = body[pos]
+            if b < 0x80:
+                u = b
+                pos += 1
+            else:
+                u, pos = uv(body, pos, 5)
+            length = (u >> 1) ^ -(u & 1)
+            rec_end = pos + length
+            if length < _MIN_RECORD_SIZE - 1 or rec_end > end:
+                raise _RecordsError(f"record length {length} does not fit the {end - pos} "
+                                    f"bytes left", start, i, what)
+            what = "attributes"
+            attributes = body[pos]
+            if attributes > 127:
+                attributes -= 256
+            pos += 1
+            what = "timestamp_delta"
+            b = body[pos]
+            if b < 0x80:
+                u = b
+                pos += 1
+            else:
+                u, pos = uv(body, pos, 10)
+            ts_delta = (u >> 1) ^ -(u & 1)
+            what = "offset_delta"
+            b = body[pos]
+            if b < 0x80:
+                u = b
+                pos += 1
+            else:
+                u, pos = uv(body, pos, 5)
+            offset_delta = (u >> 1) ^ -(u & 1)
+            what = "key"
+            b = body[pos]
+            if b < 0x80:
+                u = b
+                pos += 1
+            else:
+                u, pos = uv(body, pos, 5)
+            n = (u >> 1) ^ -(u & 1)
+            if n == -1:
+                key = None
+            elif 0 <= n <= rec_end - pos:
+                key = body[pos:pos + n]
+                pos += n
+            else:
+                raise _RecordsError(f"key length {n} invalid or beyond the record's end",
+                                    pos, i, what)
+            what = "value"
+            b = body[pos]
+            if b < 0x80:
+                u = b
+                pos += 1
+            else:
+                u, pos = uv(body, pos, 5)
+            n = (u >> 1) ^ -(u & 1)
+            if n == -1:
+                value = None
+            elif 0 <= n <= rec_end - pos:
+                value = body[pos:pos + n]
+                pos += n
+            else:
+                raise _RecordsError(f"value length {n} invalid or beyond the record's end",
+                                    pos, i, what)
+            what = "headers"
+            b = body[pos]
+            if b < 0x80:
+                u = b
+                pos += 1
+            else:
+                u, pos = uv(body, pos, 5)
+            n = (u >> 1) ^ -(u & 1)
+            if n == 0:
+                headers: tuple[Header, ...] = ()
+            else:
+                # Each header takes at least two bytes (key and value lengths).
+                if n < 0 or 2 * n > rec_end - pos:
+                    raise _RecordsError(f"header count {n} invalid or beyond the record's end",
+                                        pos, i, what)
+                headers = _parse_headers(body, pos, rec_end, n, i)
+                pos = rec_end
+            if pos != rec_end:
+                raise _RecordsError(f"record length says {length} bytes but its fields take "
+                                    f"{pos - (rec_end - length)}",
+                                    start, i, "length")
+            rec = fast_record(base_offset + offset_delta,
+                              log_append_time if log_append_time is not None
+                              else base_timestamp + ts_delta,
+                              key, value, headers, attributes)
+            rec.__class__ = Record
+            append(rec)
+    except IndexError:
+        raise _RecordsError("truncated", pos, i, what) from None
+    except ValueError as e:
+        raise _RecordsError(str(e), pos, i, what) from None
+    if pos != end:
+        raise _RecordsError(f"{end - pos} bytes left after the declared {count} records",
+                            pos, count, "")
+    return out
+
+
+def _parse_headers(body: bytes, pos: int, rec_end: int, count: int,
+                   index: int) -> tuple[Header, ...]:
+    """Headers of one record; must end exactly at ``rec_end``."""
+    r = Reader(body, pos, rec_end)
+    headers = []
+    for h in range(count):
+        field = f"headers[{h}].key"
+        try:
+            start = r.pos
+            n = r.varint(field)
+            if n < 0:
+                raise r.fail(f"invalid header key length {n}", field, at=start)
+            if n > r.remaining():
+                raise r.fail(f"header key length {n} exceeds the {r.remaining()} bytes left",
+                             field, at=start)
+            key = r._text(n, field, start)
+            field = f"headers[{h}].value"
+            start = r.pos
+            n = r.varint(field)
+            if n < -1 or n > r.remaining():
+                raise r.fail(f"invalid header value length {n}", field, at=start)
+            value = None if n == -1 else r.raw(n, field)
+        except DecodeError as e:
+            raise _RecordsError(e.reason, e.offset, index, e.field) from None
+        headers.append(Header(key, value))
+    if r.pos != rec_end:
+        raise _RecordsError(f"{rec_end - r.pos} bytes left in the record after its headers",
+                            r.pos, index, "headers")
+    return tuple(headers)
+
+
+def _decode_v2(data: bytes, pos: int, index: int, verify_crc: bool,
+               budget: int) -> tuple[RecordBatch, int]:
+    """One v2 batch that lies whole in ``data[pos:]``; returns it and the
+    decompressed bytes it used from the budget."""
+    where = f"batch[{index}]"
+    (base_offset, length, leader_epoch, magic, crc, attributes, last_offset_delta,
+     base_timestamp, max_timestamp, producer_id, producer_epoch, base_sequence,
+     count) = _V2_HEADER.unpack_from(data, pos)
+    end = pos + _LOG_OVERHEAD + length
+    if verify_crc:
+        actual = crc32c(memoryview(data)[pos + _CRC_START:end])
+        if actual != crc:
+            raise DecodeError(f"CRC-32C mismatch: batch says {crc:#010x}, "
+                              f"computed {actual:#010x}", offset=pos + 17, field=f"{where}.crc")
+    if count < 0:
+        raise DecodeError(f"negative record count {count}", offset=pos + 57,
+                          field=f"{where}.records_count")
+    codec_id = attributes & _COMPRESSION_MASK
+    try:
+        codec = Compression(codec_id)
+    except ValueError:
+        raise DecodeError(f"unknown compression codec {codec_id}", offset=pos + 21,
+                          field=f"{where}.attributes") from None
+    body_at = pos + RECORD_BATCH_OVERHEAD
+    if codec is Compression.NONE:
+        body = data[body_at:end]
+        used = 0
+    else:
+        try:
+            body = decompress(codec, data[body_at:end], max_size=budget)
+        except DecodeError as e:
+            raise e.within(f"{where}.records", body_at) from None
+        used = len(body)
+    if count > len(body) // _MIN_RECORD_SIZE:
+        raise DecodeError(f"record count {count} cannot fit in {len(body)} bytes of records",
+                          offset=pos + 57, field=f"{where}.records_count")
+    timestamp_type = TimestampType(1 if attributes & _TIMESTAMP_TYPE_BIT else 0)
+    try:
+        records = _parse_records(body, count, base_offset, base_timestamp,
+                                 max_timestamp if timestamp_type == 1 else None)
+    except _RecordsError as e:
+        field = f"{where}.records[{e.index}]" + (f".{e.field}" if e.field else "")
+        if codec is Compression.NONE:
+            raise DecodeError(e.reason, offset=body_at + e.pos, field=field) from None
+        raise DecodeError(f"{e.reason} (at byte {e.pos} of the decompressed records)",
+                          offset=body_at, field=field) from None
+    batch = RecordBatch(
+        base_offset, leader_epoch, magic, crc, attributes, codec, timestamp_type,
+        bool(attributes & _TRANSACTIONAL_BIT), bool(attributes & _CONTROL_BIT),
+        bool(attributes & _DELETE_HORIZON_BIT), last_offset_delta, base_timestamp,
+        max_timestamp, producer_id, producer_epoch, base_sequence, tuple(records),
+        end - pos)
+    return batch, used
+
+
+@dataclass(frozen=True, slots=True)
+class _Message:
+    offset: int
+    crc: int
+    magic: int
+    attributes: int
+    timestamp: int
+    key: bytes | None
+    value: bytes | None
+    end: int
+
+
+def _read_message(data: bytes, pos: int, base: int, field: str, verify_crc: bool) -> _Message:
+    """One whole legacy message at ``pos`` (its bytes known to be present)."""
+    offset, size, crc, magic, attributes = _LEGACY_HEADER.unpack_from(data, pos)
+    end = pos + _LOG_OVERHEAD + size
+    if magic not in _LEGACY_MIN_SIZE:
+        raise DecodeError(f"unsupported magic {magic}", offset=base + pos + 16,
+                          field=f"{field}.magic")
+    if size < _LEGACY_MIN_SIZE[magic]:
+        raise DecodeError(f"message size {size} is below the minimum "
+                          f"{_LEGACY_MIN_SIZE[magic]} for magic {magic}",
+                          offset=base + pos + 8, field=f"{field}.size")
+    if verify_crc:
+        actual = zlib.crc32(memoryview(data)[pos + 16:end])
+        if actual != crc:
+            raise DecodeError(f"CRC-32 mismatch: message says {crc:#010x}, computed {actual:#010x}",
+                              offset=base + pos + 12, field=f"{field}.crc")
+    r = Reader(data, pos + 18, end, base)
+    timestamp = r.int64(f"{field}.timestamp") if magic == 1 else NO_TIMESTAMP
+    key = r.nullable_bytes(f"{field}.key")
+    value = r.nullable_bytes(f"{field}.value")
+    if not r.at_end():
+        raise r.fail(f"{r.remaining()} bytes left after the value", f"{field}.value")
+    return _Message(offset, crc, magic, attributes, timestamp, key, value, end)
+
+
+def _decode_legacy(data: bytes, pos: int, index: int, verify_crc: bool,
+                   budget: int) -> tuple[RecordBatch, int]:
+    where = f"batch[{index}]"
+    msg = _read_message(data, pos, 0, where, verify_crc)
+    codec_id = msg.attributes & _COMPRESSION_MASK
+    try:
+        codec = Compression(codec_id)
+    except ValueError:
+        raise DecodeError(f"unknown compression codec {codec_id}", offset=pos + 17,
+                          field=f"{where}.attributes") from None
+    if msg.magic == 0:
+        ts_type = TimestampType.NO_TIMESTAMP_TYPE
+    else:
+        ts_type = TimestampType(1 if msg.attributes & _TIMESTAMP_TYPE_BIT else 0)
+    used = 0
+    if codec is Compression.NONE:
+        records = (Record(msg.offset, msg.timestamp, msg.key, msg.value),)
+    else:
+        if msg.value is None:
+            raise DecodeError("compressed wrapper message has a null value", offset=pos,
+                              field=f"{where}.value")
+        value_at = msg.end - len(msg.value)
+        try:
+            inner = decompress(codec, msg.value, max_size=budget, legacy_lz4=msg.magic == 0)
+        except DecodeError as e:
+            raise e.within(f"{where}.value", value_at) from None
+        used = len(inner)
+        try:
+            messages = _inner_messages(inner, where, verify_crc)
+        except DecodeError as e:
+            raise DecodeError(f"{e.reason} (at byte {e.offset} of the decompressed messages)",
+                              offset=value_at, field=e.field) from None
+        if msg.magic > 0 and messages:
+            shift = msg.offset - messages[-1].offset
+        else:
+            shift = 0
+        append_time = msg.timestamp if ts_type == TimestampType.LOG_APPEND_TIME else None
+        records = tuple(
+            Record(m.offset + shift, m.timestamp if append_time is None else append_time,
+                   m.key, m.value)
+            for m in messages)
+    base = records[0].offset if records else msg.offset
+    batch = RecordBatch(
+        base, NO_PARTITION_LEADER_EPOCH, msg.magic, msg.crc, msg.attributes, codec, ts_type,
+        False, False, False, (records[-1].offset - base) if records else 0,
+        msg.timestamp, msg.timestamp, NO_PRODUCER_ID, NO_PRODUCER_EPOCH, NO_SEQUENCE,
+        records, msg.end - pos)
+    return batch, used
+
+
+def _inner_messages(data: bytes, where: str, verify_crc: bool) -> list[_Message]:
+    """The message set inside a compressed wrapper; it must be whole."""
+    out = []
+    pos = 0
+    n = len(data)
+    while pos < n:
+        field = f"{where}.records[{len(out)}]"
+        if n - pos < 17:
+            raise DecodeError("truncated inner message", offset=pos, field=field)
+        size = struct.unpack_from(">i", data, pos + 8)[0]
+        if size < 0 or pos + _LOG_OVERHEAD + size > n:
+            raise DecodeError(f"inner message size {size} exceeds the {n - pos - 12} bytes left",
+                              offset=pos + 8, field=f"{field}.size")
+        m = _read_message(data, pos, 0, field, verify_crc)
+        if m.attributes & _COMPRESSION_MASK:
+            raise DecodeError("compressed message nested in a compressed message",
+                              offset=pos + 17, field=f"{field}.attributes")
+        out.append(m)
+        pos = m.end
+    return out
+
+
+def decode_batches(data: bytes | bytearray | memoryview, *, verify_crc: bool = True,
+                   max_decompressed: int = DEFAULT_MAX_DECOMPRESSED) -> DecodedBatches:
+    """Decodes every batch of a records blob (any mix of magic 0, 1 and 2).
+
+    ``max_decompressed`` caps the decompressed bytes of the whole blob; past
+    it, ``DecodeError``. A trailing partial batch is reported in
+    ``truncated``, not raised.
+    """
+    if not isinstance(data, bytes):
+        data = bytes(data)
+    n = len(data)
+    pos = 0
+    batches: list[RecordBatch] = []
+    budget = max_decompressed
+    while pos < n:
+        index = len(batches)
+        if n - pos < 17:
+            break  # not even the magic byte: a cut-off tail
+        length = struct.unpack_from(">i", data, pos + 8)[0]
+        magic = data[pos + 16]
+        if magic == 2:
+            if length < RECORD_BATCH_OVERHEAD - _LOG_OVERHEAD:
+                raise DecodeError(f"batch length {length} is below the v2 minimum "
+                                  f"{RECORD_BATCH_OVERHEAD - _LOG_OVERHEAD}",
+                                  offset=pos + 8, field=f"batch[{index}].batch_length")
+            if pos + _LOG_OVERHEAD + length > n:
+                break
+            batch, used = _decode_v2(data, pos, index, verify_crc, budget)
+        elif magic in (0, 1):
+            if length < _LEGACY_MIN_SIZE[magic]:
+                raise DecodeError(f"message size {length} is below the minimum "
+                                  f"{_LEGACY_MIN_SIZE[magic]} for magic {magic}",
+                                  offset=pos + 8, field=f"batch[{index}].size")
+            if pos + _LOG_OVERHEAD + length > n:
+                break
+            batch, used = _decode_legacy(data, pos, index, verify_crc, budget)
+        else:
+            raise DecodeError(f"unsupported magic {magic}", offset=pos + 16,
+                              field=f"batch[{index}].magic")
+        budget -= used
+        batches.append(batch)
+        pos += batch.size_in_bytes
+    return DecodedBatches(tuple(batches), pos, n - pos)
+
+
+# ---------------------------------------------------------------------------
+# encoding
+
+def _check(v: int, lo_hi: tuple[int, int], name: str) -> None:
+    if not (lo_hi[0] <= v <= lo_hi[1]):
+        raise EncodeError(f"{name} {v!r} does not fit its wire type")
+
+
+def _nullable_varbytes(v: bytes | None, name: str) -> bytes:
+    if v is None:
+        return b"\x01"  # zigzag(-1)
+    if len(v) > INT32_RANGE[1]:
+        raise EncodeError(f"{name} of {len(v)} bytes is too long")
+    return encode_varint(len(v)) + v
+
+
+def encode_record(record: Record, base_offset: int, base_timestamp: int) -> bytes:
+    """One v2 record, length prefix included."""
+    offset_delta = record.offset - base_offset
+    ts_delta = record.timestamp - base_timestamp
+    _check(offset_delta, INT32_RANGE, "offset delta")
+    _check(ts_delta, INT64_RANGE, "timestamp delta")
+    _check(record.attributes, (-128, 127), "record attributes")
+    parts = [(record.attributes & 0xFF).to_bytes(1, "big"), encode_varlong(ts_delta),
+             encode_varint(offset_delta), _nullable_varbytes(record.key, "key"),
+             _nullable_varbytes(record.value, "value"), encode_varint(len(record.headers))]
+    for h in record.headers:
+        if h.key is None:
+            raise EncodeError("a header key must not be null")
+        parts.append(_nullable_varbytes(h.key.encode(), "header key"))
+        parts.append(_nullable_varbytes(h.value, "header value"))
+    body = b"".join(parts)
+    return encode_varint(len(body)) + body
+
+
+def _assemble_v2(records_section: bytes, *, base_offset: int, partition_leader_epoch: int,
+                 attributes: int, last_offset_delta: int, base_timestamp: int,
+                 max_timestamp: int, producer_id: int, producer_epoch: int,
+                 base_sequence: int, count: int) -> bytes:
+    """Header + CRC-32C around a (possibly compressed) records section."""
+    post = _V2_POST_CRC.pack(attributes, last_offset_delta, base_timestamp, max_timestamp,
+                             producer_id, producer_epoch, base_sequence, count)
+    crc = crc32c(records_section, crc32c(post))
+    length = len(post) + len(records_section) + 4 + 1 + 4  # + epoch, magic, crc
+    pre = _V2_PRE_CRC.pack(base_offset, length, partition_leader_epoch, 2)
+    return b"".join((pre, crc.to_bytes(4, "big"), post, records_section))
+
+
+def batch_attributes(compression: int = 0, timestamp_type: int = 0,
+                     is_transactional: bool = False, is_control: bool = False,
+                     has_delete_horizon_ms: bool = False) -> int:
+    """The v2 ``attributes`` int16 for these settings."""
+    if not 0 <= compression <= 4:
+        raise EncodeError(f"unknown compression codec {compression!r}")
+    if timestamp_type not in (0, 1):
+        raise EncodeError(f"timestamp type {timestamp_type!r} is not 0 or 1")
+    return (compression | (_TIMESTAMP_TYPE_BIT if timestamp_type else 0)
+            | (_TRANSACTIONAL_BIT if is_transactional else 0)
+            | (_CONTROL_BIT if is_control else 0)
+            | (_DELETE_HORIZON_BIT if has_delete_horizon_ms else 0))
+
+
+def build_batch(records: Sequence[Record], *, compression: int = Compression.NONE,
+                base_offset: int = 0, producer_id: int = NO_PRODUCER_ID,
+                producer_epoch: int = NO_PRODUCER_EPOCH, base_sequence: int = NO_SEQUENCE,
+                is_transactional: bool = False, is_control: bool = False,
+                timestamp_type: int = TimestampType.CREATE_TIME,
+                partition_leader_epoch: int = NO_PARTITION_LEADER_EPOCH,
+                base_timestamp: int | None = None, max_timestamp: int | None = None,
+                last_offset_delta: int | None = None, has_delete_horizon_ms: bool = False,
+                compression_level: int | None = None, xerial: bool = True) -> bytes:
+    """Encodes a RecordBatch v2 (magic 2).
+
+    Record offsets are absolute: offset deltas are ``record.offset -
+    base_offset``. ``base_timestamp`` defaults to the first record's timestamp
+    (``-1`` with no records), ``max_timestamp`` to the largest, and
+    ``last_offset_delta`` to the last record's delta (``-1`` with none), as
+    Java's ``MemoryRecordsBuilder`` does; give them to encode, say, a
+    LOG_APPEND_TIME batch or an emptied (compacted) batch.
+    """
+    attributes = batch_attributes(compression, timestamp_type, is_transactional, is_control,
+                                  has_delete_horizon_ms)
+    if base_timestamp is None:
+        base_timestamp = records[0].timestamp if records else NO_TIMESTAMP
+    if max_timestamp is None:
+        max_timestamp = max((r.timestamp for r in records), default=NO_TIMESTAMP)
+    if last_offset_delta is None:
+        last_offset_delta = (records[-1].offset - base_offset) if records else -1
+    _check(base_offset, INT64_RANGE, "base_offset")
+    _check(partition_leader_epoch, INT32_RANGE, "partition_leader_epoch")
+    _check(last_offset_delta, INT32_RANGE, "last_offset_delta")
+    _check(base_timestamp, INT64_RANGE, "base_timestamp")
+    _check(max_timestamp, INT64_RANGE, "max_timestamp")
+    _check(producer_id, INT64_RANGE, "producer_id")
+    _check(producer_epoch, INT16_RANGE, "producer_epoch")
+    _check(base_sequence, INT32_RANGE, "base_sequence")
+    body = b"".join([encode_record(r, base_offset, base_timestamp) for r in records])
+    if compression != Compression.NONE:
+        body = compress(compression, body, level=compression_level, xerial=xerial)
+    return _assemble_v2(body, base_offset=base_offset,
+                        partition_leader_epoch=partition_leader_epoch, attributes=attributes,
+                        last_offset_delta=last_offset_delta, base_timestamp=base_timestamp,
+                        max_timestamp=max_timestamp, producer_id=producer_id,
+                        producer_epoch=producer_epoch, base_sequence=base_sequence,
+                        count=len(records))
+
+
+def _encode_message(offset: int, magic: int, attributes: int, timestamp: int,
+                    key: bytes | None, value: bytes | None) -> bytes:
+    parts = [struct.pack(">bb", magic, attributes)]
+    if magic == 1:
+        parts.append(struct.pack(">q", timestamp))
+    for v in (key, value):
+        parts.append(b"\xff\xff\xff\xff" if v is None else struct.pack(">i", len(v)) + v)
+    body = b"".join(parts)
+    return struct.pack(">qiI", offset, len(body) + 4, zlib.crc32(body)) + body
+
+
+def build_message_set(records: Sequence[Record], *, magic: int,
+                      compression: int = Compression.NONE,
+                      timestamp_type: int = TimestampType.CREATE_TIME,
+                      compression_level: int | None = None, xerial: bool = True) -> bytes:
+    """Encodes a legacy message set (magic 0 or 1), as a pre-0.11 client would.
+
+    Uncompressed: one message per record, with its offset. Compressed: one
+    wrapper message holding the inner set; inner offsets are absolute for
+    magic 0 and relative (0..n-1) for magic 1, the wrapper carrying the last
+    record's offset and (magic 1) the largest timestamp. Headers cannot be
+    carried and are an error.
+    """
+    if magic not in (0, 1):
+        raise EncodeError(f"legacy magic must be 0 or 1, not {magic!r}")
+    if not 0 <= compression <= 4:
+        raise EncodeError(f"unknown compression codec {compression!r}")
+    ts_bit = _TIMESTAMP_TYPE_BIT if (magic == 1 and timestamp_type == 1) else 0
+    for r in records:
+        if r.headers:
+            raise EncodeError(f"magic {magic} messages cannot carry headers")
+    if compression == Compression.NONE:
+        return b"".join(_encode_message(r.offset, magic, ts_bit, r.timestamp, r.key, r.value)
+                        for r in records)
+    if not records:
+        return b""
+    first = records[0].offset
+    inner = b"".join(
+        _encode_message(r.offset - first if magic == 1 else r.offset, magic, 0, r.timestamp,
+                        r.key, r.value)
+        for r in records)
+    value = compress(compression, inner, level=compression_level, xerial=xerial,
+                     legacy_lz4=magic == 0)
+    wrapper_ts = max(r.timestamp for r in records)
+    return _encode_message(records[-1].offset, magic, compression | ts_bit, wrapper_ts, None,
+                           value)
+
+
+# ---------------------------------------------------------------------------
+# control records
+
+_CONTROL_KEY: Final = struct.Struct(">hh")
+_END_TXN_VALUE: Final = struct.Struct(">hi")
+
+
+def decode_control_key(key: bytes) -> tuple[int, int]:
+    """``(version, type)`` of a control record key."""
+    if len(key) < 4:
+        raise DecodeError(f"control record key of {len(key)} bytes is shorter than 4",
+                          offset=0, field="key")
+    return _CONTROL_KEY.unpack_from(key, 0)
+
+
+def decode_end_txn_marker(value: bytes | None) -> EndTransactionMarker:
+    """The value of an ABORT/COMMIT control record."""
+    if value is None or len(value) < 6:
+        raise DecodeError("end transaction marker value is shorter than 6 bytes",
+                          offset=0, field="value")
+    return EndTransactionMarker(*_END_TXN_VALUE.unpack_from(value, 0))
+
+
+def control_record(kind: ControlRecordType | int, *, offset: int = 0, timestamp: int,
+                   coordinator_epoch: int = 0, version: int = 0) -> Record:
+    """An ABORT or COMMIT marker record (to go in a batch with ``is_control=True``)."""
+    if kind not in (ControlRecordType.ABORT, ControlRecordType.COMMIT):
+        raise EncodeError(f"control_record builds ABORT/COMMIT markers, not {kind!r}")
+    return Record(offset, timestamp, _CONTROL_KEY.pack(0, kind),
+                  _END_TXN_VALUE.pack(version, coordinator_epoch))
+
+
+def iter_records(batches: Iterable[RecordBatch]) -> Iterator[Record]:
+    """Every record of ``batches``, in order."""
+    for batch in batches:
+        yield from batch.records
