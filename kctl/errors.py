@@ -110,3 +110,7 @@ class RecordTooLargeError(KctlError):
     A local error: retrying cannot help; the record, ``batch.size``,
     ``buffer.memory`` or ``max.request.size`` has to change.
     """
+
+
+class InvalidPartitionError(KctlError):
+    """A record names a partition its topic does not have."""
