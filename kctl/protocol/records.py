@@ -16,7 +16,8 @@ How this works:
 - Magic 0/1: as the Java client does, every top-level message is a batch of
   its own; a compressed wrapper message holds an inner message set whose
   offsets are absolute (magic 0) or relative to the wrapper (magic 1:
-  ``absolute = wrapper_offset - last_inner_offset + inner_offset``).
+  ``absolute = wrapper_offset - last_inner_offset + inner_offset`` when that
+  base is not negative, as Java's ``DeepRecordsIterator``).
 - ``build_batch`` is the generic v2 encoder and ``build_message_set`` the
   legacy one; ``kctl.protocol.batch_builder`` holds the hot-path v2 encoder,
   which tests check byte for byte against ``build_batch``.
@@ -555,9 +556,11 @@ def _decode_legacy(data: bytes, pos: int, index: int, verify_crc: bool,
         except DecodeError as e:
             raise DecodeError(f"{e.reason} (at byte {e.offset} of the decompressed messages)",
                               offset=value_at, field=e.field) from None
-        if msg.magic > 0 and messages:
-            shift = msg.offset - messages[-1].offset
-        else:
+        # As Java's DeepRecordsIterator: magic 1 inner offsets are relative to
+        # the wrapper's, unless that would give a negative base (a producer's
+        # own, not yet stored, set with wrapper offset 0), then left as is.
+        shift = msg.offset - messages[-1].offset if msg.magic > 0 and messages else 0
+        if shift < 0:
             shift = 0
         append_time = msg.timestamp if ts_type == TimestampType.LOG_APPEND_TIME else None
         records = tuple(
@@ -772,8 +775,10 @@ def build_message_set(records: Sequence[Record], *, magic: int,
     """
     if magic not in (0, 1):
         raise EncodeError(f"legacy magic must be 0 or 1, not {magic!r}")
-    if not 0 <= compression <= 4:
-        raise EncodeError(f"unknown compression codec {compression!r}")
+    if not 0 <= compression <= 3:
+        raise EncodeError(f"compression codec {compression!r} is not available below magic 2"
+                          if compression == Compression.ZSTD
+                          else f"unknown compression codec {compression!r}")
     ts_bit = _TIMESTAMP_TYPE_BIT if (magic == 1 and timestamp_type == 1) else 0
     for r in records:
         if r.headers:
