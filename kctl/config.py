@@ -337,7 +337,7 @@ class PropertySpec:
 
 
 def _int_spec(name: str, default: int, lo: int, hi: int, unit: str, doc: str = "", fld: str = "") -> PropertySpec:
-    unit_text = {"ms": " milliseconds", "bytes": " bytes", "": ""}[unit]
+    unit_text = {"ms": " number of milliseconds", "bytes": " number of bytes", "": ""}[unit]
     return PropertySpec(
         name=name,
         field=fld or name.replace(".", "_"),

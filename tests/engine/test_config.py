@@ -1,0 +1,317 @@
+import dataclasses
+
+import pytest
+
+from kctl.config import (
+    PROPERTIES,
+    BrokerAddress,
+    CompressionType,
+    PartitionerKind,
+    ProducerConfig,
+    SecurityProtocol,
+    Setting,
+    load_properties_file,
+    parse_assignment,
+    parse_properties,
+)
+from kctl.errors import ConfigError
+
+JAVA_DEFAULTS = {
+    "acks": "all",
+    "linger.ms": "5",  # Kafka 4.0 (KIP-1030)
+    "batch.size": "16384",
+    "buffer.memory": "33554432",
+    "compression.type": "none",
+    "max.request.size": "1048576",
+    "max.block.ms": "60000",
+    "request.timeout.ms": "30000",
+    "delivery.timeout.ms": "120000",
+    "retries": "2147483647",
+    "retry.backoff.ms": "100",
+    "retry.backoff.max.ms": "1000",
+    "reconnect.backoff.ms": "50",
+    "reconnect.backoff.max.ms": "1000",
+    "max.in.flight.requests.per.connection": "5",
+    "enable.idempotence": "true",
+    "metadata.max.age.ms": "300000",
+    "metadata.max.idle.ms": "300000",
+    "partitioner.ignore.keys": "false",
+    "partitioner.adaptive.partitioning.enable": "true",
+    "partitioner.availability.timeout.ms": "0",
+    "security.protocol": "PLAINTEXT",
+    "socket.connection.setup.timeout.ms": "10000",
+    "socket.connection.setup.timeout.max.ms": "30000",
+    "send.buffer.bytes": "131072",
+    "receive.buffer.bytes": "32768",
+    "connections.max.idle.ms": "540000",
+    "compression.gzip.level": "-1",
+    "compression.lz4.level": "9",
+    "compression.zstd.level": "3",
+    "transaction.timeout.ms": "60000",
+}
+
+
+def test_defaults_are_the_java_producers():
+    props = ProducerConfig().to_properties()
+    for name, value in JAVA_DEFAULTS.items():
+        assert props[name] == value, name
+    assert "transactional.id" not in props
+
+
+def test_table_and_dataclass_agree():
+    fields = {f.name: f for f in dataclasses.fields(ProducerConfig)}
+    for spec in PROPERTIES:
+        assert spec.field in fields, spec.name
+        assert fields[spec.field].default == spec.default, spec.name
+
+
+def test_to_properties_round_trips():
+    cfg = ProducerConfig.from_properties({
+        "linger.ms": "20", "compression.type": "ZSTD", "bootstrap.servers": "a:1, [::1]:2",
+        "partitioner": "round-robin", "transactional.id": "tx", "enable.idempotence": "true",
+    })
+    again = ProducerConfig.from_properties(cfg.to_properties())
+    assert again == cfg
+
+
+def test_typed_values():
+    cfg = ProducerConfig.load(overrides=[
+        "acks=0", "linger.ms=50", "compression.type=LZ4", "compression.lz4.level=12",
+        "enable.idempotence=FALSE", "bootstrap.servers=PLAINTEXT://k1:9093,k2", "partitioner.class="
+        "org.apache.kafka.clients.producer.RoundRobinPartitioner", "security.protocol=plaintext",
+    ])
+    assert cfg.acks == 0
+    assert cfg.linger_ms == 50
+    assert cfg.compression_type is CompressionType.LZ4
+    assert cfg.compression.level == 12
+    assert cfg.enable_idempotence is False
+    assert cfg.bootstrap_servers == (BrokerAddress("k1", 9093), BrokerAddress("k2", 9092))
+    assert cfg.partitioner is PartitionerKind.ROUND_ROBIN
+    assert cfg.security_protocol is SecurityProtocol.PLAINTEXT
+
+
+@pytest.mark.parametrize(
+    "setting,fragment",
+    [
+        ("linger.ms=abc", "invalid value 'abc' for producer property 'linger.ms': expected an integer number of milliseconds in [0, 2147483647]"),
+        ("linger.ms=-1", "'linger.ms'"),
+        ("linger.ms=1_000", "'linger.ms'"),
+        ("batch.size=1.5", "'batch.size'"),
+        ("acks=2", "expected all, -1, 0 or 1"),
+        ("enable.idempotence=yes", "expected true or false"),
+        ("compression.type=brotli", "expected none, gzip, snappy, lz4 or zstd"),
+        ("compression.gzip.level=0", "-1 (zlib's default) or an integer in [1, 9]"),
+        ("compression.lz4.level=18", "in [1, 17]"),
+        ("max.in.flight.requests.per.connection=0", "in [1, 2147483647]"),
+        ("metadata.max.idle.ms=4999", "in [5000, "),
+        ("retries=2147483648", "'retries'"),
+        ("partitioner=com.example.MyPartitioner", "default, sticky, murmur2, round_robin"),
+        ("bootstrap.servers=host:notaport", "bad port in 'host:notaport'"),
+        ("transactional.id=", "a non-empty string"),
+    ],
+)
+def test_invalid_values_name_the_property_and_what_is_allowed(setting, fragment):
+    with pytest.raises(ConfigError) as info:
+        ProducerConfig.load(overrides=[setting])
+    assert fragment in str(info.value)
+
+
+def test_unknown_property_suggests_the_right_name():
+    with pytest.raises(ConfigError) as info:
+        ProducerConfig.load(overrides=["lingr.ms=5"])
+    assert str(info.value) == "unknown producer property 'lingr.ms' (did you mean 'linger.ms'?)"
+    with pytest.raises(ConfigError, match=r"^unknown producer property 'group.id'$"):
+        ProducerConfig.from_properties({"group.id": "g"})
+
+
+def test_unsupported_security_protocols_are_named_as_such():
+    with pytest.raises(ConfigError, match="SASL_SSL is a Kafka security protocol but kctl does not support it yet"):
+        ProducerConfig.from_properties({"security.protocol": "sasl_ssl"})
+    with pytest.raises(ConfigError, match="expected PLAINTEXT"):
+        ProducerConfig.from_properties({"security.protocol": "TLS"})
+
+
+def test_java_only_properties_are_accepted_with_a_warning():
+    cfg = ProducerConfig.from_properties({
+        "key.serializer": "org.apache.kafka.common.serialization.ByteArraySerializer",
+        "interceptor.classes": "com.example.X",
+        "ssl.truststore.location": "/x",
+        "linger.ms": "7",
+    })
+    assert cfg.linger_ms == 7
+    assert dict(cfg.ignored)["interceptor.classes"] == "com.example.X"
+    assert len(cfg.warnings) == 3
+    assert any("'key.serializer'" in w and "bytes" in w for w in cfg.warnings)
+
+
+# -- Kafka's cross-field rules ------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "props,reason",
+    [
+        ({"acks": "1"}, "acks=1"),
+        ({"acks": "0"}, "acks=0"),
+        ({"retries": "0"}, "retries=0"),
+        ({"max.in.flight.requests.per.connection": "6"}, "max.in.flight.requests.per.connection=6"),
+    ],
+)
+def test_idempotence_is_quietly_disabled_when_only_defaulted(props, reason):
+    cfg = ProducerConfig.from_properties(props)
+    assert cfg.enable_idempotence is False
+    assert cfg.sender.idempotence is False and cfg.idempotence.enabled is False
+    assert any(reason in w and "idempotence disabled" in w for w in cfg.warnings)
+
+    with pytest.raises(ConfigError) as info:
+        ProducerConfig.from_properties(props | {"enable.idempotence": "true"})
+    assert "enable.idempotence=true conflicts with" in str(info.value)
+    assert reason in str(info.value)
+
+
+def test_idempotence_stays_on_with_compatible_settings():
+    cfg = ProducerConfig.from_properties({"acks": "-1", "max.in.flight.requests.per.connection": "5"})
+    assert cfg.enable_idempotence and cfg.warnings == ()
+
+
+def test_transactional_id_needs_idempotence():
+    with pytest.raises(ConfigError, match="transactional.id needs idempotence"):
+        ProducerConfig.from_properties({"transactional.id": "tx", "acks": "1"})
+    cfg = ProducerConfig.from_properties({"transactional.id": "tx"})
+    assert cfg.idempotence.transactional_id == "tx"
+
+
+def test_delivery_timeout_rule():
+    # Explicit and too small: an error naming both sides.
+    with pytest.raises(ConfigError) as info:
+        ProducerConfig.from_properties({"delivery.timeout.ms": "1000", "linger.ms": "100"})
+    assert "delivery.timeout.ms (1000) must be >= linger.ms + request.timeout.ms (100 + 30000 = 30100)" in str(info.value)
+    # Defaulted and too small: raised, as the Java client does.
+    cfg = ProducerConfig.from_properties({"request.timeout.ms": "200000"})
+    assert cfg.delivery_timeout_ms == 200005
+    assert any("delivery.timeout.ms raised" in w for w in cfg.warnings)
+
+
+def test_backoff_max_below_initial_gives_a_constant_backoff():
+    cfg = ProducerConfig.from_properties({"retry.backoff.ms": "5000"})
+    assert cfg.sender.retry_backoff_ms == 1000
+    assert any("constant backoff of 1000 ms" in w for w in cfg.warnings)
+
+
+def test_batch_size_larger_than_buffer_memory_is_refused():
+    with pytest.raises(ConfigError, match=r"batch.size \(2000\) must not exceed buffer.memory \(1000\)"):
+        ProducerConfig.from_properties({"batch.size": "2000", "buffer.memory": "1000"})
+
+
+def test_direct_construction_is_strict():
+    with pytest.raises(ConfigError, match="enable.idempotence=true conflicts"):
+        ProducerConfig(acks=1)
+    with pytest.raises(ConfigError, match="'linger.ms'"):
+        ProducerConfig(linger_ms=-5)
+    assert ProducerConfig(acks=1, enable_idempotence=False).acks == 1
+    with pytest.raises(ConfigError):
+        dataclasses.replace(ProducerConfig(), acks=0)
+
+
+def test_with_properties_keeps_what_the_user_set():
+    base = ProducerConfig.from_properties({"linger.ms": "10"})
+    variant = base.with_properties({"acks": "1"})
+    assert variant.linger_ms == 10 and variant.acks == 1 and not variant.enable_idempotence
+    assert variant.explicit == {"linger.ms", "acks"}
+
+
+def test_pieces_carry_what_each_component_needs():
+    cfg = ProducerConfig.from_properties({
+        "compression.type": "gzip", "compression.gzip.level": "6", "max.in.flight.requests.per.connection": "1",
+        "reconnect.backoff.ms": "2000", "batch.size": "1000",
+    })
+    assert cfg.accumulator.compression.level == 6
+    assert cfg.accumulator.batch_size == 1000
+    assert cfg.buffer_pool.batch_size == 1000 and cfg.buffer_pool.buffer_memory == 33554432
+    assert cfg.sender.guarantee_message_order
+    assert cfg.network.reconnect_backoff_ms == 1000
+    assert cfg.partitioning.sticky_batch_size == 1000
+    assert cfg.metadata.metadata_max_age_ms == 300000
+    assert ProducerConfig().compression.level is None
+
+
+# -- input formats ---------------------------------------------------------------
+
+
+def test_assignment_parsing():
+    assert parse_assignment(" linger.ms = 5 ") == Setting("linger.ms", "5")
+    assert parse_assignment("client.id=a=b").value == "a=b"
+    with pytest.raises(ConfigError, match="name=value"):
+        parse_assignment("linger.ms")
+
+
+def test_properties_syntax_follows_java_util_properties():
+    text = (
+        "# a comment\n"
+        "! another comment\n"
+        "   \n"
+        "linger.ms=10\n"
+        "batch.size : 32768\n"
+        "acks all\n"
+        "  client.id  =  my\\tclient \\u00e9\\\n"
+        "      continued\n"
+        "# comment ending in a backslash is not continued \\\n"
+        "retries=3\n"
+        "key\\ with\\=odd\\:chars=v\n"
+        "empty.value=\n"
+        "trailing.odd=ends\\\\\n"
+        "crlf.line=1\r\n"
+    )
+    settings = parse_properties(text, "p.properties")
+    got = {s.name: (s.value, s.origin) for s in settings}
+    assert got["linger.ms"] == ("10", "p.properties:4")
+    assert got["batch.size"] == ("32768", "p.properties:5")
+    assert got["acks"] == ("all", "p.properties:6")
+    assert got["client.id"] == ("my\tclient \u00e9continued", "p.properties:7")
+    assert got["retries"] == ("3", "p.properties:10")
+    assert got["key with=odd:chars"][0] == "v"
+    assert got["empty.value"][0] == ""
+    assert got["trailing.odd"][0] == "ends\\"
+    assert got["crlf.line"][0] == "1"
+
+
+def test_malformed_unicode_escape_names_file_and_line():
+    with pytest.raises(ConfigError, match=r"^p.properties:2: malformed \\uxxxx escape"):
+        parse_properties("a=1\nb=\\u12G4\n", "p.properties")
+
+
+def test_file_errors_name_the_file_and_line(tmp_path):
+    path = tmp_path / "producer.properties"
+    path.write_text("linger.ms=5\n# tuning\nbatch.size=big\n")
+    with pytest.raises(ConfigError) as info:
+        ProducerConfig.load(files=[path])
+    assert str(info.value) == (
+        f"{path}:3: invalid value 'big' for producer property 'batch.size': "
+        "expected an integer number of bytes in [0, 2147483647]"
+    )
+    path.write_text("lingr.ms=5\n")
+    with pytest.raises(ConfigError, match=rf"^{path}:1: unknown producer property 'lingr.ms' \(did you mean 'linger.ms'\?\)$"):
+        ProducerConfig.load(files=[path])
+    with pytest.raises(ConfigError, match="cannot read producer properties file"):
+        load_properties_file(tmp_path / "missing.properties")
+
+
+def test_cross_field_errors_point_at_the_settings(tmp_path):
+    path = tmp_path / "p.properties"
+    path.write_text("acks=1\nenable.idempotence=true\n")
+    with pytest.raises(ConfigError) as info:
+        ProducerConfig.load(files=[path])
+    message = str(info.value)
+    assert f"enable.idempotence at {path}:2" in message and f"acks at {path}:1" in message
+
+
+def test_overrides_win_over_files(tmp_path):
+    path = tmp_path / "p.properties"
+    path.write_text("linger.ms=100\nbatch.size=1000\n")
+    cfg = ProducerConfig.load(files=[path], overrides=["linger.ms=0"])
+    assert cfg.linger_ms == 0 and cfg.batch_size == 1000
+
+
+def test_latin1_files_are_read(tmp_path):
+    path = tmp_path / "p.properties"
+    path.write_bytes("client.id=caf\u00e9\n".encode("iso-8859-1"))
+    assert ProducerConfig.load(files=[path]).client_id == "caf\u00e9"
