@@ -230,3 +230,14 @@ def test_seeded_random_makes_choices_repeatable():
         return out
 
     assert run(3) == run(3)
+
+
+def test_key_hash_cache_gives_the_same_answers_and_stays_bounded(monkeypatch):
+    import kctl.engine.partitioner as module
+
+    monkeypatch.setattr(module, "KEY_HASH_CACHE_SIZE", 8)
+    p = make()
+    keys = [b"k%d" % i for i in range(30)] * 2 + [bytearray(b"k1"), memoryview(b"k2")]
+    for key in keys:
+        assert p.partition("t", key, 7, ALL) == partition_for_key(bytes(key), 7)
+    assert len(p._key_hashes) <= 8
