@@ -51,8 +51,9 @@ class BufferPool:
     )
 
     def __init__(self, total_memory: int, poolable_size: int) -> None:
-        if poolable_size <= 0:
-            raise ValueError(f"poolable_size must be positive, got {poolable_size}")
+        # batch.size=0 is legal in Kafka (one record per batch): nothing is pooled then.
+        if poolable_size < 0:
+            raise ValueError(f"poolable_size must not be negative, got {poolable_size}")
         if total_memory < 0:
             raise ValueError(f"total_memory must not be negative, got {total_memory}")
         self.total_memory = total_memory
@@ -143,7 +144,7 @@ class BufferPool:
         self._outstanding.remove(key)
         if size is None:
             size = len(buffer)
-        if size == self.poolable_size and len(buffer) == size:
+        if size == self.poolable_size and len(buffer) == size and size > 0:
             self._free.append(buffer)
         else:
             self._unallocated += size

@@ -154,3 +154,11 @@ def test_accounting_invariant_holds_under_any_sequence(ops):
     for buf, n in held:
         pool.deallocate(buf, n)
     assert pool.available_memory == 1000
+
+
+def test_batch_size_zero_pools_nothing():
+    # batch.size=0 is legal in Kafka (one record per batch).
+    pool = BufferPool(total_memory=100, poolable_size=0)
+    buf = pool.try_allocate(10)
+    pool.deallocate(buf)
+    assert pool.free_buffers == 0 and pool.available_memory == 100
