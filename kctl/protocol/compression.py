@@ -31,6 +31,7 @@ No I/O, no clock (rule 1 of the conventions).
 from __future__ import annotations
 
 import struct
+import threading
 import zlib
 from enum import IntEnum
 from typing import Final
@@ -300,8 +301,30 @@ def _lz4_decompress(data: bytes, max_size: int, legacy: bool) -> bytes:
 # ---------------------------------------------------------------------------
 # zstd
 
+# Creating a zstd context costs ~15 us (more than decompressing a 16 KiB
+# batch), so each thread keeps one per level; contexts are not thread-safe.
+_zstd_local = threading.local()
+
+
+def _zstd_compressor(level: int) -> _zstd.ZstdCompressor:
+    cache = getattr(_zstd_local, "compressors", None)
+    if cache is None:
+        cache = _zstd_local.compressors = {}
+    c = cache.get(level)
+    if c is None:
+        c = cache[level] = _zstd.ZstdCompressor(level=level)
+    return c
+
+
+def _zstd_decompressor() -> _zstd.ZstdDecompressor:
+    d = getattr(_zstd_local, "decompressor", None)
+    if d is None:
+        d = _zstd_local.decompressor = _zstd.ZstdDecompressor()
+    return d
+
+
 def _zstd_compress(data: bytes, level: int | None) -> bytes:
-    return _zstd.ZstdCompressor(level=3 if level is None else level).compress(data)
+    return _zstd_compressor(3 if level is None else level).compress(data)
 
 
 _ZSTD_MAGIC: Final = 0xFD2FB528
@@ -356,7 +379,7 @@ def _zstd_decompress(data: bytes, max_size: int) -> bytes:
     out: list[bytes] = []
     total = 0
     try:
-        reader = _zstd.ZstdDecompressor().stream_reader(data, read_across_frames=True)
+        reader = _zstd_decompressor().stream_reader(data, read_across_frames=True)
         with reader:
             while True:
                 chunk = reader.read(min(max_size - total + 1, _STEP))

@@ -651,31 +651,73 @@ def _check(v: int, lo_hi: tuple[int, int], name: str) -> None:
         raise EncodeError(f"{name} {v!r} does not fit its wire type")
 
 
+# Zigzag varints of -1 .. 8191, indexed by value + 1: offset deltas, lengths
+# and small timestamp deltas come from here instead of being encoded per record.
+_ZIGZAG: Final = tuple(encode_varint(v) for v in range(-1, 1 << 13))
+_ZIGZAG_MAX: Final = len(_ZIGZAG) - 2
+
+
+def _zz(v: int) -> bytes:
+    return _ZIGZAG[v + 1] if -1 <= v <= _ZIGZAG_MAX else encode_varlong(v)
+
+
 def _nullable_varbytes(v: bytes | None, name: str) -> bytes:
     if v is None:
         return b"\x01"  # zigzag(-1)
     if len(v) > INT32_RANGE[1]:
         raise EncodeError(f"{name} of {len(v)} bytes is too long")
-    return encode_varint(len(v)) + v
+    return _zz(len(v)) + v
+
+
+def _encode_records(records: Sequence[Record], base_offset: int,
+                    base_timestamp: int) -> bytes:
+    """The records section of a v2 batch, uncompressed."""
+    parts: list[bytes] = []
+    append = parts.append
+    zz, zz_max = _ZIGZAG, _ZIGZAG_MAX
+    lo32, hi32 = INT32_RANGE
+    lo64, hi64 = INT64_RANGE
+    for r in records:
+        od = r.offset - base_offset
+        td = r.timestamp - base_timestamp
+        if not lo32 <= od <= hi32:
+            raise EncodeError(f"offset delta {od} (offset {r.offset}) does not fit int32")
+        if not lo64 <= td <= hi64:
+            raise EncodeError(f"timestamp delta {td} does not fit int64")
+        a = r.attributes
+        if not -128 <= a <= 127:
+            raise EncodeError(f"record attributes {a} do not fit int8")
+        key, value, headers = r.key, r.value, r.headers
+        head = b"".join((
+            _ATTR_BYTES[a & 0xFF],
+            zz[td + 1] if -1 <= td <= zz_max else encode_varlong(td),
+            zz[od + 1] if -1 <= od <= zz_max else encode_varint(od),
+            b"\x01" if key is None else _nullable_varbytes(key, "key"),
+            b"\x01" if value is None else _nullable_varbytes(value, "value"),
+        ))
+        if headers:
+            hparts = [_zz(len(headers))]
+            for h in headers:
+                if h.key is None:
+                    raise EncodeError("a header key must not be null")
+                hparts.append(_nullable_varbytes(h.key.encode(), "header key"))
+                hparts.append(_nullable_varbytes(h.value, "header value"))
+            tail = b"".join(hparts)
+        else:
+            tail = b"\x00"
+        n = len(head) + len(tail)
+        append(zz[n + 1] if n <= zz_max else encode_varint(n))
+        append(head)
+        append(tail)
+    return b"".join(parts)
+
+
+_ATTR_BYTES: Final = tuple(bytes([i]) for i in range(256))
 
 
 def encode_record(record: Record, base_offset: int, base_timestamp: int) -> bytes:
     """One v2 record, length prefix included."""
-    offset_delta = record.offset - base_offset
-    ts_delta = record.timestamp - base_timestamp
-    _check(offset_delta, INT32_RANGE, "offset delta")
-    _check(ts_delta, INT64_RANGE, "timestamp delta")
-    _check(record.attributes, (-128, 127), "record attributes")
-    parts = [(record.attributes & 0xFF).to_bytes(1, "big"), encode_varlong(ts_delta),
-             encode_varint(offset_delta), _nullable_varbytes(record.key, "key"),
-             _nullable_varbytes(record.value, "value"), encode_varint(len(record.headers))]
-    for h in record.headers:
-        if h.key is None:
-            raise EncodeError("a header key must not be null")
-        parts.append(_nullable_varbytes(h.key.encode(), "header key"))
-        parts.append(_nullable_varbytes(h.value, "header value"))
-    body = b"".join(parts)
-    return encode_varint(len(body)) + body
+    return _encode_records((record,), base_offset, base_timestamp)
 
 
 def _assemble_v2(records_section: bytes, *, base_offset: int, partition_leader_epoch: int,
@@ -739,7 +781,7 @@ def build_batch(records: Sequence[Record], *, compression: int = Compression.NON
     _check(producer_id, INT64_RANGE, "producer_id")
     _check(producer_epoch, INT16_RANGE, "producer_epoch")
     _check(base_sequence, INT32_RANGE, "base_sequence")
-    body = b"".join([encode_record(r, base_offset, base_timestamp) for r in records])
+    body = _encode_records(records, base_offset, base_timestamp)
     if compression != Compression.NONE:
         body = compress(compression, body, level=compression_level, xerial=xerial)
     return _assemble_v2(body, base_offset=base_offset,
