@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import socket
 import struct
+from dataclasses import dataclass
 from typing import Any
 
 import kctl
@@ -154,29 +155,57 @@ class BlockingClient:
 
     # -- ApiVersions ----------------------------------------------------------
     def _negotiate(self) -> NegotiatedVersions:
-        info = schema.API_BY_KEY[API_VERSIONS]
-        version = info.max_version
+        version = schema.API_BY_KEY[API_VERSIONS].max_version
         for _ in range(2):
-            req = messages.message_class("ApiVersionsRequest")(
-                client_software_name="kctl", client_software_version=kctl.__version__)
-            correlation_id = self._send(API_VERSIONS, version, req)
+            correlation_id = self._send(API_VERSIONS, version, api_versions_request())
             data = self._receive_frame()
             if messages.peek_correlation_id(data) != correlation_id:
                 raise RemoteProtocolError(f"broker {self.address} answered ApiVersions out of order")
-            try:
-                resp = messages.decode_response(data, API_VERSIONS, version).body
-            except DecodeError:
-                # A broker that does not know our version answers in the v0 layout.
-                resp = messages.decode_response(data, API_VERSIONS, 0).body
-            if resp.error_code == UNSUPPORTED_VERSION:
-                offered = [k for k in resp.api_keys if k.api_key == API_VERSIONS]
-                if not offered:
-                    break
-                version = min(offered[0].max_version, info.max_version)
-                continue
-            if resp.error_code != 0:
-                err = error_for(resp.error_code)
-                raise RemoteProtocolError(f"broker {self.address} refused ApiVersions: {err.name}")
-            return negotiate(VersionRange(k.api_key, k.min_version, k.max_version)
-                             for k in resp.api_keys)
+            answer = read_api_versions_response(data, version, self.address)
+            if answer.versions is not None:
+                return answer.versions
+            version = answer.retry_version
         raise RemoteProtocolError(f"broker {self.address} supports no ApiVersions version kctl speaks")
+
+
+# -- ApiVersions handshake, shared with the non-blocking NetworkClient ---------
+
+@dataclass(frozen=True, slots=True)
+class ApiVersionsAnswer:
+    """What an ApiVersions response means: the negotiated versions, or the
+    lower ApiVersions version to ask again with (KIP-511's UNSUPPORTED_VERSION)."""
+
+    versions: NegotiatedVersions | None
+    retry_version: int | None = None
+
+
+def api_versions_request() -> Any:
+    """The ApiVersionsRequest kctl sends on every new connection."""
+    return messages.message_class("ApiVersionsRequest")(
+        client_software_name="kctl", client_software_version=kctl.__version__)
+
+
+def read_api_versions_response(data: bytes, version: int, address: str) -> ApiVersionsAnswer:
+    """Interprets an ApiVersions response frame (correlation id already checked).
+
+    A broker that does not know ``version`` answers in the v0 layout with
+    UNSUPPORTED_VERSION and its own range: the answer then names the version to
+    retry with. Any other error, or no usable retry, is a ``RemoteProtocolError``.
+    """
+    max_version = schema.API_BY_KEY[API_VERSIONS].max_version
+    try:
+        resp = messages.decode_response(data, API_VERSIONS, version).body
+    except DecodeError:
+        resp = messages.decode_response(data, API_VERSIONS, 0).body
+    if resp.error_code == UNSUPPORTED_VERSION:
+        offered = [k for k in resp.api_keys if k.api_key == API_VERSIONS]
+        retry = min(offered[0].max_version, max_version) if offered else None
+        if retry is None or retry >= version:
+            raise RemoteProtocolError(
+                f"broker {address} supports no ApiVersions version kctl speaks")
+        return ApiVersionsAnswer(None, retry)
+    if resp.error_code != 0:
+        err = error_for(resp.error_code)
+        raise RemoteProtocolError(f"broker {address} refused ApiVersions: {err.name}")
+    return ApiVersionsAnswer(negotiate(VersionRange(k.api_key, k.min_version, k.max_version)
+                                       for k in resp.api_keys))
