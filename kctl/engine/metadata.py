@@ -1,0 +1,206 @@
+"""The producer's view of the cluster: brokers, partition leaders, topic ids
+(the Java client's Metadata and Cluster, without I/O).
+
+How this works: the sender asks ``time_to_next_update_ns(now)`` whether a
+refresh is due (one was requested after a leader error or for an unknown
+topic, or ``metadata.max.age.ms`` has passed), sends ``build_request()`` to
+the least-loaded node, and feeds the answer to ``handle_response``. Failed
+refreshes back off exponentially from ``retry.backoff.ms`` to
+``retry.backoff.max.ms``. Leaders learned from Produce responses (KIP-951
+``current_leader``) update the view without a full refresh, if their leader
+epoch is newer.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+from kctl.config import MetadataConfig
+from kctl.engine.batch import TopicPartition
+from kctl.engine.clock import NS_PER_MS
+from kctl.protocol import messages
+from kctl.protocol.error_codes import error_for
+
+_ZERO_UUID = uuid.UUID(int=0)
+
+#: Topic errors that mean "not there (yet)" rather than "broken": keep asking.
+_RETRY_TOPIC_ERRORS = frozenset({"UNKNOWN_TOPIC_OR_PARTITION", "LEADER_NOT_AVAILABLE",
+                                 "NOT_LEADER_OR_FOLLOWER", "UNKNOWN_TOPIC_ID"})
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionMeta:
+    leader: int
+    leader_epoch: int
+    replicas: tuple[int, ...] = ()
+    isr: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class NodeAddress:
+    node_id: int
+    host: str
+    port: int
+    rack: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class MetadataUpdate:
+    """What one Metadata response changed."""
+
+    topic_errors: dict[str, str] = field(default_factory=dict)   # fatal per-topic errors
+    leaders_changed: bool = False
+
+
+class Metadata:
+    def __init__(self, config: MetadataConfig) -> None:
+        self.config = config
+        self.topics: set[str] = set()
+        self.nodes: dict[int, NodeAddress] = {}
+        self.cluster_id: str | None = None
+        self._partitions: dict[TopicPartition, PartitionMeta] = {}
+        self._by_topic: dict[str, tuple[int, ...]] = {}
+        self._available: dict[str, tuple[int, ...]] = {}
+        self._by_node: dict[int, tuple[TopicPartition, ...]] = {}
+        self.topic_ids: dict[str, uuid.UUID] = {}
+        self._need_update = True
+        self._in_progress = False
+        self._last_success_ns: int | None = None
+        self._last_attempt_ns: int | None = None
+        self._failures = 0
+        self.version = 0          # bumped on every applied response
+        self.refreshes = 0
+
+    # -- questions ---------------------------------------------------------------------
+    def leader_for(self, tp: TopicPartition) -> int | None:
+        p = self._partitions.get(tp)
+        return None if p is None or p.leader < 0 else p.leader
+
+    def partition_meta(self, tp: TopicPartition) -> PartitionMeta | None:
+        return self._partitions.get(tp)
+
+    def partition_count(self, topic: str) -> int | None:
+        parts = self._by_topic.get(topic)
+        return None if parts is None else len(parts)
+
+    def available_partitions(self, topic: str) -> tuple[int, ...]:
+        """Partitions of ``topic`` whose leader is known."""
+        return self._available.get(topic, ())
+
+    def partitions_by_node(self) -> dict[int, tuple[TopicPartition, ...]]:
+        return self._by_node
+
+    def node(self, node_id: int) -> NodeAddress | None:
+        return self.nodes.get(node_id)
+
+    # -- refresh policy ------------------------------------------------------------------
+    def add_topics(self, topics: Iterable[str]) -> None:
+        new = set(topics) - self.topics
+        if new:
+            self.topics |= new
+            self._need_update = True
+
+    def request_update(self) -> None:
+        self._need_update = True
+
+    @property
+    def update_requested(self) -> bool:
+        return self._need_update
+
+    def _backoff_ns(self) -> int:
+        """Wait after the last attempt: retry.backoff.ms, doubling per failure up to the max."""
+        base = self.config.retry_backoff_ms * NS_PER_MS
+        return min(self.config.retry_backoff_max_ms * NS_PER_MS,
+                   base << min(max(self._failures - 1, 0), 30))
+
+    def time_to_next_update_ns(self, now_ns: int) -> int:
+        """0 when a refresh should be sent now; else how long until one is due."""
+        if self._in_progress:
+            return 1 << 62
+        if self._last_attempt_ns is None:
+            return 0
+        if self._need_update or self._last_success_ns is None:
+            due = now_ns
+        else:
+            due = self._last_success_ns + self.config.metadata_max_age_ms * NS_PER_MS
+        allowed = self._last_attempt_ns + self._backoff_ns()
+        return max(due - now_ns, allowed - now_ns, 0)
+
+    def build_request(self, now_ns: int):
+        """The Metadata request to send now; marks a refresh in progress."""
+        self._in_progress = True
+        self._last_attempt_ns = now_ns
+        cls = messages.message_class("MetadataRequest")
+        return cls(topics=[cls.MetadataRequestTopic(name=t) for t in sorted(self.topics)],
+                   allow_auto_topic_creation=False)
+
+    def failed_update(self, now_ns: int) -> None:
+        self._in_progress = False
+        self._failures += 1
+        self._last_attempt_ns = now_ns
+        self._need_update = True
+
+    # -- answers -------------------------------------------------------------------------
+    def handle_response(self, resp, now_ns: int) -> MetadataUpdate:
+        self._in_progress = False
+        self._last_attempt_ns = now_ns
+        self._failures = 0
+        self.refreshes += 1
+        self.cluster_id = resp.cluster_id
+        self.nodes = {b.node_id: NodeAddress(b.node_id, b.host, b.port, b.rack) for b in resp.brokers}
+        errors: dict[str, str] = {}
+        retry = False
+        old_leaders = {tp: p.leader for tp, p in self._partitions.items()}
+        for t in resp.topics:
+            if t.error_code:
+                name = error_for(t.error_code).name
+                if name in _RETRY_TOPIC_ERRORS:
+                    retry = True
+                else:
+                    errors[t.name] = name
+                continue
+            if t.topic_id not in (None, _ZERO_UUID):
+                self.topic_ids[t.name] = t.topic_id
+            for tp in [tp for tp in self._partitions if tp.topic == t.name]:
+                del self._partitions[tp]
+            for p in t.partitions:
+                leader = p.leader_id if p.error_code in (0, 9) else -1  # 9: REPLICA_NOT_AVAILABLE
+                if leader < 0:
+                    retry = True
+                self._partitions[TopicPartition(t.name, p.partition_index)] = PartitionMeta(
+                    leader, p.leader_epoch, tuple(p.replica_nodes), tuple(p.isr_nodes))
+        self._reindex()
+        missing = self.topics - {t.name for t in resp.topics}
+        self._need_update = retry or bool(missing)
+        self._last_success_ns = now_ns
+        self.version += 1
+        changed = old_leaders != {tp: p.leader for tp, p in self._partitions.items()}
+        return MetadataUpdate(errors, changed)
+
+    def update_leader(self, tp: TopicPartition, leader: int, leader_epoch: int) -> bool:
+        """A newer leader learned from a Produce response; True if it changed anything."""
+        cur = self._partitions.get(tp)
+        if leader < 0 or (cur is not None and leader_epoch <= cur.leader_epoch) or leader not in self.nodes:
+            return False
+        self._partitions[tp] = PartitionMeta(leader, leader_epoch,
+                                             cur.replicas if cur else (), cur.isr if cur else ())
+        self._reindex()
+        return True
+
+    def add_node(self, node: NodeAddress) -> None:
+        self.nodes[node.node_id] = node
+
+    def _reindex(self) -> None:
+        by_topic: dict[str, list[int]] = {}
+        available: dict[str, list[int]] = {}
+        by_node: dict[int, list[TopicPartition]] = {}
+        for tp, p in sorted(self._partitions.items()):
+            by_topic.setdefault(tp.topic, []).append(tp.partition)
+            if p.leader >= 0:
+                available.setdefault(tp.topic, []).append(tp.partition)
+                by_node.setdefault(p.leader, []).append(tp)
+        self._by_topic = {k: tuple(v) for k, v in by_topic.items()}
+        self._available = {k: tuple(v) for k, v in available.items()}
+        self._by_node = {k: tuple(v) for k, v in by_node.items()}
