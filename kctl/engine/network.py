@@ -1,0 +1,787 @@
+"""The non-blocking network client of the producer engine (the Java client's
+``NetworkClient`` with its ``Selector``).
+
+How this works:
+- One non-blocking TCP socket per node id, all in one ``selectors`` selector.
+  Node ids come from metadata (``set_nodes``); bootstrap addresses get negative
+  pseudo ids (-1, -2, ...) until then. ``ready(node, now_ns)`` starts a connect
+  when the node is disconnected and its reconnect backoff has passed
+  (``ClusterConnectionStates``) and says whether a request may be sent now.
+- A new connection first sends ApiVersions (kctl's highest version; again at the
+  broker's highest on UNSUPPORTED_VERSION, KIP-511) and is READY only once the
+  answer is in; the negotiated versions are kept per node (``api_version``).
+  No other request is sent before READY.
+- ``send(request, now_ns)`` assigns the correlation id, frames the request (a
+  message object is encoded by the generic codec; pre-encoded body bytes get a
+  cached header with the correlation id spliced in) and writes what the socket
+  takes at once. The rest stays in the connection's send buffer (a list of
+  memoryviews, written with ``sendmsg`` so a 1 MiB body is never copied) and
+  the socket is watched for writability only while bytes are pending. A request
+  is "sent" (``sent_ns``) when its last byte is written; one that expects no
+  response (acks=0 Produce) completes then, as in Java.
+- At most one request per connection is partly written, and at most
+  ``max.in.flight.requests.per.connection`` are unanswered (``InFlightRequests``).
+- ``poll(timeout_ns, now_ns)`` waits on the selector up to the timeout (or the
+  next request/connect deadline, or a ``wakeup()``), writes, reads everything
+  available into each connection's ``FrameDecoder`` and turns whole frames into
+  ``ClientResponse`` objects. A response must carry the correlation id of the
+  oldest in-flight request of its connection; anything else breaks the
+  connection. After I/O it expires requests older than ``request.timeout.ms``
+  and connects older than the connection setup timeout by closing their
+  connection.
+- A broken or closed connection hands back every in-flight request as a
+  ``ClientResponse`` with ``disconnected=True`` (and ``timed_out=True`` when a
+  timeout closed it); the caller (the sender) retries or fails them, as Java's
+  Sender does. Its next connect waits for the reconnect backoff.
+- Completion callbacks run only inside ``poll`` (results produced by ``send``,
+  such as a version mismatch, wait in a queue for the next poll).
+- Time is passed in; ``poll`` reads the injected clock once after waiting.
+
+Not thread-safe, except ``wakeup()``, which any thread may call.
+"""
+
+from __future__ import annotations
+
+import errno
+import logging
+import os
+import random as _random
+import selectors
+import socket
+import struct
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+from kctl.config import BrokerAddress, NetworkConfig
+from kctl.engine.backoff import Random
+from kctl.engine.blocking_client import (
+    API_VERSIONS, api_versions_request, parse_address, read_api_versions_response)
+from kctl.engine.clock import Clock, SystemClock
+from kctl.engine.connection_states import NEVER_NS, ClusterConnectionStates, ConnectionState
+from kctl.engine.inflight import CorrelationIdMismatchError, InFlightRequests
+from kctl.errors import (
+    BrokerUnavailableError, DecodeError, KctlError, RemoteProtocolError, UnsupportedVersionError)
+from kctl.protocol import messages, schema
+from kctl.protocol.frames import DEFAULT_MAX_FRAME_BYTES, FrameDecoder
+
+__all__ = ["ClientRequest", "ClientResponse", "NetworkClient", "NetworkMetrics",
+           "NodeNotReadyError", "RequestTimeoutError"]
+
+log = logging.getLogger(__name__)
+
+_SIZE: Final = struct.Struct(">i")
+_NS_PER_MS: Final = 1_000_000
+_RECV_CHUNK: Final = 256 * 1024
+_MAX_SELECT_S: Final = 3600.0
+_HAS_SENDMSG: Final = hasattr(socket.socket, "sendmsg")
+_IN_PROGRESS: Final = frozenset({0, errno.EINPROGRESS, errno.EWOULDBLOCK, errno.EALREADY,
+                                 getattr(errno, "WSAEWOULDBLOCK", errno.EWOULDBLOCK)})
+
+
+class NodeNotReadyError(KctlError):
+    """``send`` was called for a node that ``ready``/``is_ready`` did not report ready (a caller bug)."""
+
+
+class RequestTimeoutError(BrokerUnavailableError):
+    """A request went unanswered for ``request.timeout.ms``, or a connect for the setup timeout."""
+
+
+@dataclass(slots=True, eq=False)
+class ClientRequest:
+    """A request for one node. The caller fills the first block; the client the second.
+
+    ``body`` is the request message object, or its body already encoded at
+    ``api_version`` (bytes, bytearray or memoryview; not copied, so leave it
+    unchanged until the request is sent). ``api_version=None`` means the version
+    negotiated with the node (message bodies only).
+    """
+
+    node: int
+    api_key: int
+    body: Any
+    api_version: int | None = None
+    expects_response: bool = True
+    callback: Callable[[ClientResponse], None] | None = None
+    user: Any = None
+    created_ns: int = -1                  # when the caller built it; default: when sent
+    request_timeout_ms: int | None = None  # default: request.timeout.ms
+    # -- set by the client --
+    correlation_id: int = -1
+    enqueued_ns: int = -1   # when send() took it; request.timeout.ms counts from here (as Java)
+    sent_ns: int = -1       # when its last byte was written to the socket
+    timeout_ns: int = 0
+    throttle_ns: int = 0    # KIP-219 throttle time added to the timeout
+    size_bytes: int = 0     # on the wire, with the size prefix
+    internal: bool = field(default=False, repr=False)  # the client's own ApiVersions
+
+
+@dataclass(frozen=True, slots=True)
+class ClientResponse:
+    """The outcome of one request.
+
+    - answered: ``body`` is the decoded response message;
+    - ``expects_response=False``: ``body`` is ``None``, completed when written;
+    - ``disconnected``: the connection broke (or was closed) before an answer;
+      ``timed_out`` too when a request or connect timeout closed it;
+    - ``error``: why, when anything went wrong: ``BrokerUnavailableError`` /
+      ``RequestTimeoutError`` with a disconnect, ``CorrelationIdMismatchError``
+      (the broker broke the protocol), ``UnsupportedVersionError`` (never sent:
+      no common version), ``DecodeError`` (answered, but the body did not decode;
+      the connection stays up because framing is intact).
+    """
+
+    request: ClientRequest
+    body: Any
+    received_ns: int
+    disconnected: bool = False
+    timed_out: bool = False
+    error: KctlError | None = None
+
+    @property
+    def node(self) -> int:
+        return self.request.node
+
+    @property
+    def version_mismatch(self) -> bool:
+        return isinstance(self.error, UnsupportedVersionError)
+
+    @property
+    def latency_ns(self) -> int:
+        """From the request's creation to this outcome."""
+        return self.received_ns - self.request.created_ns
+
+
+@dataclass(slots=True)
+class NetworkMetrics:
+    connection_creation_total: int = 0
+    connection_close_total: int = 0
+    connection_failures_total: int = 0   # connects that never got READY
+    request_total: int = 0               # requests handed to the socket (incl. ApiVersions)
+    response_total: int = 0
+    request_timeouts_total: int = 0
+    outgoing_bytes_total: int = 0
+    incoming_bytes_total: int = 0
+
+
+class _Connection:
+    """One socket and its buffers. ``out`` holds the unsent part of one request."""
+
+    __slots__ = ("node", "sock", "address", "decoder", "out", "out_request", "events",
+                 "connected", "closed", "api_versions_version", "last_active_ns")
+
+    def __init__(self, node: int, sock: socket.socket, address: str, max_frame_bytes: int,
+                 now_ns: int) -> None:
+        self.node = node
+        self.sock = sock
+        self.address = address
+        self.decoder = FrameDecoder(max_frame_bytes)
+        self.out: list[memoryview] = []
+        self.out_request: ClientRequest | None = None
+        self.events = 0
+        self.connected = False
+        self.closed = False
+        self.api_versions_version = schema.API_BY_KEY[API_VERSIONS].max_version
+        self.last_active_ns = now_ns
+
+
+def _address_of(value: tuple[str, int] | BrokerAddress | str) -> tuple[str, int]:
+    if isinstance(value, BrokerAddress):
+        return value.host, value.port
+    if isinstance(value, str):
+        return parse_address(value)
+    return value[0], int(value[1])
+
+
+def _fmt(host: str, port: int) -> str:
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
+class NetworkClient:
+    """Non-blocking connections to every broker, with in-flight tracking."""
+
+    def __init__(self, config: NetworkConfig, *, clock: Clock | None = None,
+                 random: Random | None = None, client_id: str | None = None,
+                 bootstrap: Iterable[tuple[str, int] | BrokerAddress | str] | None = None,
+                 on_disconnect: Callable[[int, str], None] | None = None,
+                 max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES) -> None:
+        self.config = config
+        self._clock = clock or SystemClock()
+        self._random = random or _random.random
+        self.client_id = config.client_id if client_id is None else client_id
+        self._on_disconnect = on_disconnect
+        self._max_frame_bytes = max_frame_bytes
+        self._request_timeout_ns = config.request_timeout_ms * _NS_PER_MS
+        self._idle_ns = (config.connections_max_idle_ms * _NS_PER_MS
+                         if config.connections_max_idle_ms >= 0 else NEVER_NS)
+
+        self._addresses: dict[int, tuple[str, int]] = {}
+        boot = list(config.bootstrap_servers if bootstrap is None else bootstrap)
+        self._bootstrap_nodes = [-(i + 1) for i in range(len(boot))]
+        for node, addr in zip(self._bootstrap_nodes, boot):
+            self._addresses[node] = _address_of(addr)
+        self._metadata_nodes: list[int] = []
+
+        self._states = ClusterConnectionStates(
+            config.reconnect_backoff_ms, config.reconnect_backoff_max_ms,
+            config.socket_connection_setup_timeout_ms, config.socket_connection_setup_timeout_max_ms,
+            random=self._random)
+        self._in_flight: InFlightRequests[ClientRequest] = InFlightRequests(
+            config.max_in_flight_requests_per_connection)
+        self._conns: dict[int, _Connection] = {}
+        self._versions: dict[int, Any] = {}   # node -> NegotiatedVersions
+        self._pending: list[ClientResponse] = []  # outcomes produced outside poll
+        self._correlation_id = 0
+        self._headers: dict[tuple[int, int], bytes] = {}
+        self._recv_buf = memoryview(bytearray(_RECV_CHUNK))
+        self.metrics = NetworkMetrics()
+
+        self._selector = selectors.DefaultSelector()
+        self._wake_r, self._wake_w = socket.socketpair()
+        self._wake_r.setblocking(False)
+        self._wake_w.setblocking(False)
+        self._selector.register(self._wake_r, selectors.EVENT_READ, None)
+        self._closed = False
+
+    # -- nodes ------------------------------------------------------------------
+    def set_nodes(self, nodes: Mapping[int, tuple[str, int] | BrokerAddress | str]) -> None:
+        """The brokers from metadata (node id -> address). An address change takes
+        effect at the node's next connect; existing connections stay."""
+        for node, addr in nodes.items():
+            if node < 0:
+                raise ValueError(f"node id {node}: negative ids are reserved for bootstrap addresses")
+            self._addresses[node] = _address_of(addr)
+        self._metadata_nodes = sorted(nodes)
+
+    @property
+    def bootstrap_nodes(self) -> list[int]:
+        return list(self._bootstrap_nodes)
+
+    def nodes(self) -> list[int]:
+        """The nodes requests may go to: metadata's brokers, or the bootstrap addresses until then."""
+        return list(self._metadata_nodes or self._bootstrap_nodes)
+
+    def address(self, node: int) -> str:
+        host, port = self._addresses[node]
+        return _fmt(host, port)
+
+    # -- readiness ----------------------------------------------------------------
+    def ready(self, node: int, now_ns: int) -> bool:
+        """True if a request may be sent to ``node`` now; otherwise starts a connect
+        when the node is disconnected and its backoff has passed, and returns False."""
+        if self.is_ready(node, now_ns):
+            return True
+        if self._states.can_connect(node, now_ns):
+            self._initiate_connect(node, now_ns)
+        return False
+
+    def is_ready(self, node: int, now_ns: int) -> bool:
+        """READY, not throttled, and the in-flight limit allows another request."""
+        return self._states.is_ready(node, now_ns) and self._in_flight.can_send_more(node)
+
+    def connection_state(self, node: int) -> ConnectionState:
+        return self._states.state(node)
+
+    def connection_delay_ns(self, node: int, now_ns: int) -> int:
+        """Until a connect may start: the rest of the reconnect backoff when
+        disconnected; the setup timeout while connecting; ``NEVER_NS`` when connected."""
+        return self._states.connection_delay_ns(node, now_ns)
+
+    def poll_delay_ns(self, node: int, now_ns: int) -> int:
+        """The throttle delay of a connected node, else ``connection_delay_ns`` (Java ``pollDelayMs``)."""
+        return self._states.poll_delay_ns(node, now_ns)
+
+    def is_blacked_out(self, node: int, now_ns: int) -> bool:
+        """Disconnected and still inside its reconnect backoff."""
+        return self._states.is_blacked_out(node, now_ns)
+
+    def connection_error(self, node: int) -> str | None:
+        """Why the node's last connection ended (``None`` once it is READY again)."""
+        return self._states.last_error(node)
+
+    def api_versions(self, node: int) -> Any:
+        """The ``NegotiatedVersions`` of a READY node, else ``None``."""
+        return self._versions.get(node)
+
+    def api_version(self, node: int, api_key: int) -> int | None:
+        """The version negotiated with ``node`` for ``api_key`` (``None``: not connected or no common version)."""
+        v = self._versions.get(node)
+        return None if v is None else v.version_for(api_key)
+
+    def throttle(self, node: int, throttle_ms: int, now_ns: int) -> None:
+        """KIP-219: hold requests to ``node`` for ``throttle_ms``; in-flight requests'
+        timeouts are extended by as much (Java ``maybeThrottle``)."""
+        if throttle_ms > 0:
+            ns = throttle_ms * _NS_PER_MS
+            self._in_flight.add_throttle(node, ns)
+            self._states.throttle(node, now_ns + ns)
+
+    def least_loaded_node(self, now_ns: int) -> int | None:
+        """A ready node with the fewest in-flight requests; else a node that is
+        connecting; else the one whose last connect attempt is oldest among those
+        allowed to connect; ``None`` when every node is in backoff (Java's choice)."""
+        nodes = self.nodes()
+        if not nodes:
+            return None
+        offset = int(self._random() * len(nodes)) % len(nodes)
+        best_ready, best_count = None, 1 << 30
+        connecting = can_connect = None
+        for i in range(len(nodes)):
+            node = nodes[(offset + i) % len(nodes)]
+            if self.is_ready(node, now_ns):
+                n = self._in_flight.count(node)
+                if n == 0:
+                    return node
+                if n < best_count:
+                    best_ready, best_count = node, n
+            elif self._states.is_preparing_connection(node):
+                connecting = node
+            elif self._states.can_connect(node, now_ns):
+                if (can_connect is None or self._states.last_connect_attempt_ns(can_connect)
+                        > self._states.last_connect_attempt_ns(node)):
+                    can_connect = node
+        if best_ready is not None:
+            return best_ready
+        return connecting if connecting is not None else can_connect
+
+    def in_flight_request_count(self, node: int | None = None) -> int:
+        return self._in_flight.count(node)
+
+    def has_in_flight_requests(self, node: int | None = None) -> bool:
+        return self._in_flight.count(node) > 0
+
+    # -- sending --------------------------------------------------------------------
+    def send(self, request: ClientRequest, now_ns: int) -> None:
+        """Queues ``request`` for its node, which must be ready (``is_ready``).
+
+        Writes as much as the socket takes at once. Raises ``NodeNotReadyError``
+        for a node that is not ready, ``EncodeError`` for a body that cannot be
+        encoded. With ``api_version=None`` and no common version the request is
+        not sent: it comes back from the next poll with an ``UnsupportedVersionError``.
+        """
+        node = request.node
+        if not self.is_ready(node, now_ns):
+            raise NodeNotReadyError(
+                f"node {node} is not ready for a request ({self._states.state(node).value}, "
+                f"{self._in_flight.count(node)} in flight)")
+        if request.api_version is None:
+            if not isinstance(request.body, messages.Message):
+                raise ValueError("pre-encoded request bodies need an explicit api_version")
+            try:
+                request.api_version = self._versions[node].require(request.api_key)
+            except UnsupportedVersionError as e:
+                if request.created_ns < 0:
+                    request.created_ns = now_ns
+                self._pending.append(ClientResponse(request, None, now_ns, error=e))
+                return
+        self._do_send(self._conns[node], request, now_ns, self._pending)
+
+    def _do_send(self, conn: _Connection, request: ClientRequest, now_ns: int,
+                 responses: list[ClientResponse]) -> None:
+        cid = self._correlation_id = (self._correlation_id + 1) & 0x7FFFFFFF
+        body = request.body
+        if isinstance(body, messages.Message):
+            payload = messages.encode_request(request.api_key, request.api_version, cid,
+                                              self.client_id, body)
+            head = _SIZE.pack(len(payload))
+            size = len(payload) + 4
+            out = [memoryview(head), memoryview(payload)]
+        else:
+            header = self._header(request.api_key, request.api_version)
+            size = len(header) + len(body) + 4
+            head = b"".join((_SIZE.pack(size - 4), header[:4], _SIZE.pack(cid), header[8:]))
+            out = [memoryview(head), memoryview(body).cast("B")]
+        request.correlation_id = cid
+        request.enqueued_ns = now_ns
+        if request.created_ns < 0:
+            request.created_ns = now_ns
+        request.timeout_ns = (self._request_timeout_ns if request.request_timeout_ms is None
+                              else request.request_timeout_ms * _NS_PER_MS)
+        request.size_bytes = size
+        request.sent_ns = -1
+        self._in_flight.add(conn.node, request)
+        conn.out = out
+        conn.out_request = request
+        self.metrics.request_total += 1
+        self._write(conn, now_ns, responses)
+
+    def _header(self, api_key: int, api_version: int) -> bytes:
+        """The request header for (api_key, version) with correlation id 0 at bytes 4..8,
+        encoded once by the generic codec."""
+        key = (api_key, api_version)
+        h = self._headers.get(key)
+        if h is None:
+            hv = schema.request_header_version(api_key, api_version)
+            hdr = messages.RequestHeader(request_api_key=api_key, request_api_version=api_version,
+                                         correlation_id=0)
+            if hv >= 1:
+                hdr.client_id = self.client_id
+            h = self._headers[key] = messages.encode(hdr, hv)
+        return h
+
+    # -- polling ----------------------------------------------------------------------
+    def poll(self, timeout_ns: int, now_ns: int) -> list[ClientResponse]:
+        """Does network I/O for up to ``timeout_ns`` and returns what completed.
+
+        Returns early when anything completes, at the next request or connect
+        deadline, or on ``wakeup()``. Runs each response's callback, then returns
+        them all (if a callback raises, the others still run and the first error
+        is raised after them).
+        """
+        if self._closed:
+            raise KctlError("the network client is closed")
+        responses = self._pending
+        self._pending = []
+        if responses:
+            timeout_ns = 0
+        else:
+            deadline = self._next_deadline_ns()
+            if deadline is not None:
+                timeout_ns = min(timeout_ns, max(deadline - now_ns, 0))
+        timeout_s = min(max(timeout_ns, 0) / 1e9, _MAX_SELECT_S)
+        events = self._selector.select(timeout_s)
+        now = max(self._clock.now_ns(), now_ns)
+
+        for key, mask in events:
+            conn: _Connection | None = key.data
+            if conn is None:
+                self._drain_wakeup()
+                continue
+            if conn.closed:
+                continue
+            if not conn.connected:
+                self._finish_connect(conn, now, responses)
+                continue
+            if mask & selectors.EVENT_WRITE and conn.out:
+                self._write(conn, now, responses)
+            if mask & selectors.EVENT_READ and not conn.closed:
+                self._read(conn, now, responses)
+
+        self._expire(now, responses)
+        for r in responses:
+            if r.request.expects_response and not r.disconnected and r.error is None:
+                self.metrics.response_total += 1
+        self._run_callbacks(responses)
+        return responses
+
+    def wakeup(self) -> None:
+        """Makes a blocked or the next ``poll`` return at once. Safe from any thread."""
+        try:
+            self._wake_w.send(b"\x00")
+        except OSError:
+            pass  # the pipe is full (a wakeup is already pending) or closed
+
+    def _drain_wakeup(self) -> None:
+        try:
+            while self._wake_r.recv(4096):
+                pass
+        except OSError:
+            pass
+
+    def _next_deadline_ns(self) -> int | None:
+        best = self._in_flight.next_timeout_ns()
+        for node in self._states.connecting_nodes():
+            s = self._states.get(node)
+            t = s.last_connect_attempt_ns + s.connection_setup_timeout_ns + 1
+            if best is None or t < best:
+                best = t
+        return best
+
+    def _run_callbacks(self, responses: list[ClientResponse]) -> None:
+        first: BaseException | None = None
+        for r in responses:
+            cb = r.request.callback
+            if cb is not None:
+                try:
+                    cb(r)
+                except Exception as e:  # noqa: BLE001 - re-raised below, after the rest ran
+                    if first is None:
+                        first = e
+        if first is not None:
+            raise first
+
+    # -- connecting -----------------------------------------------------------------------
+    def _initiate_connect(self, node: int, now_ns: int) -> None:
+        host, port = self._addresses[node]
+        address = _fmt(host, port)
+        self._states.connecting(node, now_ns)
+        self.metrics.connection_creation_total += 1
+        try:
+            infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+            s = self._states.get(node)
+            family, kind, proto, _, sockaddr = infos[s.failed_attempts % len(infos)]
+            sock = socket.socket(family, kind, proto)
+        except OSError as e:
+            self._connect_failed(node, now_ns, f"cannot resolve broker {address}: {e.strerror or e}")
+            return
+        try:
+            sock.setblocking(False)
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            if self.config.send_buffer_bytes > 0:
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, self.config.send_buffer_bytes)
+            if self.config.receive_buffer_bytes > 0:
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, self.config.receive_buffer_bytes)
+            err = sock.connect_ex(sockaddr)
+        except OSError as e:
+            err = e.errno or errno.EIO
+        if err not in _IN_PROGRESS:
+            sock.close()
+            self._connect_failed(node, now_ns, f"cannot connect to broker {address}: {_strerror(err)}")
+            return
+        conn = _Connection(node, sock, address, self._max_frame_bytes, now_ns)
+        self._conns[node] = conn
+        # Connect completion shows as writability; _finish_connect checks SO_ERROR.
+        conn.events = selectors.EVENT_WRITE
+        self._selector.register(sock, conn.events, conn)
+        log.debug("connecting to node %s at %s", node, address)
+
+    def _connect_failed(self, node: int, now_ns: int, reason: str) -> None:
+        log.info("node %s: %s", node, reason)
+        self.metrics.connection_failures_total += 1
+        self._states.disconnected(node, now_ns, reason)
+        if self._on_disconnect is not None:
+            self._on_disconnect(node, reason)
+
+    def _finish_connect(self, conn: _Connection, now_ns: int, responses: list[ClientResponse]) -> None:
+        err = conn.sock.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR)
+        if err:
+            self._disconnect(conn, now_ns, responses,
+                             f"cannot connect to broker {conn.address}: {_strerror(err)}")
+            return
+        conn.connected = True
+        conn.last_active_ns = now_ns
+        self._set_events(conn, selectors.EVENT_READ)
+        self._states.checking_api_versions(conn.node)
+        self._send_api_versions(conn, now_ns, responses)
+
+    def _send_api_versions(self, conn: _Connection, now_ns: int, responses: list[ClientResponse]) -> None:
+        req = ClientRequest(node=conn.node, api_key=API_VERSIONS, body=api_versions_request(),
+                            api_version=conn.api_versions_version, internal=True)
+        self._do_send(conn, req, now_ns, responses)
+
+    def _on_api_versions(self, conn: _Connection, req: ClientRequest, frame: bytes, now_ns: int,
+                         responses: list[ClientResponse]) -> None:
+        try:
+            answer = read_api_versions_response(frame, req.api_version, conn.address)
+        except RemoteProtocolError as e:
+            self._disconnect(conn, now_ns, responses, str(e), error=e)
+            return
+        if answer.versions is None:
+            conn.api_versions_version = answer.retry_version
+            self._send_api_versions(conn, now_ns, responses)
+            return
+        self._versions[conn.node] = answer.versions
+        self._states.ready(conn.node)
+        log.debug("node %s at %s is ready", conn.node, conn.address)
+
+    # -- I/O ---------------------------------------------------------------------------------
+    def _set_events(self, conn: _Connection, events: int) -> None:
+        if events != conn.events:
+            conn.events = events
+            self._selector.modify(conn.sock, events, conn)
+
+    def _write(self, conn: _Connection, now_ns: int, responses: list[ClientResponse]) -> None:
+        out = conn.out
+        try:
+            if _HAS_SENDMSG and len(out) > 1:
+                n = conn.sock.sendmsg(out)
+            else:
+                n = conn.sock.send(out[0])
+        except (BlockingIOError, InterruptedError):
+            n = 0
+        except OSError as e:
+            self._disconnect(conn, now_ns, responses,
+                             f"connection to broker {conn.address} broke while sending: {e.strerror or e}")
+            return
+        if n:
+            self.metrics.outgoing_bytes_total += n
+            conn.last_active_ns = now_ns
+            while n:
+                first = out[0]
+                if n >= len(first):
+                    n -= len(first)
+                    del out[0]
+                else:
+                    out[0] = first[n:]
+                    n = 0
+        if out:
+            self._set_events(conn, selectors.EVENT_READ | selectors.EVENT_WRITE)
+            return
+        self._set_events(conn, selectors.EVENT_READ)
+        req = conn.out_request
+        conn.out_request = None
+        if req is None:
+            return
+        req.sent_ns = now_ns
+        if not req.expects_response:
+            self._in_flight.complete_newest(conn.node)
+            responses.append(ClientResponse(req, None, now_ns))
+
+    def _read(self, conn: _Connection, now_ns: int, responses: list[ClientResponse]) -> None:
+        buf = self._recv_buf
+        size = len(buf)
+        sock = conn.sock
+        decoder = conn.decoder
+        broken: str | None = None
+        total = 0
+        while True:
+            try:
+                n = sock.recv_into(buf)
+            except (BlockingIOError, InterruptedError):
+                break
+            except OSError as e:
+                broken = f"connection to broker {conn.address} broke: {e.strerror or e}"
+                break
+            if n == 0:
+                broken = f"broker {conn.address} closed the connection"
+                break
+            total += n
+            decoder.feed(buf[:n])
+            if n < size:
+                break
+        if total:
+            self.metrics.incoming_bytes_total += total
+            conn.last_active_ns = now_ns
+        # Frames that arrived before a close still count.
+        try:
+            while (frame := decoder.next_frame()) is not None:
+                self._on_frame(conn, frame, now_ns, responses)
+                if conn.closed:
+                    return
+        except DecodeError as e:
+            self._disconnect(conn, now_ns, responses,
+                             f"broker {conn.address} broke the framing: {e}", error=e)
+            return
+        if broken is not None:
+            self._disconnect(conn, now_ns, responses, broken)
+
+    def _on_frame(self, conn: _Connection, frame: bytes, now_ns: int,
+                  responses: list[ClientResponse]) -> None:
+        node = conn.node
+        try:
+            cid = messages.peek_correlation_id(frame)
+            req = self._in_flight.complete_next(node, cid)
+        except CorrelationIdMismatchError as e:
+            err = CorrelationIdMismatchError(node, e.got, e.expected,
+                                             where=f"broker {conn.address} (node {node})")
+            self._disconnect(conn, now_ns, responses, f"{err}; connection closed", error=err)
+            return
+        except DecodeError as e:
+            self._disconnect(conn, now_ns, responses,
+                             f"broker {conn.address} sent a frame without a response header: {e}", error=e)
+            return
+        if req.sent_ns < 0:
+            # Answered before it was fully written: impossible for a real broker.
+            self._in_flight.add(node, req)  # keep it so the disconnect hands it back
+            err = RemoteProtocolError(f"broker {conn.address} answered correlation id {cid} "
+                                      "before the request was fully sent")
+            self._disconnect(conn, now_ns, responses, str(err), error=err)
+            return
+        if req.internal:
+            self._on_api_versions(conn, req, frame, now_ns, responses)
+            return
+        try:
+            body = messages.decode_response(frame, req.api_key, req.api_version).body
+        except DecodeError as e:
+            responses.append(ClientResponse(req, None, now_ns, error=e))
+            return
+        responses.append(ClientResponse(req, body, now_ns))
+
+    # -- timeouts and disconnects ----------------------------------------------------------------
+    def _expire(self, now_ns: int, responses: list[ClientResponse]) -> None:
+        for node in self._states.nodes_with_connection_setup_timeout(now_ns):
+            conn = self._conns.get(node)
+            if conn is not None:
+                ms = self._states.get(node).connection_setup_timeout_ns // _NS_PER_MS
+                self._disconnect(conn, now_ns, responses,
+                                 f"connecting to broker {conn.address} timed out after {ms} ms",
+                                 timed_out=True)
+        for node in self._in_flight.timed_out_nodes(now_ns):
+            conn = self._conns.get(node)
+            if conn is not None:
+                self.metrics.request_timeouts_total += 1
+                self._disconnect(
+                    conn, now_ns, responses,
+                    f"broker {conn.address} (node {node}) did not answer within "
+                    f"{self.config.request_timeout_ms} ms (request.timeout.ms)", timed_out=True)
+        if self._idle_ns != NEVER_NS:
+            for conn in list(self._conns.values()):
+                if (conn.connected and now_ns - conn.last_active_ns > self._idle_ns
+                        and not self._in_flight.count(conn.node)):
+                    self._disconnect(conn, now_ns, responses,
+                                     f"connection to broker {conn.address} idle for "
+                                     f"{self.config.connections_max_idle_ms} ms")
+
+    def _disconnect(self, conn: _Connection, now_ns: int, responses: list[ClientResponse] | None,
+                    reason: str, *, timed_out: bool = False, error: KctlError | None = None) -> None:
+        node = conn.node
+        if not conn.closed:
+            conn.closed = True
+            try:
+                self._selector.unregister(conn.sock)
+            except (KeyError, ValueError):
+                pass
+            conn.sock.close()
+        if self._conns.get(node) is conn:
+            del self._conns[node]
+        if not conn.connected or self._states.state(node) is not ConnectionState.READY:
+            self.metrics.connection_failures_total += 1
+        self.metrics.connection_close_total += 1
+        self._states.disconnected(node, now_ns, reason)
+        self._versions.pop(node, None)
+        log.info("node %s: %s", node, reason)
+        requests = self._in_flight.clear_all(node)
+        if responses is not None:
+            if error is None:
+                error = (RequestTimeoutError if timed_out else BrokerUnavailableError)(reason)
+            for req in requests:
+                if not req.internal:
+                    responses.append(ClientResponse(req, None, now_ns, disconnected=True,
+                                                    timed_out=timed_out, error=error))
+        if self._on_disconnect is not None:
+            self._on_disconnect(node, reason)
+
+    def disconnect(self, node: int, now_ns: int) -> None:
+        """Closes ``node``'s connection; its in-flight requests come back from the
+        next poll as disconnected, and the reconnect backoff applies (Java ``disconnect``)."""
+        conn = self._conns.get(node)
+        if conn is not None:
+            self._disconnect(conn, now_ns, self._pending, f"connection to node {node} closed by kctl")
+
+    def close(self, node: int) -> None:
+        """Closes ``node``'s connection and forgets its requests and backoff: they are
+        neither returned nor called back (Java ``close(nodeId)``)."""
+        conn = self._conns.pop(node, None)
+        if conn is not None and not conn.closed:
+            conn.closed = True
+            self._selector.unregister(conn.sock)
+            conn.sock.close()
+            self.metrics.connection_close_total += 1
+        self._in_flight.clear_all(node)
+        self._versions.pop(node, None)
+        self._states.remove(node)
+
+    def close_all(self) -> None:
+        """Closes every connection and the selector; the client cannot be used afterwards."""
+        if self._closed:
+            return
+        for node in list(self._conns):
+            self.close(node)
+        self._pending.clear()
+        self._selector.close()
+        self._wake_r.close()
+        self._wake_w.close()
+        self._closed = True
+
+    def __enter__(self) -> NetworkClient:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close_all()
+
+
+def _strerror(err: int) -> str:
+    try:
+        return os.strerror(err)
+    except (ValueError, OverflowError):
+        return f"error {err}"
