@@ -49,6 +49,7 @@ import random as _random
 import selectors
 import socket
 import struct
+from collections import deque
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final
@@ -74,6 +75,7 @@ _SIZE: Final = struct.Struct(">i")
 _NS_PER_MS: Final = 1_000_000
 _RECV_CHUNK: Final = 256 * 1024
 _MAX_SELECT_S: Final = 3600.0
+_MAX_UNANSWERED: Final = 4096
 _HAS_SENDMSG: Final = hasattr(socket.socket, "sendmsg")
 _IN_PROGRESS: Final = frozenset({0, errno.EINPROGRESS, errno.EWOULDBLOCK, errno.EALREADY,
                                  getattr(errno, "WSAEWOULDBLOCK", errno.EWOULDBLOCK)})
@@ -162,13 +164,14 @@ class NetworkMetrics:
     request_timeouts_total: int = 0
     outgoing_bytes_total: int = 0
     incoming_bytes_total: int = 0
+    unexpected_responses_total: int = 0  # answers to acks=0 requests (Tansu sends them)
 
 
 class _Connection:
     """One socket and its buffers. ``out`` holds the unsent part of one request."""
 
     __slots__ = ("node", "sock", "address", "decoder", "out", "out_request", "events",
-                 "connected", "closed", "api_versions_version", "last_active_ns")
+                 "connected", "closed", "api_versions_version", "last_active_ns", "unanswered")
 
     def __init__(self, node: int, sock: socket.socket, address: str, max_frame_bytes: int,
                  now_ns: int) -> None:
@@ -183,6 +186,10 @@ class _Connection:
         self.closed = False
         self.api_versions_version = schema.API_BY_KEY[API_VERSIONS].max_version
         self.last_active_ns = now_ns
+        # Correlation ids of requests sent without expecting a response (acks=0).
+        # A real broker never answers them; Tansu does, in order. Such an answer
+        # is dropped instead of breaking the connection.
+        self.unanswered: deque[int] = deque(maxlen=_MAX_UNANSWERED)
 
 
 def _address_of(value: tuple[str, int] | BrokerAddress | str) -> tuple[str, int]:
@@ -615,6 +622,7 @@ class NetworkClient:
         req.sent_ns = now_ns
         if not req.expects_response:
             self._in_flight.complete_newest(conn.node)
+            conn.unanswered.append(req.correlation_id)
             responses.append(ClientResponse(req, None, now_ns))
 
     def _read(self, conn: _Connection, now_ns: int, responses: list[ClientResponse]) -> None:
@@ -662,6 +670,12 @@ class NetworkClient:
             cid = messages.peek_correlation_id(frame)
             req = self._in_flight.complete_next(node, cid)
         except CorrelationIdMismatchError as e:
+            if e.got in conn.unanswered:
+                # An answer to an acks=0 request (Tansu): skip it and older ones.
+                while conn.unanswered.popleft() != e.got:
+                    pass
+                self.metrics.unexpected_responses_total += 1
+                return
             err = CorrelationIdMismatchError(node, e.got, e.expected,
                                              where=f"broker {conn.address} (node {node})")
             self._disconnect(conn, now_ns, responses, f"{err}; connection closed", error=err)
