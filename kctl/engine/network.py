@@ -509,7 +509,10 @@ class NetworkClient:
 
     # -- connecting -----------------------------------------------------------------------
     def _initiate_connect(self, node: int, now_ns: int) -> None:
-        host, port = self._addresses[node]
+        try:
+            host, port = self._addresses[node]
+        except KeyError:
+            raise LookupError(f"node {node} has no known address (set_nodes)") from None
         address = _fmt(host, port)
         self._states.connecting(node, now_ns)
         self.metrics.connection_creation_total += 1

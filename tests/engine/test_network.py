@@ -318,6 +318,22 @@ def test_reconnect_backoff_grows_exponentially_and_caps():
         assert "refused" in c.connection_error(-1).lower()
 
 
+def test_idle_connection_is_closed_after_connections_max_idle_ms():
+    clock = FakeClock(now_ns=10**12)
+    with FakeBroker(silent) as fake, make_client(fake.address, clock=clock,
+                                                connections_max_idle_ms=1000) as c:
+        connect(c, clock=clock)
+        clock.advance(ms=1000)
+        c.poll(0, clock.now_ns())
+        assert c.connection_state(-1) is ConnectionState.READY
+        clock.advance(ms=1)
+        assert c.poll(0, clock.now_ns()) == []
+        assert c.connection_state(-1) is ConnectionState.DISCONNECTED
+        assert "idle" in c.connection_error(-1)
+        with pytest.raises(LookupError, match="node 5 has no known address"):
+            c.ready(5, clock.now_ns())
+
+
 def test_wakeup_interrupts_poll_from_another_thread():
     with FakeBroker() as fake, make_client(fake.address) as c:
         threading.Timer(0.05, c.wakeup).start()
@@ -453,3 +469,34 @@ def test_embedded_broker_takes_a_pre_encoded_produce(broker):
         p = r.body.responses[0].partition_responses[0]
         assert p.error_code == 0 and p.base_offset == 0
         assert r.request.sent_ns <= r.received_ns
+
+
+@pytest.mark.parametrize("version", [4, 12])  # request header v1 and v2 (flexible)
+def test_pre_encoded_body_frames_byte_for_byte_like_the_generic_encoder(version):
+    body = MetadataRequest(topics=[MetadataRequest.MetadataRequestTopic(name="t")])
+    with FakeBroker(silent) as fake, make_client(fake.address) as c:
+        connect(c)
+        req = ClientRequest(node=-1, api_key=METADATA, api_version=version,
+                            body=messages.encode(body, version))
+        c.send(req, now())
+        fake.wait_requests(1, api_key=METADATA)
+        assert fake.raw[-1] == messages.encode_request(METADATA, version, req.correlation_id,
+                                                       "kctl-test", body)
+
+
+def test_a_failing_callback_does_not_stop_the_others():
+    with FakeBroker(silent) as fake, make_client(fake.address, max_in_flight_requests_per_connection=2) as c:
+        connect(c)
+        seen = []
+
+        def boom(r):
+            raise RuntimeError("callback bug")
+
+        c.send(metadata_request(callback=boom), now())
+        c.send(metadata_request(callback=seen.append), now())
+        reqs = fake.wait_requests(2, api_key=METADATA)
+        fake.send(0, b"".join(fake.response_frame(r, MetadataResponse()) for _, r in reqs))
+        with pytest.raises(RuntimeError, match="callback bug"):
+            while not seen:
+                c.poll(20 * MS, now())
+        assert len(seen) == 1 and c.in_flight_request_count() == 0
