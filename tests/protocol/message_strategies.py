@@ -50,13 +50,13 @@ def _unknown_tags(flexible: bool) -> st.SearchStrategy:
 
 
 def struct_strategy(cls: type, fields: tuple[FieldSpec, ...], spec: MessageSpec,
-                    version: int, depth: int = 0) -> st.SearchStrategy:
+                    version: int, depth: int = 0, override=None) -> st.SearchStrategy:
     flexible = version in spec.flexible_versions
     kwargs: dict[str, st.SearchStrategy] = {}
     for f in fields:
         if version not in f.versions:
             continue
-        s = field_strategy(cls, f, spec, version, depth)
+        s = field_strategy(cls, f, spec, version, depth, override)
         if version in f.nullable_versions:
             s = st.none() | s
         kwargs[f.py_name] = s
@@ -65,18 +65,19 @@ def struct_strategy(cls: type, fields: tuple[FieldSpec, ...], spec: MessageSpec,
 
 
 def field_strategy(owner: type, f: FieldSpec, spec: MessageSpec, version: int,
-                   depth: int) -> st.SearchStrategy:
+                   depth: int, override=None) -> st.SearchStrategy:
     top = messages.message_class(spec.name)
     if f.struct is not None:
         sub_cls = top._struct_classes[f.struct]
-        elem = struct_strategy(sub_cls, f.fields, spec, version, depth + 1)
+        elem = struct_strategy(sub_cls, f.fields, spec, version, depth + 1, override)
     else:
-        elem = _scalar(f.element_type)
+        elem = (override and override(f)) or _scalar(f.element_type)
     if f.is_array:
         return st.lists(elem, max_size=2 if depth < 2 else 1)
     return elem
 
 
-def message_strategy(cls: type, version: int) -> st.SearchStrategy:
+def message_strategy(cls: type, version: int, override=None) -> st.SearchStrategy:
+    """``override(field_spec)`` may return a strategy for a scalar field (or None)."""
     spec = cls._spec
-    return struct_strategy(cls, spec.fields, spec, version)
+    return struct_strategy(cls, spec.fields, spec, version, 0, override)
