@@ -357,6 +357,22 @@ class RecordAccumulator:
         """No more appends; everything queued becomes sendable at once."""
         self.closed = True
 
+    def remove_topic(self, topic: str) -> list[ProducerBatch]:
+        """Takes every queued batch of ``topic`` out (the topic cannot be produced to)."""
+        out: list[ProducerBatch] = []
+        for tp, dq in self._deques.items():
+            if tp.topic == topic:
+                out.extend(dq)
+                dq.clear()
+        return out
+
+    def remove_all(self) -> list[ProducerBatch]:
+        """Takes every queued batch out (the producer cannot go on)."""
+        out = [b for dq in self._deques.values() for b in dq]
+        for dq in self._deques.values():
+            dq.clear()
+        return out
+
     def abort_undrained(self, reason: str) -> list[ProducerBatch]:
         """Fails every batch still queued (close without waiting)."""
         out = []

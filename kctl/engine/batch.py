@@ -15,7 +15,7 @@ The lifecycle is a table (conventions rule 5). A transition not in the table
 is a bug in the engine and raises ``IllegalBatchTransition`` at once::
 
     OPEN -> CLOSED -> IN_FLIGHT -> ACKED
-                          |  \\-> FAILED / EXPIRED
+                          |  \\-> FAILED / EXPIRED / SPLIT
                           v
                         RETRY -> IN_FLIGHT ...
 
@@ -67,20 +67,22 @@ class BatchState(enum.Enum):
     ACKED = "acked"
     FAILED = "failed"
     EXPIRED = "expired"
+    SPLIT = "split"          # too large for the broker: replaced by smaller batches
 
 
 _TRANSITIONS: dict[BatchState, frozenset[BatchState]] = {
     BatchState.OPEN: frozenset({BatchState.CLOSED, BatchState.FAILED, BatchState.EXPIRED}),
     BatchState.CLOSED: frozenset({BatchState.IN_FLIGHT, BatchState.FAILED, BatchState.EXPIRED}),
     BatchState.IN_FLIGHT: frozenset({BatchState.ACKED, BatchState.RETRY, BatchState.FAILED,
-                                     BatchState.EXPIRED}),
+                                     BatchState.EXPIRED, BatchState.SPLIT}),
     BatchState.RETRY: frozenset({BatchState.IN_FLIGHT, BatchState.FAILED, BatchState.EXPIRED}),
     BatchState.ACKED: frozenset(),
     BatchState.FAILED: frozenset(),
     BatchState.EXPIRED: frozenset(),
+    BatchState.SPLIT: frozenset(),
 }
 
-FINAL_STATES = frozenset({BatchState.ACKED, BatchState.FAILED, BatchState.EXPIRED})
+FINAL_STATES = frozenset({BatchState.ACKED, BatchState.FAILED, BatchState.EXPIRED, BatchState.SPLIT})
 
 
 class IllegalBatchTransition(RuntimeError):
@@ -318,7 +320,7 @@ class ProducerBatch:
             append_time = result.log_append_time_ms
             for i, h in enumerate(self._handles):
                 ts = append_time if append_time >= 0 else h.timestamp_ms
-                h._complete(-1 if err else base + i, ts, err, msg)
+                h._complete(-1 if err or base < 0 else base + i, ts, err, msg)
 
     def split(self, parts: int, now_ns: int) -> list[ProducerBatch]:
         """This batch's records spread over ``parts`` new CLOSED batches, in order,

@@ -147,6 +147,17 @@ class Idempotence:
         unacked = self._unacked.get(batch.tp)
         return not unacked or unacked[0] is batch
 
+    def replace_split(self, big: ProducerBatch, parts: list[ProducerBatch]) -> None:
+        """The parts of a split batch take over its sequence range, in order (as Java)."""
+        seq = big.base_sequence
+        for p in parts:
+            p.set_producer_state(big.producer_id, big.producer_epoch, seq, big.is_transactional)
+            seq = (seq + p.record_count) & _SEQ_MASK
+        unacked = self._unacked.get(big.tp)
+        if unacked and big in unacked:
+            i = unacked.index(big)
+            unacked[i:i + 1] = parts
+
     def is_oldest_unacked(self, batch: ProducerBatch) -> bool:
         unacked = self._unacked.get(batch.tp)
         return bool(unacked) and unacked[0] is batch
