@@ -204,6 +204,9 @@ class Sender:
             if self.guarantee_order:
                 self.accumulator.mute(b.tp)
         by_id = version is not None and version >= 13
+        if by_id and any(t not in self.metadata.topic_ids for t in by_topic):
+            # Produce v13+ names topics by id only; without an id, speak v12 (as Java does).
+            version, by_id = 12, False
         topic_data = [
             _ProduceRequest.TopicProduceData(
                 name="" if by_id else topic,
@@ -215,7 +218,8 @@ class Sender:
             transactional_id=None, acks=acks, timeout_ms=self.config.request_timeout_ms,
             topic_data=topic_data)
         self.metrics.requests_sent += 1
-        self.network.send(ClientRequest(node, PRODUCE, body, expects_response=acks != 0,
+        self.network.send(ClientRequest(node, PRODUCE, body, api_version=version,
+                                        expects_response=acks != 0,
                                         callback=self._on_produce, user=list(batches),
                                         created_ns=now_ns), now_ns)
 
