@@ -62,6 +62,9 @@ __all__ = [
     "decode_batches",
     "build_batch",
     "build_message_set",
+    "batch_attributes",
+    "encode_record",
+    "iter_records",
     "control_record",
     "decode_control_key",
     "decode_end_txn_marker",
@@ -416,7 +419,10 @@ def _parse_headers(body: bytes, pos: int, rec_end: int, count: int,
             if n > r.remaining():
                 raise r.fail(f"header key length {n} exceeds the {r.remaining()} bytes left",
                              field, at=start)
-            key = r._text(n, field, start)
+            try:
+                key = str(r.raw(n, field), "utf-8")
+            except UnicodeDecodeError as e:
+                raise r.fail(f"invalid UTF-8 ({e.reason})", field, at=start) from None
             field = f"headers[{h}].value"
             start = r.pos
             n = r.varint(field)
