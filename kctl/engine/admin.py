@@ -9,6 +9,7 @@ ids in Fetch v13+ and Produce v13+), which is handled here once.
 
 from __future__ import annotations
 
+import time
 import uuid
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -180,24 +181,32 @@ def fetch(client: BlockingClient, topic: str, partition: int, offset: int, *,
 
 
 def read_partition(client: BlockingClient, topic: str, partition: int, *, start: int = 0,
-                   expect: int | None = None, max_empty_fetches: int = 3) -> list[RecordBatch]:
-    """Every batch from ``start`` on, fetching until ``expect`` records are read or
-    the broker returns nothing ``max_empty_fetches`` times in a row.
+                   expect: int | None = None, max_empty_fetches: int = 3,
+                   timeout_s: float = 5.0) -> list[RecordBatch]:
+    """Every batch from ``start`` on.
 
-    Counting records (not trusting end offsets) is deliberate: some brokers
-    report a high watermark that is the last batch's base offset.
+    With ``expect``, fetches until that many records are read or ``timeout_s``
+    passes (a record written just now may not be readable yet, e.g. acks=0);
+    without it, until the broker returns nothing ``max_empty_fetches`` times
+    in a row. Counting records (not trusting end offsets) is deliberate: some
+    brokers report a high watermark that is the last batch's base offset.
     """
     out: list[RecordBatch] = []
     offset = start
     seen = 0
     empty = 0
+    deadline = time.monotonic() + timeout_s
     while expect is None or seen < expect:
         got = fetch(client, topic, partition, offset)
         new = [b for b in got.batches if b.next_offset > offset]
         if not new:
             empty += 1
-            if empty >= max_empty_fetches:
+            if expect is None and empty >= max_empty_fetches:
                 break
+            if expect is not None and time.monotonic() >= deadline:
+                break
+            if expect is not None:
+                time.sleep(0.01)
             continue
         empty = 0
         for b in new:

@@ -279,6 +279,7 @@ class ProducerBatch:
                     value_size=self.value_size)
             else:
                 data = build_batch(self._records, compression=self.compression,  # type: ignore[arg-type]
+                                   compression_level=self.compression_level,
                                    producer_id=self.producer_id, producer_epoch=self.producer_epoch,
                                    base_sequence=self.base_sequence,
                                    is_transactional=self.is_transactional)

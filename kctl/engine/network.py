@@ -46,9 +46,11 @@ import errno
 import logging
 import os
 import random as _random
+import select
 import selectors
 import socket
 import struct
+import time
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
@@ -778,10 +780,18 @@ class NetworkClient:
         self._versions.pop(node, None)
         self._states.remove(node)
 
-    def close_all(self) -> None:
-        """Closes every connection and the selector; the client cannot be used afterwards."""
+    def close_all(self, linger_s: float = 0.0) -> None:
+        """Closes every connection and the selector; the client cannot be used afterwards.
+
+        With ``linger_s`` > 0 the close is graceful: each connection first shuts
+        down its sending side and waits (up to ``linger_s`` in all) for the broker
+        to close its own, so a request written just before closing (acks=0 has
+        no answer to wait for) is read by the broker before the connection goes.
+        """
         if self._closed:
             return
+        if linger_s > 0:
+            self._drain_until_peer_closes(linger_s)
         for node in list(self._conns):
             self.close(node)
         self._pending.clear()
@@ -789,6 +799,29 @@ class NetworkClient:
         self._wake_r.close()
         self._wake_w.close()
         self._closed = True
+
+    def _drain_until_peer_closes(self, linger_s: float) -> None:
+        open_socks = []
+        for conn in self._conns.values():
+            if conn.connected and not conn.closed and not conn.out:
+                try:
+                    conn.sock.shutdown(socket.SHUT_WR)
+                    open_socks.append(conn.sock)
+                except OSError:
+                    pass
+        deadline = time.monotonic() + linger_s
+        while open_socks:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return
+            readable, _, _ = select.select(open_socks, [], [], left)
+            for sock in readable:
+                try:
+                    data = sock.recv(65536)
+                except OSError:
+                    data = b""
+                if not data:
+                    open_socks.remove(sock)
 
     def __enter__(self) -> NetworkClient:
         return self

@@ -212,7 +212,9 @@ class Producer:
                 self.sender.fail_in_flight("PRODUCER_CLOSED",
                                            "the producer was closed before the broker answered", now)
         finally:
-            self.network.close_all()
+            # acks=0 has nothing to wait for: close gracefully so the broker reads
+            # the last request before it sees the connection end.
+            self.network.close_all(linger_s=1.0 if self.config.acks == 0 else 0.0)
             self.pool.close()
 
     def __enter__(self) -> Producer:
