@@ -71,7 +71,8 @@ def field_strategy(owner: type, f: FieldSpec, spec: MessageSpec, version: int,
         sub_cls = top._struct_classes[f.struct]
         elem = struct_strategy(sub_cls, f.fields, spec, version, depth + 1, override)
     else:
-        elem = (override and override(f)) or _scalar(f.element_type)
+        custom = override(f) if override is not None else None
+        elem = custom if custom is not None else _scalar(f.element_type)
     if f.is_array:
         return st.lists(elem, max_size=2 if depth < 2 else 1)
     return elem
