@@ -1,0 +1,556 @@
+"""TCP stream reassembly and Kafka framing for captured traffic, sans-IO.
+
+How this works, bottom up:
+- ``HalfStream`` turns the TCP segments of one direction into an in-order byte
+  stream: ``StreamData`` (stream offset, bytes, time of the segment that made
+  them deliverable) and ``StreamGap`` (bytes that were never captured).
+  Sequence numbers are compared modulo 2**32, so wraparound is invisible.
+  Retransmitted and overlapping bytes are trimmed (the first copy wins, as in
+  the kernel); out-of-order segments wait in a table bounded by
+  ``max_pending_bytes``: when it overflows, the hole before the earliest held
+  segment is declared a gap and delivery goes on from there. A direction
+  whose SYN was not captured starts at the first segment seen (mid-stream).
+- ``FrameSplitter`` cuts one direction's byte stream into Kafka frames (4-byte
+  size + payload). It starts *synchronised* only when the stream start (SYN)
+  was seen; after a mid-stream start, a gap, or an impossible size it
+  *resynchronises*: it scans for an offset where a plausible frame starts, a
+  request header with a known API key and version (and a client id that fits)
+  for requests, or a correlation id the other direction is waiting for, for
+  responses. While scanning it keeps only the few bytes that could still
+  start a frame, so memory stays bounded.
+- ``Reassembler`` keys connections by (client, broker) endpoints, deciding
+  which side is the broker from the broker ports (and the SYN when both
+  ports qualify), and emits ``Frame`` and ``StreamNotice`` objects.
+
+Time is never read here: every timestamp comes from the capture.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Callable, Collection, Iterable
+from dataclasses import dataclass, field
+from typing import Final, Literal
+
+from kctl.inspect.pcap import TCP_ACK, TcpSegment
+from kctl.protocol.frames import DEFAULT_MAX_FRAME_BYTES
+from kctl.protocol.schema import API_BY_KEY, request_header_version
+
+__all__ = [
+    "Endpoint", "ConnectionId", "StreamData", "StreamGap", "HalfStream", "Frame",
+    "StreamNotice", "FrameSplitter", "Reassembler", "plausible_request_start",
+    "DEFAULT_MAX_PENDING_BYTES",
+]
+
+Direction = Literal["request", "response"]
+
+#: Out-of-order bytes held per direction before a missing range is given up on.
+DEFAULT_MAX_PENDING_BYTES: Final = 4 * 1024 * 1024
+_MOD: Final = 1 << 32
+_HALF: Final = 1 << 31
+_I32: Final = struct.Struct(">i")
+_I16I16I32: Final = struct.Struct(">hhi")
+_I16: Final = struct.Struct(">h")
+
+
+def _sdiff(a: int, b: int) -> int:
+    """``a - b`` in sequence space: signed, modulo 2**32."""
+    d = (a - b) % _MOD
+    return d - _MOD if d >= _HALF else d
+
+
+@dataclass(frozen=True, slots=True, order=True)
+class Endpoint:
+    host: str
+    port: int
+
+    def __str__(self) -> str:
+        return f"[{self.host}]:{self.port}" if ":" in self.host else f"{self.host}:{self.port}"
+
+
+@dataclass(frozen=True, slots=True)
+class ConnectionId:
+    client: Endpoint
+    broker: Endpoint
+
+    def __str__(self) -> str:
+        return f"{self.client}<->{self.broker}"
+
+
+@dataclass(frozen=True, slots=True)
+class StreamData:
+    offset: int
+    data: bytes
+    ts_ns: int
+
+
+@dataclass(frozen=True, slots=True)
+class StreamGap:
+    offset: int
+    length: int
+    ts_ns: int
+    reason: str
+
+
+class HalfStream:
+    """One direction of a TCP connection, as an ordered byte stream."""
+
+    __slots__ = ("next_seq", "offset", "saw_syn", "closed", "fin_seq", "_pending",
+                 "_pending_bytes", "max_pending_bytes", "retransmitted_bytes", "gap_bytes")
+
+    def __init__(self, max_pending_bytes: int = DEFAULT_MAX_PENDING_BYTES) -> None:
+        self.next_seq: int | None = None   # sequence number of the next byte to deliver
+        self.offset = 0                    # stream offset of that byte
+        self.saw_syn = False
+        self.closed = False
+        self.fin_seq: int | None = None
+        # seq -> (captured bytes, bytes missing after them, ts_ns); all ahead of next_seq
+        self._pending: dict[int, tuple[bytes, int, int]] = {}
+        self._pending_bytes = 0
+        self.max_pending_bytes = max_pending_bytes
+        self.retransmitted_bytes = 0
+        self.gap_bytes = 0
+
+    @property
+    def pending_bytes(self) -> int:
+        return self._pending_bytes
+
+    @property
+    def started(self) -> bool:
+        return self.next_seq is not None
+
+    def on_segment(self, seg: TcpSegment) -> list[StreamData | StreamGap]:
+        out: list[StreamData | StreamGap] = []
+        seq = seg.seq
+        if seg.syn:
+            if self.next_seq is None or not self.saw_syn:
+                self.saw_syn = True
+                self.next_seq = (seq + 1) % _MOD
+                self.offset = 0
+            seq = (seq + 1) % _MOD
+        if self.closed:
+            return out
+        length = len(seg.payload) + seg.missing
+        if self.next_seq is None:
+            # Mid-stream: the first byte we see is where the stream starts for us.
+            self.next_seq = seq
+        if seg.fin and self.fin_seq is None:
+            self.fin_seq = (seq + length) % _MOD
+        if length:
+            self._accept(seq, seg.payload, seg.missing, seg.ts_ns, out)
+        if seg.rst:
+            out.extend(self.finish(seg.ts_ns, "connection reset"))
+            self.closed = True
+        elif self.fin_seq is not None and self.next_seq == self.fin_seq:
+            self.closed = True
+        return out
+
+    def _accept(self, seq: int, data: bytes, hole: int, ts_ns: int,
+                out: list[StreamData | StreamGap]) -> None:
+        assert self.next_seq is not None
+        d = _sdiff(seq, self.next_seq)
+        length = len(data) + hole
+        if d + length <= 0:
+            self.retransmitted_bytes += length
+            return
+        if d < 0:
+            cut = -d
+            self.retransmitted_bytes += cut
+            if cut <= len(data):
+                data = data[cut:]
+            else:
+                hole -= cut - len(data)
+                data = b""
+            d = 0
+            seq = self.next_seq
+        if d > 0:
+            held = self._pending.get(seq)
+            if held is not None:
+                if len(held[0]) + held[1] >= length:
+                    self.retransmitted_bytes += length
+                    return
+                self._pending_bytes -= len(held[0])
+            self._pending[seq] = (data, hole, ts_ns)
+            self._pending_bytes += len(data)
+            while self._pending_bytes > self.max_pending_bytes:
+                self._skip_to_pending(ts_ns, "out-of-order bytes exceed the reassembly limit", out)
+            return
+        self._deliver(data, hole, ts_ns, out)
+        self._drain(ts_ns, out)
+
+    def _deliver(self, data: bytes, hole: int, ts_ns: int, out: list[StreamData | StreamGap]) -> None:
+        assert self.next_seq is not None
+        if data:
+            out.append(StreamData(self.offset, data, ts_ns))
+            self.offset += len(data)
+        if hole:
+            out.append(StreamGap(self.offset, hole, ts_ns, "bytes cut off by the snap length"))
+            self.offset += hole
+            self.gap_bytes += hole
+        self.next_seq = (self.next_seq + len(data) + hole) % _MOD
+
+    def _drain(self, ts_ns: int, out: list[StreamData | StreamGap]) -> None:
+        while self._pending:
+            progressed = False
+            for seq in list(self._pending):
+                d = _sdiff(seq, self.next_seq)  # type: ignore[arg-type]
+                if d > 0:
+                    continue
+                data, hole, _ = self._pending.pop(seq)
+                self._pending_bytes -= len(data)
+                length = len(data) + hole
+                if d + length <= 0:
+                    self.retransmitted_bytes += length
+                    continue
+                cut = -d
+                self.retransmitted_bytes += cut
+                if cut <= len(data):
+                    data = data[cut:]
+                else:
+                    hole -= cut - len(data)
+                    data = b""
+                self._deliver(data, hole, ts_ns, out)
+                progressed = True
+            if not progressed:
+                return
+
+    def _skip_to_pending(self, ts_ns: int, reason: str, out: list[StreamData | StreamGap]) -> None:
+        """Declares the hole before the earliest held segment a gap and moves past it."""
+        assert self.next_seq is not None
+        first = min(self._pending, key=lambda s: _sdiff(s, self.next_seq))  # type: ignore[arg-type]
+        missing = _sdiff(first, self.next_seq)
+        out.append(StreamGap(self.offset, missing, ts_ns, reason))
+        self.gap_bytes += missing
+        self.offset += missing
+        self.next_seq = first
+        self._drain(ts_ns, out)
+
+    def finish(self, ts_ns: int, reason: str = "capture ended before the missing bytes") -> list[StreamData | StreamGap]:
+        """Delivers everything still held, with gaps for the holes (end of capture)."""
+        out: list[StreamData | StreamGap] = []
+        while self._pending:
+            self._skip_to_pending(ts_ns, reason, out)
+        return out
+
+
+# ---------------------------------------------------------------------------
+# framing
+
+
+@dataclass(frozen=True, slots=True)
+class Frame:
+    """One whole Kafka frame (``data`` excludes the size prefix).
+
+    ``offset`` is the stream offset of its size prefix; ``ts_ns`` the time of
+    the segment that completed it, ``first_ts_ns`` of the one that began it;
+    ``resynced`` marks the first frame after the framing was (re)found by
+    scanning, which is a guess that decoding confirms.
+    """
+
+    conn: ConnectionId
+    direction: Direction
+    offset: int
+    data: bytes
+    ts_ns: int
+    first_ts_ns: int
+    resynced: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class StreamNotice:
+    """Something about a stream that is not a frame: a gap, lost framing,
+    bytes skipped while resynchronising, a frame cut off by the capture's end."""
+
+    conn: ConnectionId
+    direction: Direction
+    offset: int
+    ts_ns: int
+    kind: Literal["gap", "framing", "skipped", "incomplete", "retransmission"]
+    message: str
+    length: int = 0
+
+
+def plausible_request_start(buf: bytes | bytearray, i: int, max_frame_bytes: int) -> bool | None:
+    """Whether a request frame can start at ``buf[i]``; ``None`` when more bytes are needed."""
+    n = len(buf) - i
+    if n < 12:
+        return None
+    (size,) = _I32.unpack_from(buf, i)
+    if size < 8 or size > max_frame_bytes:
+        return False
+    api_key, version, corr = _I16I16I32.unpack_from(buf, i + 4)
+    api = API_BY_KEY.get(api_key)
+    if api is None or version not in api.request.valid_versions or corr < 0:
+        return False
+    if request_header_version(api_key, version) == 0:
+        return True
+    if size < 10:
+        return False
+    if n < 14:
+        return None
+    (cid_len,) = _I16.unpack_from(buf, i + 12)
+    if cid_len < -1 or cid_len > size - 10:
+        return False
+    if cid_len > 0:
+        # A client id is printable text in every client we know of.
+        end = min(len(buf), i + 14 + cid_len)
+        if any(b < 0x20 or b == 0x7F for b in buf[i + 14:end]):
+            return False
+    return True
+
+
+class FrameSplitter:
+    """Cuts one direction's byte stream into frames; resynchronises when lost."""
+
+    __slots__ = ("conn", "direction", "max_frame_bytes", "_buf", "_buf_offset", "synced",
+                 "_first_ts", "_resynced_next", "_candidate")
+
+    def __init__(self, conn: ConnectionId, direction: Direction, *, synced: bool,
+                 max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES,
+                 candidate: Callable[[bytes | bytearray, int], bool | None] | None = None) -> None:
+        self.conn = conn
+        self.direction = direction
+        self.max_frame_bytes = max_frame_bytes
+        self._buf = bytearray()
+        self._buf_offset = 0        # stream offset of _buf[0]
+        self.synced = synced
+        self._first_ts: int | None = None
+        self._resynced_next = False
+        if candidate is None:
+            if direction != "request":
+                raise ValueError("a response splitter needs a candidate test")
+            candidate = lambda b, i: plausible_request_start(b, i, max_frame_bytes)  # noqa: E731
+        self._candidate = candidate
+
+    @property
+    def buffered(self) -> int:
+        return len(self._buf)
+
+    def feed(self, chunk: StreamData) -> list[Frame | StreamNotice]:
+        out: list[Frame | StreamNotice] = []
+        if not self._buf:
+            self._buf_offset = chunk.offset
+            self._first_ts = chunk.ts_ns
+        elif self._first_ts is None:
+            self._first_ts = chunk.ts_ns
+        self._buf += chunk.data
+        self._run(chunk.ts_ns, out)
+        return out
+
+    def gap(self, gap: StreamGap) -> list[Frame | StreamNotice]:
+        out: list[Frame | StreamNotice] = []
+        out.append(StreamNotice(self.conn, self.direction, gap.offset, gap.ts_ns, "gap",
+                                f"{gap.length} bytes missing ({gap.reason})", gap.length))
+        if self._buf and self.synced:
+            out.append(StreamNotice(self.conn, self.direction, self._buf_offset, gap.ts_ns,
+                                    "incomplete", f"frame cut by a gap after {len(self._buf)} bytes",
+                                    len(self._buf)))
+        self._buf.clear()
+        self._buf_offset = gap.offset + gap.length
+        self._first_ts = None
+        self.synced = False
+        return out
+
+    def finish(self, ts_ns: int) -> list[StreamNotice]:
+        if not self._buf:
+            return []
+        kind = "incomplete" if self.synced else "skipped"
+        msg = (f"capture ends inside a frame ({len(self._buf)} bytes of it present)" if self.synced
+               else f"{len(self._buf)} trailing bytes where no frame start was found")
+        n = len(self._buf)
+        self._buf.clear()
+        return [StreamNotice(self.conn, self.direction, self._buf_offset, ts_ns, kind, msg, n)]
+
+    def _run(self, ts_ns: int, out: list[Frame | StreamNotice]) -> None:
+        buf = self._buf
+        pos = 0
+        while True:
+            if not self.synced:
+                pos = self._resync(pos, ts_ns, out)
+                if not self.synced:
+                    break
+            if len(buf) - pos < 4:
+                break
+            (size,) = _I32.unpack_from(buf, pos)
+            if size < 0 or size > self.max_frame_bytes:
+                out.append(StreamNotice(self.conn, self.direction, self._buf_offset + pos, ts_ns,
+                                        "framing", f"frame size {size} outside 0..{self.max_frame_bytes}; "
+                                        "resynchronising"))
+                self.synced = False
+                pos += 1
+                continue
+            end = pos + 4 + size
+            if len(buf) < end:
+                break
+            out.append(Frame(self.conn, self.direction, self._buf_offset + pos, bytes(buf[pos + 4:end]),
+                             ts_ns, self._first_ts if self._first_ts is not None else ts_ns,
+                             self._resynced_next))
+            self._resynced_next = False
+            self._first_ts = ts_ns
+            pos = end
+        if pos:
+            del buf[:pos]
+            self._buf_offset += pos
+        if not buf:
+            self._first_ts = None
+
+    def _resync(self, pos: int, ts_ns: int, out: list[Frame | StreamNotice]) -> int:
+        buf = self._buf
+        start = pos
+        n = len(buf)
+        while pos < n:
+            verdict = self._candidate(buf, pos)
+            if verdict is None:
+                break       # need more bytes to judge this offset
+            if verdict:
+                self.synced = True
+                self._resynced_next = True
+                break
+            pos += 1
+        if pos > start:
+            out.append(StreamNotice(self.conn, self.direction, self._buf_offset + start, ts_ns,
+                                    "skipped", f"skipped {pos - start} bytes looking for a frame start",
+                                    pos - start))
+        return pos
+
+
+# ---------------------------------------------------------------------------
+# connections
+
+
+@dataclass(slots=True)
+class _Connection:
+    conn: ConnectionId
+    streams: dict[str, HalfStream]
+    splitters: dict[str, FrameSplitter] = field(default_factory=dict)
+    last_ts: int = 0
+
+
+ResponseExpected = Callable[[ConnectionId, int], bool]
+
+
+class Reassembler:
+    """Turns TCP segments into Kafka frames per connection and direction.
+
+    ``broker_ports``: a segment to one of them is a request, from one a
+    response; segments touching none are ignored (``ignored_segments``).
+    ``expects_response(conn, correlation_id)`` tells the response splitter
+    which correlation ids may start a frame when resynchronising.
+    """
+
+    def __init__(self, broker_ports: Collection[int], *,
+                 expects_response: ResponseExpected | None = None,
+                 max_pending_bytes: int = DEFAULT_MAX_PENDING_BYTES,
+                 max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES) -> None:
+        self.broker_ports = frozenset(broker_ports)
+        self.expects_response = expects_response or (lambda conn, corr: False)
+        self.max_pending_bytes = max_pending_bytes
+        self.max_frame_bytes = max_frame_bytes
+        self._conns: dict[ConnectionId, _Connection] = {}
+        self.ignored_segments = 0
+        self.last_ts_ns = 0
+
+    def _orient(self, seg: TcpSegment) -> tuple[ConnectionId, Direction] | None:
+        src = Endpoint(seg.src, seg.src_port)
+        dst = Endpoint(seg.dst, seg.dst_port)
+        to_broker = seg.dst_port in self.broker_ports
+        from_broker = seg.src_port in self.broker_ports
+        if to_broker and from_broker:
+            # Both ports qualify: a known connection decides, else the SYN, else the lower port.
+            if ConnectionId(dst, src) in self._conns:
+                to_broker = False
+            elif ConnectionId(src, dst) in self._conns:
+                from_broker = False
+            elif seg.syn:
+                to_broker = not (seg.flags & TCP_ACK)
+                from_broker = not to_broker
+            else:
+                to_broker = seg.dst_port <= seg.src_port
+                from_broker = not to_broker
+        if to_broker:
+            return ConnectionId(src, dst), "request"
+        if from_broker:
+            return ConnectionId(dst, src), "response"
+        return None
+
+    def _response_candidate(self, conn: ConnectionId) -> Callable[[bytes | bytearray, int], bool | None]:
+        maxf = self.max_frame_bytes
+
+        def candidate(buf: bytes | bytearray, i: int) -> bool | None:
+            if len(buf) - i < 8:
+                return None
+            size, corr = struct.unpack_from(">ii", buf, i)
+            if size < 4 or size > maxf:
+                return False
+            return self.expects_response(conn, corr)
+        return candidate
+
+    def on_segment(self, seg: TcpSegment) -> list[Frame | StreamNotice]:
+        self.last_ts_ns = max(self.last_ts_ns, seg.ts_ns)
+        oriented = self._orient(seg)
+        if oriented is None:
+            self.ignored_segments += 1
+            return []
+        conn_id, direction = oriented
+        out: list[Frame | StreamNotice] = []
+        c = self._conns.get(conn_id)
+        if (c is not None and seg.syn and not (seg.flags & TCP_ACK) and direction == "request"
+                and (c.streams["request"].offset or c.streams["request"].closed)):
+            # A new connection on the same four-tuple: close the old one.
+            out.extend(self._close(c, seg.ts_ns))
+            c = None
+        if c is None:
+            c = _Connection(conn_id, {"request": HalfStream(self.max_pending_bytes),
+                                      "response": HalfStream(self.max_pending_bytes)})
+            self._conns[conn_id] = c
+        c.last_ts = seg.ts_ns
+        hs = c.streams[direction]
+        before = hs.retransmitted_bytes
+        events = hs.on_segment(seg)
+        if hs.retransmitted_bytes > before:
+            out.append(StreamNotice(conn_id, direction, hs.offset, seg.ts_ns, "retransmission",
+                                    f"{hs.retransmitted_bytes - before} bytes seen again",
+                                    hs.retransmitted_bytes - before))
+        if events:
+            out.extend(self._frames(c, direction, events))
+        return out
+
+    def _splitter(self, c: _Connection, direction: Direction) -> FrameSplitter:
+        sp = c.splitters.get(direction)
+        if sp is None:
+            synced = c.streams[direction].saw_syn
+            cand = None if direction == "request" else self._response_candidate(c.conn)
+            sp = FrameSplitter(c.conn, direction, synced=synced, max_frame_bytes=self.max_frame_bytes,
+                               candidate=cand)
+            c.splitters[direction] = sp
+        return sp
+
+    def _frames(self, c: _Connection, direction: Direction,
+                events: Iterable[StreamData | StreamGap]) -> list[Frame | StreamNotice]:
+        sp = self._splitter(c, direction)
+        out: list[Frame | StreamNotice] = []
+        for ev in events:
+            if isinstance(ev, StreamData):
+                out.extend(sp.feed(ev))
+            else:
+                out.extend(sp.gap(ev))
+        return out
+
+    def _close(self, c: _Connection, ts_ns: int) -> list[Frame | StreamNotice]:
+        out: list[Frame | StreamNotice] = []
+        for direction in ("request", "response"):
+            events = c.streams[direction].finish(ts_ns)
+            if events:
+                out.extend(self._frames(c, direction, events))  # type: ignore[arg-type]
+            sp = c.splitters.get(direction)
+            if sp is not None:
+                out.extend(sp.finish(ts_ns))
+        self._conns.pop(c.conn, None)
+        return out
+
+    def finish(self) -> list[Frame | StreamNotice]:
+        """End of capture: flush every connection (held segments become gaps)."""
+        out: list[Frame | StreamNotice] = []
+        for c in list(self._conns.values()):
+            out.extend(self._close(c, self.last_ts_ns))
+        return out

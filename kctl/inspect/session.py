@@ -1,0 +1,436 @@
+"""Kafka conversations out of captures: frames paired and decoded.
+
+How this works: ``CaptureDecoder`` takes TCP segments (from ``pcap``), runs
+them through the ``Reassembler``, and for each frame decodes the header and
+body. Requests are remembered per connection by correlation id (bounded per
+connection: an acks=0 Produce never gets an answer) so that a response, whose
+header does not say what it answers, is decoded with its request's API key and
+version, and gets a latency. Nothing is dropped:
+
+- a response with no request seen (capture started mid-conversation) keeps its
+  correlation id and raw body, marked ``unmatched``;
+- an API key or version not in the schema gives the header and the raw body,
+  marked ``unknown_api``;
+- a frame that does not decode gives a ``DecodeError`` (offset within the
+  frame, field path) on the frame, marked ``decode_error``, and decoding goes
+  on with the next frame.
+
+Produce requests and Fetch responses also get their record batches decoded
+(``record_sets``), batch errors staying on the record set.
+
+``decode_files`` reads capture files (one reassembly per file) and yields
+``DecodedFrame`` and ``CaptureNotice`` objects in capture order;
+``guess_broker_ports`` implements ``--port auto``.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections import Counter, OrderedDict
+from collections.abc import Collection, Iterable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Final
+
+from kctl.errors import DecodeError
+from kctl.inspect.pcap import CaptureReader, TcpSegment, read_segments, tcp_segment
+from kctl.inspect.reassembly import (
+    DEFAULT_MAX_PENDING_BYTES, ConnectionId, Direction, Endpoint, Frame, Reassembler,
+    StreamNotice, plausible_request_start,
+)
+from kctl.protocol import schema
+from kctl.protocol.frames import DEFAULT_MAX_FRAME_BYTES
+from kctl.protocol.messages import (
+    Message, RequestHeader, decode_from, decode_request, decode_response,
+)
+from kctl.protocol.primitives import Reader
+from kctl.protocol.records import DecodedBatches, decode_batches
+
+__all__ = [
+    "DecodedFrame", "RecordSet", "CaptureNotice", "CaptureDecoder", "decode_files",
+    "decode_frame_bytes", "guess_broker_ports", "MARKS", "DEFAULT_BROKER_PORT",
+]
+
+DEFAULT_BROKER_PORT: Final = 9092
+#: Requests remembered per connection while waiting for their responses.
+MAX_OUTSTANDING_PER_CONNECTION: Final = 4096
+PRODUCE_KEY: Final = 0
+FETCH_KEY: Final = 1
+METADATA_KEY: Final = 3
+
+#: What a frame's ``marks`` may hold.
+MARKS: Final = ("unmatched", "unknown_api", "decode_error", "resynced")
+
+
+@dataclass(frozen=True, slots=True)
+class RecordSet:
+    """The records of one partition inside a Produce request or Fetch response."""
+
+    topic: str
+    partition: int
+    size_bytes: int
+    batches: DecodedBatches | None
+    error: DecodeError | None = None
+
+    @property
+    def batch_count(self) -> int:
+        return len(self.batches) if self.batches is not None else 0
+
+    @property
+    def record_count(self) -> int:
+        if self.batches is None:
+            return 0
+        return sum(len(b.records) for b in self.batches.batches)
+
+    @property
+    def codecs(self) -> list[str]:
+        if self.batches is None:
+            return []
+        return sorted({b.compression.name.lower() for b in self.batches.batches})
+
+
+@dataclass(slots=True)
+class DecodedFrame:
+    """One Kafka frame from a capture, decoded as far as it goes."""
+
+    file: str
+    ts_ns: int
+    conn: ConnectionId
+    direction: Direction
+    offset: int                     # stream offset of the size prefix
+    size: int                       # payload bytes (without the size prefix)
+    api_key: int | None
+    api_version: int | None
+    correlation_id: int | None
+    client_id: str | None = None
+    header: Message | None = None
+    body: Message | None = None
+    raw_body: bytes | None = None   # set when the body was not decoded
+    error: DecodeError | None = None
+    latency_ns: int | None = None   # responses: time since the request
+    marks: tuple[str, ...] = ()
+    record_sets: list[RecordSet] = field(default_factory=list)
+
+    @property
+    def api_name(self) -> str | None:
+        api = schema.API_BY_KEY.get(self.api_key) if self.api_key is not None else None
+        return api.name if api is not None else None
+
+    @property
+    def src(self) -> Endpoint:
+        return self.conn.client if self.direction == "request" else self.conn.broker
+
+    @property
+    def dst(self) -> Endpoint:
+        return self.conn.broker if self.direction == "request" else self.conn.client
+
+
+@dataclass(frozen=True, slots=True)
+class CaptureNotice:
+    """Something worth telling that is not a frame (a gap, a skipped packet,
+    a cut-off file, a file that is not a capture)."""
+
+    file: str
+    kind: str
+    message: str
+    offset: int | None = None       # file offset for file/packet notices, stream offset else
+    ts_ns: int | None = None
+    conn: ConnectionId | None = None
+    direction: Direction | None = None
+
+    def __str__(self) -> str:
+        where = [self.file]
+        if self.conn is not None:
+            where.append(f"{self.conn} {self.direction}")
+        if self.offset is not None:
+            where.append(f"{'stream' if self.conn else 'file'} offset {self.offset}")
+        return f"{', '.join(where)}: {self.kind}: {self.message}"
+
+
+@dataclass(slots=True)
+class _Pending:
+    api_key: int
+    api_version: int
+    ts_ns: int
+    known: bool
+
+
+class CaptureDecoder:
+    """Segments in, decoded frames and notices out; one instance per capture."""
+
+    def __init__(self, broker_ports: Collection[int], *, file: str = "",
+                 max_pending_bytes: int = DEFAULT_MAX_PENDING_BYTES,
+                 max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES,
+                 decode_records: bool = True) -> None:
+        self.file = file
+        self.decode_records = decode_records
+        self._outstanding: dict[ConnectionId, OrderedDict[int, _Pending]] = {}
+        self.topic_names: dict[Any, str] = {}      # topic id (UUID) -> name, from Metadata
+        self.reassembler = Reassembler(broker_ports, expects_response=self._expects,
+                                       max_pending_bytes=max_pending_bytes,
+                                       max_frame_bytes=max_frame_bytes)
+
+    def _expects(self, conn: ConnectionId, corr: int) -> bool:
+        pending = self._outstanding.get(conn)
+        return pending is not None and corr in pending
+
+    def on_segment(self, seg: TcpSegment) -> list[DecodedFrame | CaptureNotice]:
+        return self._convert(self.reassembler.on_segment(seg))
+
+    def finish(self) -> list[DecodedFrame | CaptureNotice]:
+        return self._convert(self.reassembler.finish())
+
+    def _convert(self, items: Iterable[Frame | StreamNotice]) -> list[DecodedFrame | CaptureNotice]:
+        out: list[DecodedFrame | CaptureNotice] = []
+        for it in items:
+            if isinstance(it, Frame):
+                out.append(self.decode(it))
+            elif it.kind != "retransmission":
+                out.append(CaptureNotice(self.file, it.kind, it.message, it.offset, it.ts_ns,
+                                         it.conn, it.direction))
+        return out
+
+    def decode(self, fr: Frame) -> DecodedFrame:
+        if fr.direction == "request":
+            df = self._request(fr)
+        else:
+            df = self._response(fr)
+        if fr.resynced:
+            df.marks += ("resynced",)
+        return df
+
+    # -- requests -------------------------------------------------------
+
+    def _request(self, fr: Frame) -> DecodedFrame:
+        data = fr.data
+        base = dict(file=self.file, ts_ns=fr.ts_ns, conn=fr.conn, direction=fr.direction,
+                    offset=fr.offset, size=len(data))
+        if len(data) < 8:
+            return DecodedFrame(**base, api_key=None, api_version=None, correlation_id=None,
+                                raw_body=data, marks=("decode_error",),
+                                error=DecodeError(f"{len(data)} bytes is too short for a request "
+                                                  "header", offset=len(data), field="header"))
+        api_key, api_version, corr = struct.unpack_from(">hhi", data, 0)
+        api = schema.API_BY_KEY.get(api_key)
+        known = api is not None and api_version in api.request.valid_versions
+        self._remember(fr.conn, corr, _Pending(api_key, api_version, fr.ts_ns, known))
+        df = DecodedFrame(**base, api_key=api_key, api_version=api_version, correlation_id=corr)
+        if not known:
+            df.marks = ("unknown_api",)
+            df.client_id, used = _best_effort_client_id(data)
+            df.raw_body = data[used:]
+            return df
+        try:
+            req = decode_request(data)
+        except DecodeError as e:
+            df.error = e
+            df.marks = ("decode_error",)
+            try:
+                r = Reader(data)
+                df.header = decode_from(r, RequestHeader, schema.request_header_version(api_key, api_version))
+                df.client_id = getattr(df.header, "client_id", None)
+                df.raw_body = data[r.pos:]
+            except DecodeError:
+                df.raw_body = data[8:]
+            return df
+        df.header, df.body = req.header, req.body
+        df.client_id = getattr(req.header, "client_id", None)
+        if api_key == PRODUCE_KEY and self.decode_records:
+            df.record_sets = self._produce_sets(req.body)
+        return df
+
+    def _remember(self, conn: ConnectionId, corr: int, p: _Pending) -> None:
+        pending = self._outstanding.setdefault(conn, OrderedDict())
+        pending[corr] = p
+        pending.move_to_end(corr)
+        while len(pending) > MAX_OUTSTANDING_PER_CONNECTION:
+            pending.popitem(last=False)
+
+    # -- responses ------------------------------------------------------
+
+    def _response(self, fr: Frame) -> DecodedFrame:
+        data = fr.data
+        base = dict(file=self.file, ts_ns=fr.ts_ns, conn=fr.conn, direction=fr.direction,
+                    offset=fr.offset, size=len(data))
+        if len(data) < 4:
+            return DecodedFrame(**base, api_key=None, api_version=None, correlation_id=None,
+                                raw_body=data, marks=("decode_error",),
+                                error=DecodeError(f"{len(data)} bytes is too short for a response "
+                                                  "header", offset=len(data), field="correlation_id"))
+        (corr,) = struct.unpack_from(">i", data, 0)
+        pending = self._outstanding.get(fr.conn)
+        req = pending.pop(corr, None) if pending is not None else None
+        if req is None:
+            return DecodedFrame(**base, api_key=None, api_version=None, correlation_id=corr,
+                                raw_body=data[4:], marks=("unmatched",))
+        df = DecodedFrame(**base, api_key=req.api_key, api_version=req.api_version,
+                          correlation_id=corr, latency_ns=fr.ts_ns - req.ts_ns)
+        if not req.known:
+            df.raw_body = data[4:]
+            df.marks = ("unknown_api",)
+            return df
+        try:
+            resp = decode_response(data, req.api_key, req.api_version)
+        except DecodeError as e:
+            df.error = e
+            df.marks = ("decode_error",)
+            df.raw_body = data[4:]
+            return df
+        df.header, df.body = resp.header, resp.body
+        if req.api_key == FETCH_KEY and self.decode_records:
+            df.record_sets = self._fetch_sets(resp.body)
+        elif req.api_key == METADATA_KEY:
+            for t in getattr(resp.body, "topics", ()):
+                if t.name and getattr(t, "topic_id", None) is not None and t.topic_id.int:
+                    self.topic_names[t.topic_id] = t.name
+        return df
+
+    # -- record sets ----------------------------------------------------
+
+    def _topic(self, name: str | None, topic_id: Any) -> str:
+        if name:
+            return name
+        if topic_id is not None and topic_id.int:
+            return self.topic_names.get(topic_id, str(topic_id))
+        return ""
+
+    def _produce_sets(self, body: Message) -> list[RecordSet]:
+        out = []
+        for t in body.topic_data:
+            topic = self._topic(t.name, getattr(t, "topic_id", None))
+            for p in t.partition_data:
+                out.append(_record_set(topic, p.index, p.records))
+        return out
+
+    def _fetch_sets(self, body: Message) -> list[RecordSet]:
+        out = []
+        for t in body.responses:
+            topic = self._topic(t.topic, getattr(t, "topic_id", None))
+            for p in t.partitions:
+                out.append(_record_set(topic, p.partition_index, p.records))
+        return out
+
+
+def _record_set(topic: str, partition: int, records: bytes | None) -> RecordSet:
+    if not records:
+        return RecordSet(topic, partition, 0, None if records is None else decode_batches(b""))
+    try:
+        return RecordSet(topic, partition, len(records), decode_batches(records))
+    except DecodeError as e:
+        return RecordSet(topic, partition, len(records), None, e.within("records"))
+
+
+def _best_effort_client_id(data: bytes) -> tuple[str | None, int]:
+    """A header v1 client id after the first 8 bytes when one plausibly is there."""
+    if len(data) >= 10:
+        (n,) = struct.unpack_from(">h", data, 8)
+        if n == -1:
+            return None, 10
+        if 0 <= n <= len(data) - 10:
+            raw = data[10:10 + n]
+            try:
+                text = raw.decode("utf-8")
+            except UnicodeDecodeError:
+                return None, 8
+            if text.isprintable():
+                return text, 10 + n
+    return None, 8
+
+
+# ---------------------------------------------------------------------------
+# files
+
+
+def decode_files(paths: Iterable[str | Path], broker_ports: Collection[int], *,
+                 max_pending_bytes: int = DEFAULT_MAX_PENDING_BYTES,
+                 max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES,
+                 decode_records: bool = True) -> Iterator[DecodedFrame | CaptureNotice]:
+    """Every frame and notice of each capture file, file by file, in capture order.
+
+    A file that is not a capture, or whose structure breaks, ends with a
+    ``CaptureNotice`` of kind ``"error"`` naming the file offset; the frames
+    before it are still yielded and the next file is read.
+    """
+    for path in paths:
+        name = str(path)
+        dec = CaptureDecoder(broker_ports, file=name, max_pending_bytes=max_pending_bytes,
+                             max_frame_bytes=max_frame_bytes, decode_records=decode_records)
+        try:
+            with open(path, "rb") as f:
+                reader = CaptureReader(f, name=name)
+                for pkt in reader:
+                    seg = tcp_segment(pkt)
+                    if isinstance(seg, TcpSegment):
+                        yield from dec.on_segment(seg)
+                    elif seg.malformed:
+                        yield CaptureNotice(name, "malformed", f"packet {seg.number}: {seg.reason}",
+                                            seg.offset)
+                yield from dec.finish()
+                if reader.truncated is not None:
+                    yield CaptureNotice(name, "truncated", str(reader.truncated),
+                                        reader.truncated.offset)
+        except DecodeError as e:
+            yield from dec.finish()
+            yield CaptureNotice(name, "error", str(e), e.offset)
+        except OSError as e:
+            yield CaptureNotice(name, "error", f"cannot read: {e.strerror or e}")
+
+
+def guess_broker_ports(paths: Iterable[str | Path], *, max_segments: int = 200_000) -> set[int]:
+    """``--port auto``: the ports that receive frames which start like Kafka requests.
+
+    Per connection (unordered endpoints), payloads that begin with a plausible
+    request header vote for their destination port; a SYN without ACK is a
+    weaker vote for its destination. The majority port of each connection is a
+    broker port. Falls back to 9092 when nothing looks like Kafka.
+    """
+    votes: dict[tuple, Counter] = {}
+    syn_votes: Counter = Counter()
+    seen = 0
+    for path in paths:
+        try:
+            with open(path, "rb") as f:
+                for seg in read_segments(f, name=str(path)):
+                    seen += 1
+                    if seen > max_segments:
+                        break
+                    if seg.syn and not (seg.flags & 0x10):
+                        syn_votes[seg.dst_port] += 1
+                    if len(seg.payload) >= 14 and plausible_request_start(
+                            seg.payload, 0, DEFAULT_MAX_FRAME_BYTES):
+                        key = tuple(sorted([(seg.src, seg.src_port), (seg.dst, seg.dst_port)]))
+                        votes.setdefault(key, Counter())[seg.dst_port] += 1
+        except (DecodeError, OSError):
+            continue
+    ports = set()
+    for counter in votes.values():
+        (port, _n), = counter.most_common(1)
+        ports.add(port)
+    if not ports:
+        ports = {p for p, _ in syn_votes.most_common(1)}
+    return ports or {DEFAULT_BROKER_PORT}
+
+
+def decode_frame_bytes(data: bytes, *, api_key: int | None = None,
+                       api_version: int | None = None) -> DecodedFrame:
+    """``--hex``: one frame (with or without its 4-byte size prefix).
+
+    Without ``api_key`` the frame is a request; with it, a response to that
+    API key and ``api_version``.
+    """
+    if len(data) >= 4 and struct.unpack_from(">i", data, 0)[0] == len(data) - 4:
+        data = data[4:]
+    conn = ConnectionId(Endpoint("-", 0), Endpoint("-", 0))
+    dec = CaptureDecoder((0,), file="<stdin>")
+    if api_key is None:
+        return dec.decode(Frame(conn, "request", 0, data, 0, 0))
+    if api_version is None:
+        raise ValueError("a response needs its request's API version")
+    if len(data) >= 4:
+        corr = struct.unpack_from(">i", data, 0)[0]
+        api = schema.API_BY_KEY.get(api_key)
+        known = api is not None and api_version in api.request.valid_versions
+        dec._remember(conn, corr, _Pending(api_key, api_version, 0, known))
+    df = dec.decode(Frame(conn, "response", 0, data, 0, 0))
+    df.latency_ns = None
+    return df
