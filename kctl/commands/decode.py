@@ -1,0 +1,172 @@
+"""``kctl decode``: Kafka frames out of pcap/pcapng captures (or one hex frame on stdin)."""
+
+from __future__ import annotations
+
+import binascii
+import sys
+from pathlib import Path
+
+import typer
+from rich.console import Console
+
+from kctl.errors import ConfigError, DecodeError
+from kctl.inspect import report
+from kctl.inspect.session import (
+    CaptureNotice, DecodedFrame, decode_files, decode_frame_bytes, guess_broker_ports,
+)
+from kctl.inspect.summary import CaptureSummary
+from kctl.protocol.schema import API_BY_KEY, API_BY_NAME
+
+
+def _api_keys(names: list[str]) -> set[int]:
+    lower = {n.lower(): a.api_key for n, a in API_BY_NAME.items()}
+    keys = set()
+    for n in names:
+        if n.lstrip("-").isdigit():
+            keys.add(int(n))
+        elif n.lower() in lower:
+            keys.add(lower[n.lower()])
+        else:
+            raise ConfigError(f"--api {n!r}: not an API name or key (e.g. Produce, Fetch, 0)")
+    return keys
+
+
+def _ports(values: list[str], files: list[Path]) -> set[int]:
+    ports: set[int] = set()
+    for v in values:
+        if v == "auto":
+            ports |= guess_broker_ports(files)
+            continue
+        try:
+            p = int(v)
+        except ValueError:
+            raise ConfigError(f"--port {v!r}: a port number or 'auto'") from None
+        if not 0 < p < 65536:
+            raise ConfigError(f"--port {p}: outside 1..65535")
+        ports.add(p)
+    return ports
+
+
+def decode(
+    files: list[Path] = typer.Argument(None, help="pcap or pcapng capture files."),
+    port: list[str] = typer.Option(["9092"], "--port", "-p",
+                                   help="Broker port (repeatable); 'auto' guesses from the traffic."),
+    json_out: bool = typer.Option(False, "--json", help="One JSON object per frame (docs/decode-json.md)."),
+    verbose: bool = typer.Option(False, "--verbose", "-v", help="Full decoded tree of every frame."),
+    records: bool = typer.Option(False, "--records", help="Print each record of Produce requests and Fetch responses."),
+    fmt: str = typer.Option(report.DEFAULT_RECORD_FORMAT, "--format", "-f",
+                            help="Record format with --records (kcat-like: %t %p %o %k %s %K %S %T %h)."),
+    api: list[str] = typer.Option([], "--api", help="Only these APIs (name or key, repeatable); with --hex: the response's API."),
+    topic: list[str] = typer.Option([], "--topic", "-t", help="Only frames that mention this topic (repeatable)."),
+    client_id: list[str] = typer.Option([], "--client-id", help="Only this client id (repeatable)."),
+    conn: list[str] = typer.Option([], "--conn", help="Only connections whose 'client<->broker' text contains this (repeatable)."),
+    errors_only: bool = typer.Option(False, "--errors-only", help="Only frames with non-zero error codes or decode errors."),
+    summary: bool = typer.Option(False, "--summary", help="Totals per API, topic/partition, errors and throttling."),
+    hex_in: bool = typer.Option(False, "--hex", help="Decode one frame given as hex on stdin."),
+    version: int = typer.Option(None, "--version", help="With --hex: the API version of the response's request."),
+    max_pending_mb: int = typer.Option(4, "--max-pending-mb", min=1,
+                                       help="Out-of-order bytes held per stream before a gap is declared."),
+) -> None:
+    """Decode Kafka frames from pcap/pcapng captures (tcpdump, Wireshark, kctl inspect)."""
+    out = Console(soft_wrap=True, highlight=False)
+    err = Console(stderr=True, soft_wrap=True, highlight=False)
+    api_keys = _api_keys(api)
+
+    if hex_in:
+        _decode_hex(api_keys, version, json_out, verbose, records, fmt, out)
+        return
+    if not files:
+        raise ConfigError("give capture files to decode (or --hex with a frame on stdin)")
+    ports = _ports(port, files)
+    client_ids = set(client_id)
+    topics = set(topic)
+    summ = CaptureSummary() if summary else None
+    failures: list[CaptureNotice] = []
+
+    for item in decode_files(files, ports, max_pending_bytes=max_pending_mb << 20):
+        if isinstance(item, CaptureNotice):
+            if summ is not None:
+                summ.add(item)
+            if item.kind == "error":
+                failures.append(item)
+            if not summ:
+                err.print(f"# {item}", markup=False)
+            continue
+        f: DecodedFrame = item
+        if api_keys and f.api_key not in api_keys:
+            continue
+        if client_ids and f.client_id not in client_ids:
+            continue
+        if conn and not any(c in str(f.conn) for c in conn):
+            continue
+        if topics and not (report.topics_of(f) & topics):
+            continue
+        if errors_only and not report.has_errors(f):
+            continue
+        if summ is not None:
+            summ.add(f)
+            continue
+        _emit(f, json_out, verbose, records, fmt, topics, out)
+
+    if summ is not None:
+        s = summ.to_dict()
+        if json_out:
+            out.print(report.dumps(s), markup=False)
+        else:
+            for t in _summary_tables(s):
+                out.print(t)
+    if failures:
+        first = failures[0]
+        more = f" (and {len(failures) - 1} more)" if len(failures) > 1 else ""
+        raise DecodeError(f"{first.file}: {first.message}{more}", offset=first.offset or 0,
+                          field="capture")
+
+
+def _summary_tables(s: dict) -> list:
+    from kctl.ui.decode_view import summary_tables
+    return summary_tables(s)
+
+
+def _emit(f: DecodedFrame, json_out: bool, verbose: bool, records: bool, fmt: str,
+          topics: set[str], out: Console) -> None:
+    if records:
+        for rv in report.iter_records(f):
+            if topics and rv.topic not in topics:
+                continue
+            if json_out:
+                out.print(report.dumps(report.record_json(rv)), markup=False)
+            else:
+                out.print(report.format_record(fmt, rv), markup=False)
+        return
+    if json_out:
+        out.print(report.dumps(report.frame_json(f)), markup=False)
+    elif verbose:
+        from kctl.ui.decode_view import frame_tree
+        out.print(frame_tree(f))
+    else:
+        out.print(report.frame_line(f), markup=False)
+
+
+def _decode_hex(api_keys: set[int], version: int | None, json_out: bool, verbose: bool,
+                records: bool, fmt: str, out: Console) -> None:
+    text = "".join(sys.stdin.read().split())
+    try:
+        data = binascii.unhexlify(text)
+    except (binascii.Error, ValueError) as e:
+        raise ConfigError(f"--hex: stdin is not hex ({e})") from None
+    if len(api_keys) > 1:
+        raise ConfigError("--hex takes at most one --api")
+    key = next(iter(api_keys), None)
+    if key is not None:
+        if version is None:
+            raise ConfigError("--hex with --api (a response) needs --version")
+        if key not in API_BY_KEY:
+            raise ConfigError(f"--api {key}: no such API")
+    f = decode_frame_bytes(data, api_key=key, api_version=version)
+    _emit(f, json_out, verbose or not json_out, records, fmt, set(), out)
+    if f.error is not None:
+        raise f.error
+
+
+def register(app: typer.Typer) -> None:
+    app.command("decode")(decode)

@@ -1,0 +1,364 @@
+"""Plain views of decoded frames: the JSON object, the one-line gist, records.
+
+No Rich here (that lives in ``kctl.ui``); everything returns str, dict or
+lists so commands, tests and other tools share one definition. The JSON keys
+are documented in docs/decode-json.md and are a stable interface.
+"""
+
+from __future__ import annotations
+
+import base64
+import datetime as _dt
+import json
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any, Final
+
+from kctl.inspect.session import CaptureNotice, DecodedFrame, RecordSet
+from kctl.protocol.error_codes import error_for
+from kctl.protocol.messages import Message, to_jsonable
+from kctl.protocol.records import Record
+
+__all__ = [
+    "error_codes", "throttle_time_ms", "frame_json", "notice_json", "frame_line", "gist",
+    "format_ts", "RecordView", "iter_records", "record_json", "format_record",
+    "binary_json", "DEFAULT_RECORD_FORMAT", "JSON_KEYS", "topics_of", "has_errors", "dumps",
+]
+
+DEFAULT_RECORD_FORMAT: Final = "%t %p %o %k %s"
+
+#: The keys ``frame_json`` may write, in order (see docs/decode-json.md).
+JSON_KEYS: Final = (
+    "ts", "ts_ns", "file", "src", "dst", "src_port", "dst_port", "direction", "api_key",
+    "api_name", "api_version", "correlation_id", "client_id", "size", "stream_offset", "marks",
+    "latency_ms", "throttle_time_ms", "error_codes", "produce", "fetch", "body", "raw_body",
+    "decode_error",
+)
+
+
+def error_codes(msg: Any) -> list[int]:
+    """Every ``*error_code`` value in a message tree, in tree order (zeros included)."""
+    out: list[int] = []
+
+    def walk(v: Any) -> None:
+        if isinstance(v, Message):
+            for f in v._fields:
+                x = getattr(v, f)
+                if f.endswith("error_code") and isinstance(x, int):
+                    out.append(x)
+                elif isinstance(x, (Message, list)):
+                    walk(x)
+        elif isinstance(v, list):
+            for x in v:
+                if isinstance(x, (Message, list)):
+                    walk(x)
+    walk(msg)
+    return out
+
+
+def _has_error_code_field(msg: Message) -> bool:
+    return bool(error_codes(msg)) or any(f.endswith("error_code") for f in msg._fields)
+
+
+def throttle_time_ms(msg: Any) -> int | None:
+    v = getattr(msg, "throttle_time_ms", None) if isinstance(msg, Message) else None
+    return v if isinstance(v, int) else None
+
+
+def format_ts(ts_ns: int) -> str:
+    """RFC 3339 UTC with nanoseconds: ``2024-05-01T12:00:00.123456789Z``."""
+    secs, ns = divmod(ts_ns, 1_000_000_000)
+    try:
+        base = _dt.datetime.fromtimestamp(secs, _dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S")
+    except (OverflowError, OSError, ValueError):
+        return f"{ts_ns / 1e9:.9f}"
+    return f"{base}.{ns:09d}Z"
+
+
+def _b64(b: bytes) -> dict[str, str]:
+    return {"$base64": base64.b64encode(b).decode()}
+
+
+def binary_json(b: bytes | None) -> Any:
+    """Text when ``b`` is valid UTF-8 without control characters, else ``{"$base64": ...}``."""
+    if b is None:
+        return None
+    try:
+        s = b.decode("utf-8")
+    except UnicodeDecodeError:
+        return _b64(b)
+    if any(ord(c) < 0x20 and c not in "\t\n\r" for c in s):
+        return _b64(b)
+    return s
+
+
+def _record_set_json(rs: RecordSet) -> dict[str, Any]:
+    d: dict[str, Any] = {"topic": rs.topic, "partition": rs.partition, "bytes": rs.size_bytes,
+                         "batches": rs.batch_count, "records": rs.record_count,
+                         "codec": ",".join(rs.codecs) or None}
+    if rs.batches is not None and rs.batches.truncated:
+        d["truncated_bytes"] = rs.batches.truncated
+    if rs.error is not None:
+        d["decode_error"] = {"reason": rs.error.reason, "offset": rs.error.offset,
+                             "field": rs.error.field}
+    return d
+
+
+def frame_json(f: DecodedFrame) -> dict[str, Any]:
+    """The documented JSON object for one frame."""
+    d: dict[str, Any] = {
+        "ts": format_ts(f.ts_ns), "ts_ns": f.ts_ns, "file": f.file,
+        "src": str(f.src), "dst": str(f.dst), "src_port": f.src.port, "dst_port": f.dst.port,
+        "direction": f.direction, "api_key": f.api_key, "api_name": f.api_name,
+        "api_version": f.api_version, "correlation_id": f.correlation_id,
+    }
+    if f.direction == "request":
+        d["client_id"] = f.client_id
+    d["size"] = f.size
+    d["stream_offset"] = f.offset
+    d["marks"] = list(f.marks)
+    if f.latency_ns is not None:
+        d["latency_ms"] = f.latency_ns / 1e6
+    if f.direction == "response" and f.body is not None:
+        t = throttle_time_ms(f.body)
+        if t is not None:
+            d["throttle_time_ms"] = t
+        if _has_error_code_field(f.body):
+            d["error_codes"] = [{"code": c, "name": error_for(c).name}
+                                for c in error_codes(f.body) if c]
+    if f.api_key == 0 and f.direction == "request" and f.body is not None:
+        d["produce"] = [_record_set_json(rs) for rs in f.record_sets]
+    if f.api_key == 1 and f.direction == "response" and f.body is not None:
+        d["fetch"] = [_record_set_json(rs) for rs in f.record_sets]
+    d["body"] = to_jsonable(f.body) if f.body is not None else None
+    if f.raw_body is not None:
+        d["raw_body"] = _b64(f.raw_body)
+    if f.error is not None:
+        d["decode_error"] = {"reason": f.error.reason, "offset": f.error.offset,
+                             "field": f.error.field}
+    return d
+
+
+def notice_json(n: CaptureNotice) -> dict[str, Any]:
+    d: dict[str, Any] = {"notice": n.kind, "message": n.message, "file": n.file}
+    if n.ts_ns is not None:
+        d["ts"] = format_ts(n.ts_ns)
+    if n.conn is not None:
+        d["conn"] = str(n.conn)
+        d["direction"] = n.direction
+        d["stream_offset"] = n.offset
+    elif n.offset is not None:
+        d["file_offset"] = n.offset
+    return d
+
+
+# ---------------------------------------------------------------------------
+# one line per frame
+
+def _sets_gist(sets: list[RecordSet], limit: int = 4) -> str:
+    parts = []
+    for rs in sets[:limit]:
+        if rs.error is not None:
+            parts.append(f"{rs.topic}/{rs.partition}: bad records ({rs.error.reason})")
+            continue
+        codec = "/".join(rs.codecs)
+        part = f"{rs.topic}/{rs.partition}: {rs.batch_count}b {rs.record_count}r"
+        if codec and codec != "none":
+            part += f" {codec}"
+        parts.append(part)
+    if len(sets) > limit:
+        parts.append(f"+{len(sets) - limit} more")
+    return "; ".join(parts)
+
+
+def gist(f: DecodedFrame) -> str:
+    """A few words on what the frame says."""
+    if f.error is not None:
+        return f"decode error: {f.error}"
+    if "unmatched" in f.marks:
+        return f"response to a request not captured, {len(f.raw_body or b'')} raw bytes"
+    if "unknown_api" in f.marks:
+        return f"unknown API/version, {len(f.raw_body or b'')} raw bytes"
+    body = f.body
+    if body is None:
+        return ""
+    words: list[str] = []
+    k = f.api_key
+    if f.direction == "request":
+        if k == 0:
+            words.append(f"acks={body.acks}")
+            if body.transactional_id:
+                words.append(f"txn={body.transactional_id}")
+            words.append(_sets_gist(f.record_sets))
+        elif k == 1:
+            parts = []
+            for t in body.topics[:4]:
+                for p in t.partitions[:4]:
+                    parts.append(f"{t.topic or t.topic_id}/{p.partition}@{p.fetch_offset}")
+            words.append(" ".join(parts) or f"session={body.session_id}")
+        elif k == 3:
+            topics = body.topics
+            words.append("all topics" if topics is None else
+                         "topics: " + ",".join(str(t.name or t.topic_id) for t in topics[:6])
+                         if topics else "no topics")
+        elif hasattr(body, "group_id"):
+            words.append(f"group={body.group_id}")
+    else:
+        if k == 0:
+            parts = []
+            for t in body.responses[:4]:
+                for p in t.partition_responses[:4]:
+                    s = f"{t.name or t.topic_id}/{p.index}@{p.base_offset}"
+                    if p.error_code:
+                        s += f" {error_for(p.error_code).name}"
+                    parts.append(s)
+            words.append(" ".join(parts))
+        elif k == 1:
+            words.append(_sets_gist(f.record_sets) or "no records")
+        elif k == 3:
+            words.append(f"{len(body.brokers)} brokers, {len(body.topics)} topics")
+        elif k == 18:
+            words.append(f"{len(body.api_keys)} APIs")
+        errs = sorted({error_for(c).name for c in error_codes(body) if c})
+        if errs and k != 0:
+            words.append("errors: " + ",".join(errs))
+        t = throttle_time_ms(body)
+        if t:
+            words.append(f"throttled {t}ms")
+    return " ".join(w for w in words if w)
+
+
+def frame_line(f: DecodedFrame) -> str:
+    secs, ns = divmod(f.ts_ns, 1_000_000_000)
+    try:
+        clock = _dt.datetime.fromtimestamp(secs, _dt.timezone.utc).strftime("%H:%M:%S")
+    except (OverflowError, OSError, ValueError):
+        clock = str(secs)
+    arrow = "->" if f.direction == "request" else "<-"
+    name = f.api_name or (f"api{f.api_key}" if f.api_key is not None else "?")
+    api = f"{name} v{f.api_version}" if f.api_version is not None else name
+    kind = "req " if f.direction == "request" else "resp"
+    line = f"{clock}.{ns // 1000:06d} {f.conn.client} {arrow} {f.conn.broker} {kind} {api} #{f.correlation_id}"
+    if f.direction == "request" and f.client_id:
+        line += f" [{f.client_id}]"
+    if f.latency_ns is not None:
+        line += f" {f.latency_ns / 1e6:.3f}ms"
+    g = gist(f)
+    if g:
+        line += " " + g
+    if f.marks:
+        line += " (" + ",".join(f.marks) + ")"
+    return line
+
+
+# ---------------------------------------------------------------------------
+# records
+
+@dataclass(frozen=True, slots=True)
+class RecordView:
+    topic: str
+    partition: int
+    record: Record
+    direction: str
+
+
+def iter_records(f: DecodedFrame) -> Iterator[RecordView]:
+    for rs in f.record_sets:
+        if rs.batches is None:
+            continue
+        for b in rs.batches.batches:
+            for r in b.records:
+                yield RecordView(rs.topic, rs.partition, r, f.direction)
+
+
+def record_json(v: RecordView) -> dict[str, Any]:
+    r = v.record
+    return {"topic": v.topic, "partition": v.partition, "offset": r.offset,
+            "timestamp": r.timestamp, "key": binary_json(r.key), "value": binary_json(r.value),
+            "headers": [{"key": h.key, "value": binary_json(h.value)} for h in r.headers]}
+
+
+def _text(b: bytes | None) -> str:
+    if b is None:
+        return ""
+    return b.decode("utf-8", errors="backslashreplace")
+
+
+def format_record(fmt: str, v: RecordView) -> str:
+    """kcat-style ``-f``: %t topic, %p partition, %o offset, %k key, %s value,
+    %K key length, %S value length, %T timestamp, %h headers, %%; \\n \\t escapes.
+    Binary bytes are shown with backslash escapes."""
+    r = v.record
+    out = []
+    i = 0
+    n = len(fmt)
+    while i < n:
+        c = fmt[i]
+        if c == "%" and i + 1 < n:
+            d = fmt[i + 1]
+            i += 2
+            if d == "t":
+                out.append(v.topic)
+            elif d == "p":
+                out.append(str(v.partition))
+            elif d == "o":
+                out.append(str(r.offset))
+            elif d == "k":
+                out.append(_text(r.key))
+            elif d == "s":
+                out.append(_text(r.value))
+            elif d == "K":
+                out.append(str(-1 if r.key is None else len(r.key)))
+            elif d == "S":
+                out.append(str(-1 if r.value is None else len(r.value)))
+            elif d == "T":
+                out.append(str(r.timestamp))
+            elif d == "h":
+                out.append(",".join(f"{h.key}={_text(h.value)}" for h in r.headers))
+            elif d == "%":
+                out.append("%")
+            else:
+                out.append("%" + d)
+        elif c == "\\" and i + 1 < n:
+            d = fmt[i + 1]
+            i += 2
+            out.append({"n": "\n", "t": "\t", "\\": "\\"}.get(d, "\\" + d))
+        else:
+            out.append(c)
+            i += 1
+    return "".join(out)
+
+
+def dumps(obj: Any) -> str:
+    return json.dumps(obj, separators=(",", ":"), ensure_ascii=False, default=str)
+
+
+def topics_of(f: DecodedFrame) -> set[str]:
+    """Topic names a frame mentions (record sets, and any ``*Topic*`` struct's name/topic)."""
+    out = {rs.topic for rs in f.record_sets}
+
+    def walk(v: Any) -> None:
+        if isinstance(v, Message):
+            if "Topic" in type(v).__qualname__.rsplit(".", 1)[-1]:
+                for attr in ("name", "topic"):
+                    x = getattr(v, attr, None)
+                    if isinstance(x, str) and x:
+                        out.add(x)
+            for fname in v._fields:
+                x = getattr(v, fname)
+                if isinstance(x, (Message, list)):
+                    walk(x)
+        elif isinstance(v, list):
+            for x in v:
+                if isinstance(x, (Message, list)):
+                    walk(x)
+    if f.body is not None:
+        walk(f.body)
+    return out
+
+
+def has_errors(f: DecodedFrame) -> bool:
+    """A decode error, or a non-zero error code anywhere in the body."""
+    if f.error is not None or any(rs.error is not None for rs in f.record_sets):
+        return True
+    return f.body is not None and any(c for c in error_codes(f.body))

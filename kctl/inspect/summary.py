@@ -1,0 +1,133 @@
+"""``kctl decode --summary``: totals over every frame of a capture.
+
+Per API: requests, responses, bytes, request->response latency percentiles
+(an HdrHistogram in microseconds, 3 significant digits); per topic/partition
+(separately for what was produced and what was fetched): records, bytes,
+batches and codecs; errors by name; throttling totals; notices by kind.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+from hdrh.histogram import HdrHistogram
+
+from kctl.inspect.report import error_codes, throttle_time_ms
+from kctl.inspect.session import CaptureNotice, DecodedFrame
+from kctl.protocol.error_codes import error_for
+
+__all__ = ["CaptureSummary", "ApiStats", "PartitionStats", "PERCENTILES"]
+
+PERCENTILES: Final = (50.0, 90.0, 99.0, 99.9, 100.0)
+_MAX_LATENCY_US: Final = 3_600 * 1_000_000
+
+
+@dataclass(slots=True)
+class ApiStats:
+    requests: int = 0
+    responses: int = 0
+    request_bytes: int = 0
+    response_bytes: int = 0
+    latency_us: HdrHistogram = field(default_factory=lambda: HdrHistogram(1, _MAX_LATENCY_US, 3))
+
+    def to_dict(self) -> dict[str, Any]:
+        h = self.latency_us
+        d: dict[str, Any] = {"requests": self.requests, "responses": self.responses,
+                             "request_bytes": self.request_bytes,
+                             "response_bytes": self.response_bytes,
+                             "latency_count": h.get_total_count()}
+        if h.get_total_count():
+            d["latency_ms"] = {f"p{p:g}": h.get_value_at_percentile(p) / 1000 for p in PERCENTILES}
+            d["latency_ms"]["mean"] = round(h.get_mean_value() / 1000, 3)
+        return d
+
+
+@dataclass(slots=True)
+class PartitionStats:
+    records: int = 0
+    bytes: int = 0
+    batches: int = 0
+    codecs: Counter = field(default_factory=Counter)   # codec -> batches
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"records": self.records, "bytes": self.bytes, "batches": self.batches,
+                "codecs": dict(sorted(self.codecs.items()))}
+
+
+class CaptureSummary:
+    """Feed it every frame and notice (``add``); read ``to_dict()``."""
+
+    def __init__(self) -> None:
+        self.frames = 0
+        self.apis: dict[str, ApiStats] = {}
+        self.produced: dict[tuple[str, int], PartitionStats] = {}
+        self.fetched: dict[tuple[str, int], PartitionStats] = {}
+        self.errors: Counter = Counter()
+        self.marks: Counter = Counter()
+        self.notices: Counter = Counter()
+        self.throttled_responses = 0
+        self.throttle_ms_total = 0
+        self.connections: set = set()
+        self.first_ts_ns: int | None = None
+        self.last_ts_ns: int | None = None
+
+    def add(self, item: DecodedFrame | CaptureNotice) -> None:
+        if isinstance(item, CaptureNotice):
+            self.notices[item.kind] += 1
+            return
+        f = item
+        self.frames += 1
+        self.connections.add(f.conn)
+        self.first_ts_ns = f.ts_ns if self.first_ts_ns is None else min(self.first_ts_ns, f.ts_ns)
+        self.last_ts_ns = f.ts_ns if self.last_ts_ns is None else max(self.last_ts_ns, f.ts_ns)
+        for m in f.marks:
+            self.marks[m] += 1
+        name = f.api_name or ("unmatched" if "unmatched" in f.marks else f"api{f.api_key}")
+        st = self.apis.setdefault(name, ApiStats())
+        if f.direction == "request":
+            st.requests += 1
+            st.request_bytes += f.size + 4
+        else:
+            st.responses += 1
+            st.response_bytes += f.size + 4
+            if f.latency_ns is not None:
+                st.latency_us.record_value(min(max(1, f.latency_ns // 1000), _MAX_LATENCY_US))
+            if f.body is not None:
+                for c in error_codes(f.body):
+                    if c:
+                        self.errors[error_for(c).name] += 1
+                t = throttle_time_ms(f.body)
+                if t:
+                    self.throttled_responses += 1
+                    self.throttle_ms_total += t
+        if f.error is not None:
+            self.errors["DECODE_ERROR"] += 1
+        if f.record_sets:
+            target = self.produced if f.direction == "request" else self.fetched
+            for rs in f.record_sets:
+                ps = target.setdefault((rs.topic, rs.partition), PartitionStats())
+                ps.records += rs.record_count
+                ps.bytes += rs.size_bytes
+                ps.batches += rs.batch_count
+                if rs.batches is not None:
+                    for b in rs.batches.batches:
+                        ps.codecs[b.compression.name.lower()] += 1
+
+    def to_dict(self) -> dict[str, Any]:
+        def parts(d: dict[tuple[str, int], PartitionStats]) -> list[dict[str, Any]]:
+            return [{"topic": t, "partition": p, **s.to_dict()} for (t, p), s in sorted(d.items())]
+        return {
+            "frames": self.frames,
+            "connections": len(self.connections),
+            "duration_s": ((self.last_ts_ns - self.first_ts_ns) / 1e9
+                           if self.first_ts_ns is not None and self.last_ts_ns is not None else 0.0),
+            "apis": {k: v.to_dict() for k, v in sorted(self.apis.items())},
+            "produced": parts(self.produced),
+            "fetched": parts(self.fetched),
+            "errors": dict(self.errors.most_common()),
+            "throttle": {"responses": self.throttled_responses, "total_ms": self.throttle_ms_total},
+            "marks": dict(sorted(self.marks.items())),
+            "notices": dict(sorted(self.notices.items())),
+        }

@@ -1,0 +1,1 @@
+"""Rich renderables; the core never renders (conventions rule 9)."""
