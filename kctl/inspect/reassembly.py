@@ -16,8 +16,10 @@ How this works, bottom up:
   *resynchronises*: it scans for an offset where a plausible frame starts, a
   request header with a known API key and version (and a client id that fits)
   for requests, or a correlation id the other direction is waiting for, for
-  responses. While scanning it keeps only the few bytes that could still
-  start a frame, so memory stays bounded.
+  responses. A candidate is taken only once its whole frame decodes (the
+  ``verify`` callbacks; record data can look like a header). While scanning
+  it keeps only the bytes that could still start a frame, at most one
+  candidate frame (``max_resync_frame_bytes``), so memory stays bounded.
 - ``Reassembler`` keys connections by (client, broker) endpoints, deciding
   which side is the broker from the broker ports (and the SYN when both
   ports qualify), and emits ``Frame`` and ``StreamNotice`` objects.
@@ -46,6 +48,9 @@ Direction = Literal["request", "response"]
 
 #: Out-of-order bytes held per direction before a missing range is given up on.
 DEFAULT_MAX_PENDING_BYTES: Final = 4 * 1024 * 1024
+#: While resynchronising, a candidate frame is held (to be verified) up to this size.
+DEFAULT_MAX_RESYNC_FRAME_BYTES: Final = 8 * 1024 * 1024
+_MAX_CANDIDATES: Final = 64
 _MOD: Final = 1 << 32
 _HALF: Final = 1 << 31
 _I32: Final = struct.Struct(">i")
@@ -303,11 +308,14 @@ class FrameSplitter:
     """Cuts one direction's byte stream into frames; resynchronises when lost."""
 
     __slots__ = ("conn", "direction", "max_frame_bytes", "_buf", "_buf_offset", "synced",
-                 "_first_ts", "_resynced_next", "_candidate")
+                 "_first_ts", "_resynced_next", "_candidate", "_verify", "max_resync_frame_bytes",
+                 "_scan", "_cands", "_skipped", "_skipped_at")
 
     def __init__(self, conn: ConnectionId, direction: Direction, *, synced: bool,
                  max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES,
-                 candidate: Callable[[bytes | bytearray, int], bool | None] | None = None) -> None:
+                 candidate: Callable[[bytes | bytearray, int], bool | None] | None = None,
+                 verify: Callable[[bytes], bool] | None = None,
+                 max_resync_frame_bytes: int = DEFAULT_MAX_RESYNC_FRAME_BYTES) -> None:
         self.conn = conn
         self.direction = direction
         self.max_frame_bytes = max_frame_bytes
@@ -321,6 +329,15 @@ class FrameSplitter:
                 raise ValueError("a response splitter needs a candidate test")
             candidate = lambda b, i: plausible_request_start(b, i, max_frame_bytes)  # noqa: E731
         self._candidate = candidate
+        # A header that looks right can sit inside record data; with ``verify``
+        # a candidate is only taken once its whole frame decodes. Waiting for
+        # the whole frame is what bounds the buffer by max_resync_frame_bytes.
+        self._verify = verify
+        self.max_resync_frame_bytes = max_resync_frame_bytes
+        self._scan = 0                              # index in _buf of the next offset to examine
+        self._cands: list[tuple[int, int]] = []     # (index in _buf, size): held candidates
+        self._skipped = 0                           # bytes discarded by the current resync
+        self._skipped_at = 0
 
     @property
     def buffered(self) -> int:
@@ -345,21 +362,27 @@ class FrameSplitter:
             out.append(StreamNotice(self.conn, self.direction, self._buf_offset, gap.ts_ns,
                                     "incomplete", f"frame cut by a gap after {len(self._buf)} bytes",
                                     len(self._buf)))
+        self._flush_skipped(gap.ts_ns, out)
         self._buf.clear()
+        self._scan = 0
+        self._cands = []
         self._buf_offset = gap.offset + gap.length
         self._first_ts = None
         self.synced = False
         return out
 
     def finish(self, ts_ns: int) -> list[StreamNotice]:
+        out: list[StreamNotice] = []
+        self._flush_skipped(ts_ns, out)
         if not self._buf:
-            return []
+            return out
         kind = "incomplete" if self.synced else "skipped"
         msg = (f"capture ends inside a frame ({len(self._buf)} bytes of it present)" if self.synced
                else f"{len(self._buf)} trailing bytes where no frame start was found")
         n = len(self._buf)
         self._buf.clear()
-        return [StreamNotice(self.conn, self.direction, self._buf_offset, ts_ns, kind, msg, n)]
+        out.append(StreamNotice(self.conn, self.direction, self._buf_offset, ts_ns, kind, msg, n))
+        return out
 
     def _run(self, ts_ns: int, out: list[Frame | StreamNotice]) -> None:
         buf = self._buf
@@ -391,27 +414,71 @@ class FrameSplitter:
         if pos:
             del buf[:pos]
             self._buf_offset += pos
+            if not self.synced:
+                self._scan = max(0, self._scan - pos)
+                self._cands = [(ci - pos, size) for ci, size in self._cands]
         if not buf:
             self._first_ts = None
 
     def _resync(self, pos: int, ts_ns: int, out: list[Frame | StreamNotice]) -> int:
+        """Scans ``_buf`` from ``pos``; returns the index from which bytes must be kept
+        (the frame start once synchronised, else the earliest open candidate)."""
         buf = self._buf
         start = pos
         n = len(buf)
-        while pos < n:
-            verdict = self._candidate(buf, pos)
+        i = max(pos, self._scan)
+        cands = self._cands
+        found: int | None = None
+        while i < n:
+            verdict = self._candidate(buf, i)
             if verdict is None:
                 break       # need more bytes to judge this offset
             if verdict:
-                self.synced = True
-                self._resynced_next = True
-                break
-            pos += 1
-        if pos > start:
-            out.append(StreamNotice(self.conn, self.direction, self._buf_offset + start, ts_ns,
-                                    "skipped", f"skipped {pos - start} bytes looking for a frame start",
-                                    pos - start))
-        return pos
+                if self._verify is None:
+                    found = i
+                    break
+                (size,) = _I32.unpack_from(buf, i)
+                if size <= self.max_resync_frame_bytes:
+                    cands.append((i, size))
+            i += 1
+        self._scan = i
+        if found is None and cands:
+            # Take the first candidate whose whole frame is here and decodes;
+            # drop those that fail, keep those still incomplete.
+            still = []
+            for ci, size in cands:
+                if ci + 4 + size <= n:
+                    if found is None and self._verify(bytes(buf[ci + 4:ci + 4 + size])):  # type: ignore[misc]
+                        found = ci
+                elif found is None:
+                    still.append((ci, size))
+            # Bound the held bytes: forget the oldest open candidates first.
+            while still and (len(still) > _MAX_CANDIDATES
+                             or n - still[0][0] > self.max_resync_frame_bytes + 4):
+                still.pop(0)
+            cands[:] = still
+        if found is not None:
+            self.synced = True
+            self._resynced_next = True
+            cands.clear()
+            self._scan = 0
+            keep = found
+        else:
+            keep = min(cands[0][0] if cands else i, i)
+        if keep > start:
+            if not self._skipped:
+                self._skipped_at = self._buf_offset + start
+            self._skipped += keep - start
+        if found is not None:
+            self._flush_skipped(ts_ns, out)
+        return keep
+
+    def _flush_skipped(self, ts_ns: int, out: list) -> None:
+        if self._skipped:
+            out.append(StreamNotice(self.conn, self.direction, self._skipped_at, ts_ns, "skipped",
+                                    f"skipped {self._skipped} bytes looking for a frame start",
+                                    self._skipped))
+            self._skipped = 0
 
 
 # ---------------------------------------------------------------------------
@@ -440,10 +507,14 @@ class Reassembler:
 
     def __init__(self, broker_ports: Collection[int], *,
                  expects_response: ResponseExpected | None = None,
+                 verify_request: Callable[[bytes], bool] | None = None,
+                 verify_response: Callable[[ConnectionId, bytes], bool] | None = None,
                  max_pending_bytes: int = DEFAULT_MAX_PENDING_BYTES,
                  max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES) -> None:
         self.broker_ports = frozenset(broker_ports)
         self.expects_response = expects_response or (lambda conn, corr: False)
+        self.verify_request = verify_request
+        self.verify_response = verify_response
         self.max_pending_bytes = max_pending_bytes
         self.max_frame_bytes = max_frame_bytes
         self._conns: dict[ConnectionId, _Connection] = {}
@@ -519,9 +590,14 @@ class Reassembler:
         sp = c.splitters.get(direction)
         if sp is None:
             synced = c.streams[direction].saw_syn
-            cand = None if direction == "request" else self._response_candidate(c.conn)
+            if direction == "request":
+                cand, verify = None, self.verify_request
+            else:
+                cand = self._response_candidate(c.conn)
+                vr = self.verify_response
+                verify = None if vr is None else (lambda data, conn=c.conn: vr(conn, data))
             sp = FrameSplitter(c.conn, direction, synced=synced, max_frame_bytes=self.max_frame_bytes,
-                               candidate=cand)
+                               candidate=cand, verify=verify)
             c.splitters[direction] = sp
         return sp
 

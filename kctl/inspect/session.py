@@ -167,12 +167,27 @@ class CaptureDecoder:
         self._outstanding: dict[ConnectionId, OrderedDict[int, _Pending]] = {}
         self.topic_names: dict[Any, str] = {}      # topic id (UUID) -> name, from Metadata
         self.reassembler = Reassembler(broker_ports, expects_response=self._expects,
+                                       verify_request=_request_decodes,
+                                       verify_response=self._response_decodes,
                                        max_pending_bytes=max_pending_bytes,
                                        max_frame_bytes=max_frame_bytes)
 
     def _expects(self, conn: ConnectionId, corr: int) -> bool:
         pending = self._outstanding.get(conn)
         return pending is not None and corr in pending
+
+    def _response_decodes(self, conn: ConnectionId, data: bytes) -> bool:
+        pending = self._outstanding.get(conn)
+        req = pending.get(struct.unpack_from(">i", data, 0)[0]) if pending and len(data) >= 4 else None
+        if req is None:
+            return False
+        if not req.known:
+            return True
+        try:
+            decode_response(data, req.api_key, req.api_version)
+        except DecodeError:
+            return False
+        return True
 
     def on_segment(self, seg: TcpSegment) -> list[DecodedFrame | CaptureNotice]:
         return self._convert(self.reassembler.on_segment(seg))
@@ -309,6 +324,14 @@ class CaptureDecoder:
             for p in t.partitions:
                 out.append(_record_set(topic, p.partition_index, p.records))
         return out
+
+
+def _request_decodes(data: bytes) -> bool:
+    try:
+        decode_request(data)
+    except DecodeError:
+        return False
+    return True
 
 
 def _record_set(topic: str, partition: int, records: bytes | None) -> RecordSet:

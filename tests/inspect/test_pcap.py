@@ -1,0 +1,222 @@
+"""pcap/pcapng reader: every file flavour, link type and IP version, damaged files, fuzz."""
+
+from __future__ import annotations
+
+import io
+import struct
+import time
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from kctl.errors import DecodeError
+from kctl.inspect.pcap import CaptureReader, PacketSkip, TcpSegment, read_segments, tcp_segment
+from tests.inspect import capture_builder as cb
+
+V4 = cb.Seg("10.1.2.3", "10.9.8.7", 40000, 9092, 123456, b"hello kafka", cb.ACK | cb.PSH, 42,
+            1_700_000_000_123_456_000)
+V6 = cb.Seg("2001:db8::1", "2001:db8::2", 40001, 9093, 2**32 - 5, b"six", cb.ACK, 7,
+            1_700_000_001_000_001_000)
+LINK_TYPES = [0, 1, 101, 108, 113, 228, 229, 276]
+
+
+def segments(data: bytes) -> list[TcpSegment]:
+    return list(read_segments(io.BytesIO(data)))
+
+
+def check(seg: TcpSegment, want: cb.Seg, ts_ns: int | None = None) -> None:
+    assert (seg.src, seg.dst, seg.src_port, seg.dst_port) == (want.src, want.dst, want.sport, want.dport)
+    assert (seg.seq, seg.ack, seg.flags, seg.payload) == (want.seq, want.ack, want.flags, want.payload)
+    assert seg.ts_ns == (want.ts_ns if ts_ns is None else ts_ns)
+    assert seg.missing == 0
+
+
+@pytest.mark.parametrize("link_type,want", [
+    pytest.param(lt, w, id=f"{lt}-{name}") for lt in LINK_TYPES for name, w in (("ipv4", V4), ("ipv6", V6))
+    if not (lt == 228 and w is V6) and not (lt == 229 and w is V4)])
+@pytest.mark.parametrize("flavour", ["pcap-le-us", "pcap-be-ns", "pcapng-le", "pcapng-be"])
+def test_every_link_type_and_ip_version(link_type, want, flavour):
+    pkt = cb.link(link_type, cb.ip(want))
+    if flavour == "pcap-le-us":
+        data = cb.pcap([(want.ts_ns, pkt)], link_type=link_type)
+    elif flavour == "pcap-be-ns":
+        data = cb.pcap([(want.ts_ns, pkt)], link_type=link_type, big_endian=True, nano=True)
+    else:
+        data = cb.pcapng([(want.ts_ns, pkt)], link_type=link_type, big_endian=flavour.endswith("be"))
+    (seg,) = segments(data)
+    check(seg, want)
+
+
+def test_ethernet_vlan_tags_ipv4_options_and_tcp_options():
+    pkt = cb.link(1, cb.ipv4(V4, options=b"\x01\x01\x01\x00"), vlan=2)
+    (seg,) = segments(cb.pcap([(V4.ts_ns, pkt)]))
+    check(seg, V4)
+    body = cb.tcp(V4, options=b"\x02\x04\x05\xb4" + b"\x01\x01\x04\x02")
+    (seg,) = segments(cb.pcap([(V4.ts_ns, cb.link(1, cb.ipv4(V4, body=body)))]))
+    check(seg, V4)
+
+
+def test_ipv6_extension_headers():
+    ext = [(0, b"\x01\x04\0\0\0\0"), (60, b"\x01\x04\0\0\0\0" + b"\0" * 8)]
+    (seg,) = segments(cb.pcap([(V6.ts_ns, cb.link(1, cb.ipv6(V6, ext=ext)))]))
+    check(seg, V6)
+
+
+def test_fragments_and_other_protocols_are_skipped_with_a_reason():
+    pkts = [cb.link(1, cb.ipv4(V4, frag=0x2000)),                     # MF
+            cb.link(1, cb.ipv4(V4, frag=0x0010)),                     # offset
+            cb.link(1, cb.ipv6(V6, ext=[(44, b"\0" * 6)])),           # IPv6 fragment
+            cb.link(1, cb.ipv4(V4, proto=17, body=b"\0" * 8)),        # UDP
+            b"\xff" * 12 + b"\x08\x06" + b"\0" * 28,                  # ARP
+            cb.link(1, cb.ip(V4))]
+    data = cb.pcap([(V4.ts_ns, p) for p in pkts])
+    out = [tcp_segment(p) for p in CaptureReader(io.BytesIO(data))]
+    assert [type(o) for o in out] == [PacketSkip] * 5 + [TcpSegment]
+    assert "fragment" in out[0].reason and "fragment" in out[1].reason and "fragment" in out[2].reason
+    assert "not TCP" in out[3].reason and "not IP" in out[4].reason
+    assert not any(o.malformed for o in out[:5])
+
+
+def test_malformed_ip_is_a_malformed_skip_not_an_exception():
+    good = cb.link(1, cb.ip(V4))
+    bad = [good[:14 + 10], good[:14] + b"\x45" + good[15:16] + b"\x00\x05" + good[18:],
+           good[:14] + b"\x43" + good[15:]]
+    data = cb.pcap([(0, p) for p in bad])
+    out = [tcp_segment(p) for p in CaptureReader(io.BytesIO(data))]
+    assert all(isinstance(o, PacketSkip) and o.malformed for o in out)
+
+
+def test_snap_length_cut_reports_missing_payload_bytes():
+    full = cb.link(1, cb.ip(V4))
+    data = cb.pcap([(V4.ts_ns, full[:-4])], orig_lens={0: len(full)})
+    (seg,) = segments(data)
+    assert seg.payload == V4.payload[:-4] and seg.missing == 4
+
+
+def test_pcapng_interfaces_with_their_own_link_types_and_resolutions():
+    a = cb.link(1, cb.ip(V4))
+    b = cb.link(113, cb.ip(V6))
+    data = (cb.pcapng_shb()
+            + cb.pcapng_idb(1)                                   # default: microseconds
+            + cb.pcapng_unknown()
+            + cb.pcapng_idb(113, tsresol=0x80 | 20)               # 2^-20 s
+            + cb.pcapng_idb(276, tsresol=3)                       # milliseconds
+            + cb.pcapng_epb(0, 1_700_000_000_123_456, a)
+            + cb.pcapng_epb(1, 3 << 20 | 1 << 19, b)
+            + cb.pcapng_epb(2, 5, cb.link(276, cb.ip(V4)))
+            + cb.pcapng_unknown(0x0BADBAD0))
+    segs = segments(data)
+    assert [s.ts_ns for s in segs] == [1_700_000_000_123_456_000, 3_500_000_000, 5_000_000]
+    check(segs[0], V4, segs[0].ts_ns)
+    check(segs[1], V6, segs[1].ts_ns)
+    check(segs[2], V4, segs[2].ts_ns)
+
+
+def test_pcapng_sections_of_both_byte_orders_and_simple_packet_blocks():
+    pkt = cb.link(1, cb.ip(V4))
+    data = (cb.pcapng([(1, pkt)], big_endian=True)
+            + cb.pcapng_shb() + cb.pcapng_idb(1) + cb.pcapng_spb(pkt)
+            + cb.pcapng([(2, pkt)]))
+    segs = segments(data)
+    assert [s.ts_ns for s in segs] == [1, 0, 2]
+    assert all(s.payload == V4.payload for s in segs)
+
+
+def test_packet_numbers_and_offsets_match_file_positions():
+    pkt = cb.link(1, cb.ip(V4))
+    data = cb.pcap([(0, pkt)] * 3)
+    pkts = list(CaptureReader(io.BytesIO(data)))
+    assert [p.number for p in pkts] == [1, 2, 3]
+    assert [p.offset for p in pkts] == [24 + i * (16 + len(pkt)) for i in range(3)]
+
+
+@pytest.mark.parametrize("fmt", ["pcap", "pcapng"])
+def test_truncated_last_packet_is_reported(fmt):
+    pkt = cb.link(1, cb.ip(V4))
+    data = cb.pcap([(0, pkt)] * 2) if fmt == "pcap" else cb.pcapng([(0, pkt)] * 2)
+    for cut in (1, 5, 17, len(pkt)):
+        r = CaptureReader(io.BytesIO(data[:-cut]))
+        assert len(list(r)) == 1
+        assert r.truncated is not None and r.truncated.present < r.truncated.needed
+        assert "ends inside" in str(r.truncated)
+
+
+def test_not_a_capture_names_offset_zero():
+    with pytest.raises(DecodeError) as e:
+        CaptureReader(io.BytesIO(b"GET / HTTP/1.1\r\n"))
+    assert e.value.offset == 0 and "not a pcap" in str(e.value)
+    with pytest.raises(DecodeError):
+        CaptureReader(io.BytesIO(b"\xd4\xc3"))
+
+
+def test_structural_damage_names_the_file_offset():
+    pkt = cb.link(1, cb.ip(V4))
+    good = cb.pcapng([(0, pkt)])
+    epb_at = len(cb.pcapng_shb()) + len(cb.pcapng_idb(1, tsresol=9))
+    bad_len = good[:epb_at + 4] + struct.pack("<I", 13) + good[epb_at + 8:]
+    with pytest.raises(DecodeError) as e:
+        list(CaptureReader(io.BytesIO(bad_len)))
+    assert e.value.offset == epb_at + 4
+    bad_trailer = good[:-4] + struct.pack("<I", 8)
+    with pytest.raises(DecodeError) as e:
+        list(CaptureReader(io.BytesIO(bad_trailer)))
+    assert "trailer" in str(e.value)
+    no_idb = cb.pcapng_shb() + cb.pcapng_epb(0, 0, pkt)
+    with pytest.raises(DecodeError, match="interface 0"):
+        list(CaptureReader(io.BytesIO(no_idb)))
+
+
+def test_huge_length_fields_cost_only_the_bytes_present():
+    # A pcap record claiming 16 MiB in a tiny file: truncation, no 16 MiB read.
+    hdr = cb.pcap([])
+    data = hdr + struct.pack("<IIII", 0, 0, 16 * 1024 * 1024, 16 * 1024 * 1024) + b"x" * 10
+    r = CaptureReader(io.BytesIO(data))
+    assert list(r) == [] and r.truncated.present == 26
+    with pytest.raises(DecodeError, match="incl_len|captured bytes"):
+        list(CaptureReader(io.BytesIO(hdr + struct.pack("<IIII", 0, 0, 2**32 - 1, 0))))
+    big = cb.pcapng_shb() + struct.pack("<II", 6, 2**31)
+    with pytest.raises(DecodeError):
+        list(CaptureReader(io.BytesIO(big)))
+
+
+_PREFIXES = [cb.pcap([(0, cb.link(1, cb.ip(V4)))]), cb.pcapng([(0, cb.link(113, cb.ip(V6)))]),
+             cb.pcapng([(0, cb.link(1, cb.ip(V4)))], big_endian=True)]
+
+
+def _read_all(data: bytes) -> None:
+    try:
+        r = CaptureReader(io.BytesIO(data))
+        for p in r:
+            tcp_segment(p)
+    except DecodeError as e:
+        assert e.offset >= 0
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.sampled_from(_PREFIXES), st.integers(0, 200), st.binary(max_size=300),
+       st.integers(0, 400), st.binary(min_size=1, max_size=8))
+def test_fuzz_reader_gives_packets_or_decode_error(prefix, cut, tail, at, patch):
+    """Valid captures cut, extended and overwritten: packets or DecodeError, quickly."""
+    data = bytearray(prefix[:max(0, len(prefix) - cut)] + tail)
+    at = min(at, len(data))
+    data[at:at + len(patch)] = patch
+    t0 = time.perf_counter()
+    _read_all(bytes(data))
+    assert time.perf_counter() - t0 < 1.0
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.binary(max_size=400))
+def test_fuzz_arbitrary_bytes(data):
+    _read_all(data)
+    _read_all(b"\xd4\xc3\xb2\xa1" + data)
+    _read_all(b"\x0a\x0d\x0d\x0a" + data)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.sampled_from(LINK_TYPES), st.binary(max_size=120))
+def test_fuzz_link_and_ip_layers(link_type, data):
+    from kctl.inspect.pcap import CapturedPacket
+    out = tcp_segment(CapturedPacket(1, 0, 0, link_type, data, len(data)))
+    assert isinstance(out, (TcpSegment, PacketSkip))
