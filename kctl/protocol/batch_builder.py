@@ -19,6 +19,8 @@ records; tests check that (rule 7 of the conventions).
 
 from __future__ import annotations
 
+import struct
+from itertools import repeat
 from typing import Final, Sequence
 
 from crc32c import crc32c
@@ -49,26 +51,46 @@ class BatchTemplate:
     section as usual (its cost then dominates). A template caches pieces for
     each payload length it has seen, up to the largest batch it has built; it
     is not thread-safe (one per worker).
+
+    ``id_headers=(seq_key, ts_key)`` adds two headers to every record after
+    ``headers``: ``seq_key`` with an 8-byte big-endian unsigned sequence number
+    and ``ts_key`` with an 8-byte big-endian signed timestamp in nanoseconds.
+    Both are fixed width, so every record of a batch keeps one layout; ``build``
+    then takes ``ids``: runs of ``(count, first_seq, first_ts_ns, ts_step_ns)``
+    covering the values in order, and writes one small chunk per record with a
+    single ``struct`` call per record (no varint work).
     """
 
     __slots__ = ("headers", "compression", "compression_level", "xerial", "_headers_raw",
-                 "_pieces", "_piece_total", "_attributes")
+                 "_pieces", "_piece_total", "_attributes", "_headers_len", "_id_struct",
+                 "_id_head", "_id_mid")
 
     def __init__(self, *, headers: Sequence[Header] = (),
                  compression: int = Compression.NONE, compression_level: int | None = None,
-                 xerial: bool = True) -> None:
+                 xerial: bool = True, id_headers: tuple[str, str] | None = None) -> None:
         self.headers = tuple(headers)
         self.compression = Compression(compression)
         self.compression_level = compression_level
         self.xerial = xerial
-        parts = [encode_varint(len(self.headers))]
+        parts = [encode_varint(len(self.headers) + (2 if id_headers else 0))]
         for h in self.headers:
             k = h.key.encode()
             parts.append(encode_varint(len(k)) + k)
             parts.append(_NULL if h.value is None else encode_varint(len(h.value)) + h.value)
-        # Headers end every record; they are glued to the front of the next
-        # record's prefix so a batch is prefix, value, prefix, value, ..., tail.
-        self._headers_raw = b"".join(parts)
+        self._id_struct: struct.Struct | None = None
+        if id_headers is None:
+            # Headers end every record; they are glued to the front of the next
+            # record's prefix so a batch is prefix, value, prefix, value, ..., tail.
+            self._headers_raw = b"".join(parts)
+            self._headers_len = len(self._headers_raw)
+        else:
+            seq_key, ts_key = (k.encode() for k in id_headers)
+            # Per record: prefix, value, chunk; chunk = head + seq + mid + ts.
+            self._id_head = b"".join(parts) + encode_varint(len(seq_key)) + seq_key + encode_varint(8)
+            self._id_mid = encode_varint(len(ts_key)) + ts_key + encode_varint(8)
+            self._id_struct = struct.Struct(f">{len(self._id_head)}sQ{len(self._id_mid)}sq")
+            self._headers_raw = b""
+            self._headers_len = self._id_struct.size
         # value length -> [piece for offset delta 0, 1, 2, ...]
         self._pieces: dict[int, list[bytes]] = {}
         # value length -> [total length of the first k pieces, for k = 0, 1, ...]
@@ -81,7 +103,7 @@ class BatchTemplate:
         timestamp delta 0, offset delta, key, value length."""
         key_part = _NULL if key is None else encode_varint(len(key)) + key
         tail = b"\x00\x00" + encode_varint(delta) + key_part + encode_varint(value_len)
-        length = len(tail) + value_len + len(self._headers_raw)
+        length = len(tail) + value_len + self._headers_len
         return encode_varint(length) + tail
 
     def _pieces_for(self, value_len: int, count: int) -> list[bytes]:
@@ -104,7 +126,8 @@ class BatchTemplate:
               is_transactional: bool = False,
               partition_leader_epoch: int = NO_PARTITION_LEADER_EPOCH,
               keys: Sequence[bytes | None] | None = None,
-              value_size: int | None = None) -> bytes:
+              value_size: int | None = None,
+              ids: Sequence[tuple[int, int, int, int]] | None = None) -> bytes:
         """A whole batch holding ``values`` (offset deltas 0..n-1), with
         ``keys`` if given (same length as ``values``), else null keys.
 
@@ -116,7 +139,12 @@ class BatchTemplate:
         n = len(values)
         if n == 0:
             raise EncodeError("a batch needs at least one record")
-        if keys is None:
+        if self._id_struct is not None:
+            if keys is not None:
+                raise EncodeError("id headers are not supported with keys")
+            body = self._body_with_ids(values, n, value_size, ids)
+            value_size = None
+        elif keys is None:
             if value_size is None:
                 lengths = set(map(len, values))
                 uniform = len(lengths) == 1
@@ -143,12 +171,46 @@ class BatchTemplate:
                 parts.append(v)
             parts.append(b"")
             value_size = None
-        parts[-1] = self._headers_raw
-        body = b"".join(parts)
+        if self._id_struct is None:
+            parts[-1] = self._headers_raw
+            body = b"".join(parts)
         if value_size is not None:
             expected = self._piece_total[value_size][n] + n * value_size + len(self._headers_raw)
             if len(body) != expected:
                 raise EncodeError(f"values are not all {value_size} bytes long")
+        return self._finish(body, n, base_timestamp, producer_id, producer_epoch, base_sequence,
+                            base_offset, is_transactional, partition_leader_epoch)
+
+    def _body_with_ids(self, values: Sequence[bytes], n: int, value_size: int | None,
+                       ids: Sequence[tuple[int, int, int, int]] | None) -> bytes:
+        if ids is None:
+            raise EncodeError("this template writes id headers: build() needs ids")
+        pack = self._id_struct.pack  # type: ignore[union-attr]
+        head, mid = self._id_head, self._id_mid
+        chunks: list[bytes] = []
+        for count, first_seq, first_ts, step in ids:
+            tss = range(first_ts, first_ts + count * step, step) if step else repeat(first_ts, count)
+            chunks.extend(map(pack, repeat(head, count), range(first_seq, first_seq + count),
+                              repeat(mid, count), tss))
+        if len(chunks) != n:
+            raise EncodeError(f"ids cover {len(chunks)} records, the batch has {n}")
+        parts: list[bytes] = [b""] * (3 * n)
+        if value_size is not None:
+            parts[0::3] = self._pieces_for(value_size, n)[:n]
+        else:
+            parts[0::3] = [self._pieces_for(len(v), i + 1)[i] for i, v in enumerate(values)]
+        parts[1::3] = values
+        parts[2::3] = chunks
+        body = b"".join(parts)
+        if value_size is not None:
+            expected = self._piece_total[value_size][n] + n * (value_size + self._headers_len)
+            if len(body) != expected:
+                raise EncodeError(f"values are not all {value_size} bytes long")
+        return body
+
+    def _finish(self, body: bytes, n: int, base_timestamp: int, producer_id: int,
+                producer_epoch: int, base_sequence: int, base_offset: int,
+                is_transactional: bool, partition_leader_epoch: int) -> bytes:
         if self.compression:
             body = compress(self.compression, body, level=self.compression_level,
                             xerial=self.xerial)
