@@ -141,7 +141,8 @@ class _Connection:
         # correlation id -> (api key, api version, arrival monotonic ns)
         self.in_flight: dict[int, tuple[int, int, int]] = {}
         self.to_up = bytearray()
-        # [release monotonic ns, bytes, drop-after]: each entry is one write to the client
+        # [release monotonic ns, bytes, drop after it, last write of a tracked response]:
+        # each entry is one write to the client
         self.out: collections.deque[list[Any]] = collections.deque()
         self.last_release_ns = 0
         self.injector: FaultInjector | None = None
@@ -434,6 +435,8 @@ class Processor:
                     item[1] = chunk[n:]
                     return
             out.popleft()
+            if item[3]:
+                self.proxy.stats.on_delivered(conn.id)
             if item[2]:
                 # A drop fault: part of the response went out; now the connection dies.
                 self.proxy.stats.on_fault("dropped")
@@ -502,7 +505,7 @@ class Processor:
         entry = conn.in_flight.pop(corr, None) if corr is not None else None
         if entry is None:
             # Not a request we saw (or one we did not expect an answer to): pass it on.
-            self._queue(conn, _SIZE.pack(len(payload)) + payload, now, FaultDecision())
+            self._queue(conn, _SIZE.pack(len(payload)) + payload, now, FaultDecision(), counted=False)
             return
         api_key, api_version, arrived_ns = entry
         injector = proxy.injector_for(conn)
@@ -557,15 +560,18 @@ class Processor:
         if d.segment_bytes:
             stats.on_fault("tiny_segments")
 
-    def _queue(self, conn: _Connection, data: bytes, release_ns: int, d: FaultDecision) -> None:
+    def _queue(self, conn: _Connection, data: bytes, release_ns: int, d: FaultDecision,
+               counted: bool = True) -> None:
         if d.drop_at is not None:
             data = data[:d.drop_at]
         chunks = segments(data, d.segment_bytes)
         for c in chunks:
-            conn.out.append([release_ns, c, False])
+            conn.out.append([release_ns, c, False, False])
         conn.out_bytes += len(data)
         if d.drop_at is not None:
             conn.out[-1][2] = True
+        else:
+            conn.out[-1][3] = counted
 
 
 class InspectorProxy:

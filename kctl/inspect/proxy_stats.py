@@ -159,6 +159,12 @@ class ProxyStats:
             c = self._conns.get(conn_id)
             if c is not None:
                 c.responses += 1
+
+    def on_delivered(self, conn_id: int) -> None:
+        """The last byte of a response went to the client: one fewer request in flight."""
+        with self._lock:
+            c = self._conns.get(conn_id)
+            if c is not None:
                 c.in_flight = max(0, c.in_flight - 1)
 
     def on_fault(self, kind: str, n: int = 1) -> None:
