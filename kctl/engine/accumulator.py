@@ -110,8 +110,10 @@ IDLE_NS = 1 << 62
 
 class RecordAccumulator:
     def __init__(self, config: AccumulatorConfig, pool: BufferPool, *,
-                 sequences: SequenceSource | None = None, guarantee_order: bool = False) -> None:
+                 sequences: SequenceSource | None = None, guarantee_order: bool = False,
+                 wall_offset_ns: int = 0) -> None:
         self.config = config
+        self.wall_offset_ns = wall_offset_ns
         self.pool = pool
         self.sequences = sequences
         self.guarantee_order = guarantee_order
@@ -144,7 +146,8 @@ class RecordAccumulator:
             return None
         batch = ProducerBatch(tp, now_ns, capacity, buffer, compression=self.compression,
                               compression_level=self.compression_level, template=template,
-                              value_size=value_size, created_wall_ms=wall_ms)
+                              value_size=value_size, created_wall_ms=wall_ms,
+                              wall_offset_ns=self.wall_offset_ns)
         self._deque(tp).append(batch)
         self._incomplete.add(batch)
         return batch
@@ -176,7 +179,7 @@ class RecordAccumulator:
     def append_bulk(self, tp: TopicPartition, values: Sequence[bytes], record_bytes: int,
                     template: BatchTemplate, now_ns: int, wall_ms: int, *,
                     value_size: int | None = None, intended_first_ns: int = -1,
-                    intended_step_ns: int = 0) -> BulkAppendResult:
+                    intended_step_ns: int = 0, first_seq: int = -1) -> BulkAppendResult:
         """A slice of values sharing ``template`` (``record_bytes`` each, framing
         included), spread over as many batches as needed. Appends a prefix of
         ``values`` when the pool runs dry; the caller waits for memory and
@@ -203,7 +206,8 @@ class RecordAccumulator:
                 room = last.room_for(record_bytes)
             take = min(room, total - done)
             first = intended_first_ns + done * intended_step_ns if intended_first_ns >= 0 else -1
-            last.append_bulk(values[done:done + take], record_bytes, now_ns, first, intended_step_ns)
+            seq = first_seq + done if first_seq >= 0 else -1
+            last.append_bulk(values[done:done + take], record_bytes, now_ns, first, intended_step_ns, seq)
             done += take
         return BulkAppendResult(done, new)
 

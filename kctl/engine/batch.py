@@ -91,12 +91,14 @@ class IllegalBatchTransition(RuntimeError):
 
 class AppendSlice(NamedTuple):
     """Records appended together; ``intended_*`` are the schedule's send times
-    (``intended_first_ns`` < 0 when there is no schedule)."""
+    (``intended_first_ns`` < 0 when there is no schedule); ``first_seq`` is the
+    load generator's sequence number of the first record (-1: none)."""
 
     count: int
     appended_ns: int
     intended_first_ns: int
     intended_step_ns: int
+    first_seq: int = -1
 
 
 @dataclass(frozen=True, slots=True)
@@ -160,15 +162,16 @@ class ProducerBatch:
         "producer_id", "producer_epoch", "base_sequence", "is_transactional",
         "_records", "_handles", "_values", "template", "value_size", "slices",
         "_encoded_for", "compression", "compression_level", "result", "retry_after_ns",
-        "sent_ns", "node_id", "split_generation", "created_wall_ms", "_encoded",
+        "sent_ns", "node_id", "split_generation", "created_wall_ms", "_encoded", "wall_offset_ns",
     )
 
     def __init__(self, tp: TopicPartition, created_ns: int, capacity: int,
                  buffer: bytearray | None, *, compression: int = Compression.NONE,
                  compression_level: int | None = None,
                  template: BatchTemplate | None = None, value_size: int | None = None,
-                 created_wall_ms: int = -1) -> None:
+                 created_wall_ms: int = -1, wall_offset_ns: int = 0) -> None:
         self.tp = tp
+        self.wall_offset_ns = wall_offset_ns  # wall-clock ns minus monotonic ns
         self.created_wall_ms = created_wall_ms
         self.state = BatchState.OPEN
         self.created_ns = created_ns
@@ -245,12 +248,13 @@ class ProducerBatch:
         return max(n, 0 if self.record_count else 1)
 
     def append_bulk(self, values: Sequence[bytes], record_bytes: int, now_ns: int,
-                    intended_first_ns: int = -1, intended_step_ns: int = 0) -> None:
+                    intended_first_ns: int = -1, intended_step_ns: int = 0,
+                    first_seq: int = -1) -> None:
         """Appends a slice of same-template values; the caller checked ``room_for``."""
         assert self._values is not None and self.state is BatchState.OPEN
         self._values.extend(values)
         n = len(values)
-        self.slices.append(AppendSlice(n, now_ns, intended_first_ns, intended_step_ns))
+        self.slices.append(AppendSlice(n, now_ns, intended_first_ns, intended_step_ns, first_seq))
         self.record_count += n
         self.estimated_bytes += n * record_bytes
         self.last_append_ns = now_ns
@@ -276,7 +280,7 @@ class ProducerBatch:
                     self._values, base_timestamp=self._base_timestamp(now_wall_ms),
                     producer_id=self.producer_id, producer_epoch=self.producer_epoch,
                     base_sequence=self.base_sequence, is_transactional=self.is_transactional,
-                    value_size=self.value_size)
+                    value_size=self.value_size, ids=self._ids())
             else:
                 data = build_batch(self._records, compression=self.compression,  # type: ignore[arg-type]
                                    compression_level=self.compression_level,
@@ -294,6 +298,17 @@ class ProducerBatch:
             self.encoded_size = n
             self._encoded_for = key
         return self._encoded  # type: ignore[return-value]
+
+    def _ids(self) -> list[tuple[int, int, int, int]] | None:
+        """Id-header runs for a template that writes them: sequence numbers and the
+        intended send time (the append time without a schedule) as wall-clock ns."""
+        if not self.template.writes_ids:  # type: ignore[union-attr]
+            return None
+        off = self.wall_offset_ns
+        return [(s.count, s.first_seq,
+                 (s.intended_first_ns if s.intended_first_ns >= 0 else s.appended_ns) + off,
+                 s.intended_step_ns if s.intended_first_ns >= 0 else 0)
+                for s in self.slices]
 
     def _base_timestamp(self, now_wall_ms: int) -> int:
         # Bulk records carry the wall-clock time at which the batch was created.
@@ -340,7 +355,8 @@ class ProducerBatch:
                               compression=self.compression,
                               compression_level=self.compression_level,
                               template=self.template, value_size=self.value_size,
-                              created_wall_ms=self.created_wall_ms)
+                              created_wall_ms=self.created_wall_ms,
+                              wall_offset_ns=self.wall_offset_ns)
             if self._records is not None:
                 b._records = [r.__class__(i, r.timestamp, r.key, r.value, r.headers)
                               for i, r in enumerate(self._records[lo:hi])]
@@ -375,6 +391,7 @@ def _slices_between(slices: Sequence[AppendSlice], lo: int, hi: int) -> list[App
         if a < b:
             skip = a - start
             first = s.intended_first_ns + skip * s.intended_step_ns if s.intended_first_ns >= 0 else -1
-            out.append(AppendSlice(b - a, s.appended_ns, first, s.intended_step_ns))
+            seq = s.first_seq + skip if s.first_seq >= 0 else -1
+            out.append(AppendSlice(b - a, s.appended_ns, first, s.intended_step_ns, seq))
         start = end
     return out

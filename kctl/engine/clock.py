@@ -25,6 +25,10 @@ class Clock(Protocol):
         """Wall-clock time in milliseconds since the Unix epoch."""
         ...
 
+    def wall_ns(self) -> int:
+        """Wall-clock time in nanoseconds since the Unix epoch."""
+        ...
+
 
 class SystemClock:
     """The real clocks: ``time.monotonic_ns`` and ``time.time_ns``."""
@@ -36,6 +40,9 @@ class SystemClock:
 
     def wall_ms(self) -> int:
         return time.time_ns() // NS_PER_MS
+
+    def wall_ns(self) -> int:
+        return time.time_ns()
 
 
 class FakeClock:
@@ -52,6 +59,9 @@ class FakeClock:
 
     def wall_ms(self) -> int:
         return self._wall_ns // NS_PER_MS
+
+    def wall_ns(self) -> int:
+        return self._wall_ns
 
     def advance(self, ns: int = 0, *, ms: int = 0) -> int:
         """Move both readings forward by ``ns`` + ``ms`` milliseconds; returns the new ``now_ns``."""

@@ -59,7 +59,8 @@ class Producer:
         sender_cfg = config.sender
         self.accumulator = RecordAccumulator(
             config.accumulator, self.pool, sequences=self.idempotence,
-            guarantee_order=sender_cfg.max_in_flight_requests_per_connection == 1)
+            guarantee_order=sender_cfg.max_in_flight_requests_per_connection == 1,
+            wall_offset_ns=self.clock.wall_ns() - self.clock.now_ns())
         self.metadata = Metadata(config.metadata)
         self.network = network or NetworkClient(config.network, clock=self.clock,
                                                 bootstrap=config.bootstrap_servers)
@@ -156,7 +157,8 @@ class Producer:
 
     def send_bulk(self, topic: str, partition: int, values: Sequence[bytes], *,
                   template: BatchTemplate, record_bytes: int, value_size: int | None = None,
-                  intended_first_ns: int = -1, intended_step_ns: int = 0) -> None:
+                  intended_first_ns: int = -1, intended_step_ns: int = 0,
+                  first_seq: int = -1) -> None:
         """The load path: a slice of same-template values into one partition, through
         the same accumulator, batches and sender as ``send``. Completion is reported
         per batch through ``on_batch_done`` (no handle per record)."""
@@ -171,7 +173,8 @@ class Producer:
                 self.clock.wall_ms(), value_size=value_size,
                 intended_first_ns=(intended_first_ns + done * intended_step_ns
                                    if intended_first_ns >= 0 else -1),
-                intended_step_ns=intended_step_ns)
+                intended_step_ns=intended_step_ns,
+                first_seq=first_seq + done if first_seq >= 0 else -1)
             done += res.appended
             if res.needs_memory:
                 buffer = self.pool.allocate(res.needs_memory, max_block_ms=self.config.max_block_ms,

@@ -98,6 +98,15 @@ class BatchTemplate:
         self._attributes = (batch_attributes(self.compression, 0, False),
                             batch_attributes(self.compression, 0, True))
 
+    def record_size(self, value_len: int) -> int:
+        """Bytes one record of ``value_len`` takes in a batch (an upper bound for
+        offset deltas below 16384, i.e. any batch up to 16383 records)."""
+        return len(self._record_prefix(16383, value_len)) + value_len + self._headers_len
+
+    @property
+    def writes_ids(self) -> bool:
+        return self._id_struct is not None
+
     def _record_prefix(self, delta: int, value_len: int, key: bytes | None = None) -> bytes:
         """Everything of a record before its value: length, attributes,
         timestamp delta 0, offset delta, key, value length."""
