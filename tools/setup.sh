@@ -11,15 +11,19 @@ cd "$(dirname "$0")/.."
 extras="${KCTL_EXTRAS:-broker,test}"
 
 # System packages needed by the tests (packet capture tools, TLS terminator, ...).
-apt_packages=()
+apt_packages=(tcpdump tshark)
 need_apt=()
 for p in "${apt_packages[@]}"; do
     dpkg -s "$p" >/dev/null 2>&1 || need_apt+=("$p")
 done
 if [ "${#need_apt[@]}" -gt 0 ] && [ "$extras" != "broker" ]; then
+    # tshark asks whether non-root users may capture; answer no without a prompt.
+    preseed="wireshark-common wireshark-common/install-setuid boolean false"
     if [ "$(id -u)" = 0 ]; then
+        echo "$preseed" | debconf-set-selections 2>/dev/null || true
         apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need_apt[@]}"
     else
+        echo "$preseed" | sudo debconf-set-selections 2>/dev/null || true
         sudo apt-get update -qq && sudo DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need_apt[@]}"
     fi
 fi

@@ -87,6 +87,7 @@ class StreamData:
     offset: int
     data: bytes
     ts_ns: int
+    packet: int = 0     # capture packet number of the segment that made the bytes deliverable
 
 
 @dataclass(frozen=True, slots=True)
@@ -142,7 +143,7 @@ class HalfStream:
         if seg.fin and self.fin_seq is None:
             self.fin_seq = (seq + length) % _MOD
         if length:
-            self._accept(seq, seg.payload, seg.missing, seg.ts_ns, out)
+            self._accept(seq, seg.payload, seg.missing, seg.ts_ns, out, seg.number)
         if seg.rst:
             out.extend(self.finish(seg.ts_ns, "connection reset"))
             self.closed = True
@@ -151,7 +152,7 @@ class HalfStream:
         return out
 
     def _accept(self, seq: int, data: bytes, hole: int, ts_ns: int,
-                out: list[StreamData | StreamGap]) -> None:
+                out: list[StreamData | StreamGap], packet: int = 0) -> None:
         assert self.next_seq is not None
         d = _sdiff(seq, self.next_seq)
         length = len(data) + hole
@@ -178,15 +179,17 @@ class HalfStream:
             self._pending[seq] = (data, hole, ts_ns)
             self._pending_bytes += len(data)
             while self._pending_bytes > self.max_pending_bytes:
-                self._skip_to_pending(ts_ns, "out-of-order bytes exceed the reassembly limit", out)
+                self._skip_to_pending(ts_ns, "out-of-order bytes exceed the reassembly limit", out,
+                                      packet)
             return
-        self._deliver(data, hole, ts_ns, out)
-        self._drain(ts_ns, out)
+        self._deliver(data, hole, ts_ns, out, packet)
+        self._drain(ts_ns, out, packet)
 
-    def _deliver(self, data: bytes, hole: int, ts_ns: int, out: list[StreamData | StreamGap]) -> None:
+    def _deliver(self, data: bytes, hole: int, ts_ns: int, out: list[StreamData | StreamGap],
+                 packet: int = 0) -> None:
         assert self.next_seq is not None
         if data:
-            out.append(StreamData(self.offset, data, ts_ns))
+            out.append(StreamData(self.offset, data, ts_ns, packet))
             self.offset += len(data)
         if hole:
             out.append(StreamGap(self.offset, hole, ts_ns, "bytes cut off by the snap length"))
@@ -194,7 +197,7 @@ class HalfStream:
             self.gap_bytes += hole
         self.next_seq = (self.next_seq + len(data) + hole) % _MOD
 
-    def _drain(self, ts_ns: int, out: list[StreamData | StreamGap]) -> None:
+    def _drain(self, ts_ns: int, out: list[StreamData | StreamGap], packet: int = 0) -> None:
         while self._pending:
             progressed = False
             for seq in list(self._pending):
@@ -214,12 +217,13 @@ class HalfStream:
                 else:
                     hole -= cut - len(data)
                     data = b""
-                self._deliver(data, hole, ts_ns, out)
+                self._deliver(data, hole, ts_ns, out, packet)
                 progressed = True
             if not progressed:
                 return
 
-    def _skip_to_pending(self, ts_ns: int, reason: str, out: list[StreamData | StreamGap]) -> None:
+    def _skip_to_pending(self, ts_ns: int, reason: str, out: list[StreamData | StreamGap],
+                         packet: int = 0) -> None:
         """Declares the hole before the earliest held segment a gap and moves past it."""
         assert self.next_seq is not None
         first = min(self._pending, key=lambda s: _sdiff(s, self.next_seq))  # type: ignore[arg-type]
@@ -228,7 +232,7 @@ class HalfStream:
         self.gap_bytes += missing
         self.offset += missing
         self.next_seq = first
-        self._drain(ts_ns, out)
+        self._drain(ts_ns, out, packet)
 
     def finish(self, ts_ns: int, reason: str = "capture ended before the missing bytes") -> list[StreamData | StreamGap]:
         """Delivers everything still held, with gaps for the holes (end of capture)."""
@@ -259,6 +263,7 @@ class Frame:
     ts_ns: int
     first_ts_ns: int
     resynced: bool = False
+    packet: int = 0         # capture packet number of the segment that completed it
 
 
 @dataclass(frozen=True, slots=True)
@@ -351,7 +356,7 @@ class FrameSplitter:
         elif self._first_ts is None:
             self._first_ts = chunk.ts_ns
         self._buf += chunk.data
-        self._run(chunk.ts_ns, out)
+        self._run(chunk.ts_ns, out, chunk.packet)
         return out
 
     def gap(self, gap: StreamGap) -> list[Frame | StreamNotice]:
@@ -384,7 +389,7 @@ class FrameSplitter:
         out.append(StreamNotice(self.conn, self.direction, self._buf_offset, ts_ns, kind, msg, n))
         return out
 
-    def _run(self, ts_ns: int, out: list[Frame | StreamNotice]) -> None:
+    def _run(self, ts_ns: int, out: list[Frame | StreamNotice], packet: int = 0) -> None:
         buf = self._buf
         pos = 0
         while True:
@@ -407,7 +412,7 @@ class FrameSplitter:
                 break
             out.append(Frame(self.conn, self.direction, self._buf_offset + pos, bytes(buf[pos + 4:end]),
                              ts_ns, self._first_ts if self._first_ts is not None else ts_ns,
-                             self._resynced_next))
+                             self._resynced_next, packet))
             self._resynced_next = False
             self._first_ts = ts_ns
             pos = end

@@ -30,7 +30,7 @@ DEFAULT_RECORD_FORMAT: Final = "%t %p %o %k %s"
 #: The keys ``frame_json`` may write, in order (see docs/decode-json.md).
 JSON_KEYS: Final = (
     "ts", "ts_ns", "file", "src", "dst", "src_port", "dst_port", "direction", "api_key",
-    "api_name", "api_version", "correlation_id", "client_id", "size", "stream_offset", "marks",
+    "api_name", "api_version", "correlation_id", "client_id", "size", "stream_offset", "packet", "marks",
     "latency_ms", "throttle_time_ms", "error_codes", "produce", "fetch", "body", "raw_body",
     "decode_error",
 )
@@ -116,6 +116,7 @@ def frame_json(f: DecodedFrame) -> dict[str, Any]:
         d["client_id"] = f.client_id
     d["size"] = f.size
     d["stream_offset"] = f.offset
+    d["packet"] = f.packet
     d["marks"] = list(f.marks)
     if f.latency_ns is not None:
         d["latency_ms"] = f.latency_ns / 1e6

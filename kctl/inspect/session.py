@@ -110,6 +110,7 @@ class DecodedFrame:
     latency_ns: int | None = None   # responses: time since the request
     marks: tuple[str, ...] = ()
     record_sets: list[RecordSet] = field(default_factory=list)
+    packet: int = 0                 # capture packet number of the segment completing the frame
 
     @property
     def api_name(self) -> str | None:
@@ -212,6 +213,7 @@ class CaptureDecoder:
             df = self._response(fr)
         if fr.resynced:
             df.marks += ("resynced",)
+        df.packet = fr.packet
         return df
 
     # -- requests -------------------------------------------------------
