@@ -1,0 +1,227 @@
+"""Pairing, decoding, marks, port guessing, views and the ``kctl decode`` command."""
+
+from __future__ import annotations
+
+import json
+import struct
+
+from typer.testing import CliRunner
+
+from kctl.cli import app
+from kctl.inspect import report
+from kctl.inspect.session import (
+    CaptureNotice, DecodedFrame, decode_files, decode_frame_bytes, guess_broker_ports,
+)
+from kctl.inspect.summary import CaptureSummary
+from kctl.protocol.frames import frame
+from kctl.protocol.records import Compression
+from tests.inspect import capture_builder as cb
+from tests.inspect.kafka_frames import (
+    metadata_request, metadata_response, produce_request, produce_response,
+)
+
+
+def write(tmp_path, segs, name="c.pcapng", **kw):
+    p = tmp_path / name
+    p.write_bytes(cb.capture(segs, fmt="pcapng" if name.endswith("ng") else "pcap", **kw))
+    return p
+
+
+def frames(path, ports=(9092,)):
+    return [f for f in decode_files([path], ports) if isinstance(f, DecodedFrame)]
+
+
+def basic(tmp_path, **conv):
+    c = cb.Conversation(**conv)
+    c.send(produce_request(1, "orders", {0: 4, 2: 1}, codec=Compression.ZSTD))
+    c.reply(produce_response(1, "orders", (0, 2), error_code=6, throttle_ms=25))
+    c.send(metadata_request(2, ("orders",)))
+    c.reply(metadata_response(2))
+    c.close()
+    return write(tmp_path, c.segs)
+
+
+def test_requests_and_responses_are_paired_and_decoded(tmp_path):
+    fs = frames(basic(tmp_path))
+    assert [(f.direction, f.api_name, f.api_version, f.correlation_id) for f in fs] == [
+        ("request", "Produce", 9, 1), ("response", "Produce", 9, 1),
+        ("request", "Metadata", 12, 2), ("response", "Metadata", 12, 2)]
+    req, resp = fs[0], fs[1]
+    assert req.client_id == "cli" and resp.latency_ns == 1000
+    assert [(rs.topic, rs.partition, rs.batch_count, rs.record_count, rs.codecs)
+            for rs in req.record_sets] == [("orders", 0, 1, 4, ["zstd"]), ("orders", 2, 1, 1, ["zstd"])]
+    assert resp.body.throttle_time_ms == 25
+    assert all(f.marks == () and f.error is None for f in fs)
+
+
+def test_unknown_api_unmatched_response_and_decode_error_are_kept_and_marked(tmp_path):
+    c = cb.Conversation()
+    unknown = frame(struct.pack(">hhih", 999, 0, 5, 3) + b"abc" + b"\x01\x02\x03")
+    bad_version = frame(struct.pack(">hhih", 0, 99, 6, 0) + b"zz")
+    broken = bytearray(produce_request(7))
+    broken[-30:] = b"\xff" * 30      # records and trailing bytes are garbage
+    c.send(unknown + bad_version + bytes(broken) + metadata_request(8))
+    c.reply(frame(struct.pack(">i", 5) + b"resp") + frame(struct.pack(">i", 42) + b"stray")
+            + metadata_response(8))
+    fs = frames(write(tmp_path, c.segs))
+    by = {(f.direction, f.correlation_id): f for f in fs}
+    u = by[("request", 5)]
+    assert u.marks == ("unknown_api",) and u.client_id == "abc" and u.raw_body == b"\x01\x02\x03"
+    assert by[("request", 6)].marks == ("unknown_api",)
+    assert by[("response", 5)].marks == ("unknown_api",) and by[("response", 5)].api_key == 999
+    stray = by[("response", 42)]
+    assert stray.marks == ("unmatched",) and stray.raw_body == b"stray" and stray.api_key is None
+    b = by[("request", 7)]
+    assert b.marks == ("decode_error",) and b.error is not None and b.client_id == "cli"
+    # Decoding went on after the broken frame.
+    assert by[("request", 8)].body is not None and by[("response", 8)].body is not None
+
+
+def test_broken_record_batch_stays_on_its_record_set(tmp_path):
+    req = bytearray(produce_request(1, parts={0: 3}))
+    req[-5] ^= 0xFF      # inside the batch: CRC mismatch
+    c = cb.Conversation()
+    c.send(bytes(req))
+    (f,) = frames(write(tmp_path, c.segs))
+    assert f.error is None and f.record_sets[0].error is not None
+    assert report.has_errors(f)
+    assert report.frame_json(f)["produce"][0]["decode_error"]["reason"]
+
+
+def test_guess_broker_ports(tmp_path):
+    a = cb.Conversation(bport=19092)
+    a.send(metadata_request(1))
+    a.reply(metadata_response(1))
+    b = cb.Conversation(cport=40000, bport=29092, ts_ns=a.ts, handshake=False)
+    b.send(metadata_request(1))
+    p = write(tmp_path, a.segs + b.segs)
+    assert guess_broker_ports([p]) == {19092, 29092}
+    empty = write(tmp_path, [], name="e.pcap")
+    assert guess_broker_ports([empty]) == {9092}
+
+
+def test_not_a_capture_and_truncated_files_are_notices(tmp_path):
+    junk = tmp_path / "junk.pcap"
+    junk.write_bytes(b"hello, not a capture")
+    (n,) = list(decode_files([junk], {9092}))
+    assert isinstance(n, CaptureNotice) and n.kind == "error" and n.offset == 0
+    good = basic(tmp_path)
+    cut = tmp_path / "cut.pcapng"
+    cut.write_bytes(good.read_bytes()[:-10])
+    items = list(decode_files([cut, good], {9092}))
+    kinds = [getattr(i, "kind", None) for i in items if isinstance(i, CaptureNotice)]
+    assert "truncated" in kinds
+    assert sum(isinstance(i, DecodedFrame) for i in items) == 4 + 4   # the cut block is the last FIN
+
+
+def test_decode_frame_bytes_for_hex_input():
+    req = produce_request(3)
+    f = decode_frame_bytes(req)
+    assert f.api_name == "Produce" and f.correlation_id == 3
+    assert decode_frame_bytes(req[4:]).body == f.body
+    r = decode_frame_bytes(metadata_response(9), api_key=3, api_version=12)
+    assert r.api_name == "Metadata" and r.body.topics[0].error_code == 3
+
+
+def test_json_view_has_the_documented_keys(tmp_path):
+    fs = frames(basic(tmp_path))
+    req, resp = report.frame_json(fs[0]), report.frame_json(fs[1])
+    assert set(req) <= set(report.JSON_KEYS) and set(resp) <= set(report.JSON_KEYS)
+    assert req["src"] == "10.0.0.1:50000" and req["dst"] == "10.0.0.2:9092"
+    assert (req["src_port"], req["dst_port"], req["direction"]) == (50000, 9092, "request")
+    assert req["client_id"] == "cli" and req["api_key"] == 0 and req["api_name"] == "Produce"
+    assert req["produce"] == [
+        {"topic": "orders", "partition": 0, "bytes": req["produce"][0]["bytes"], "batches": 1,
+         "records": 4, "codec": "zstd"},
+        {"topic": "orders", "partition": 2, "bytes": req["produce"][1]["bytes"], "batches": 1,
+         "records": 1, "codec": "zstd"}]
+    assert resp["throttle_time_ms"] == 25
+    assert resp["error_codes"] == [{"code": 6, "name": "NOT_LEADER_OR_FOLLOWER"}] * 2
+    assert "client_id" not in resp and resp["body"]["responses"][0]["name"] == "orders"
+    json.dumps(req), json.dumps(resp)
+    assert req["ts"].endswith("Z") and req["ts_ns"] == fs[0].ts_ns
+
+
+def test_line_view_and_records():
+    f = decode_frame_bytes(produce_request(1, "orders", {0: 2}, codec=Compression.GZIP))
+    line = report.frame_line(f)
+    assert "Produce v9 #1 [cli]" in line and "orders/0: 1b 2r gzip" in line
+    views = list(report.iter_records(f))
+    assert [report.format_record("%t %p %o %k %s", v) for v in views] == [
+        "orders 0 0 k0 value-0", "orders 0 1 k1 value-1"]
+    assert report.format_record(r"%K|%S|%T\t%%", views[0]) == "2|7|1700000000000\t%"
+    assert report.binary_json(b"\xff\x00") == {"$base64": "/wA="}
+    assert report.record_json(views[0])["value"] == "value-0"
+
+
+def test_summary_totals(tmp_path):
+    s = CaptureSummary()
+    for item in decode_files([basic(tmp_path)], {9092}):
+        s.add(item)
+    d = s.to_dict()
+    assert d["frames"] == 4 and d["connections"] == 1
+    assert d["apis"]["Produce"]["requests"] == 1 and d["apis"]["Produce"]["latency_ms"]["p50"] > 0
+    assert d["produced"] == [
+        {"topic": "orders", "partition": 0, "records": 4, "bytes": d["produced"][0]["bytes"],
+         "batches": 1, "codecs": {"zstd": 1}},
+        {"topic": "orders", "partition": 2, "records": 1, "bytes": d["produced"][1]["bytes"],
+         "batches": 1, "codecs": {"zstd": 1}}]
+    assert d["errors"] == {"NOT_LEADER_OR_FOLLOWER": 2, "UNKNOWN_TOPIC_OR_PARTITION": 1}
+    assert d["throttle"] == {"responses": 1, "total_ms": 25}
+
+
+# -- the command ----------------------------------------------------------------
+
+runner = CliRunner()
+
+
+def test_cli_default_json_and_filters(tmp_path):
+    p = basic(tmp_path)
+    r = runner.invoke(app, ["decode", str(p)])
+    assert r.exit_code == 0, r.output
+    lines = r.stdout.splitlines()
+    assert len(lines) == 4 and "Produce v9 #1" in lines[0] and "NOT_LEADER_OR_FOLLOWER" in lines[1]
+    r = runner.invoke(app, ["decode", str(p), "--json", "--api", "metadata"])
+    objs = [json.loads(x) for x in r.stdout.splitlines()]
+    assert [o["api_name"] for o in objs] == ["Metadata", "Metadata"]
+    r = runner.invoke(app, ["decode", str(p), "--json", "--errors-only"])
+    assert [json.loads(x)["correlation_id"] for x in r.stdout.splitlines()] == [1, 2]
+    r = runner.invoke(app, ["decode", str(p), "--json", "--topic", "nope"])
+    assert r.stdout == ""
+    r = runner.invoke(app, ["decode", str(p), "--json", "--conn", "10.0.0.1:50000", "--client-id", "cli"])
+    assert len(r.stdout.splitlines()) == 2
+    r = runner.invoke(app, ["decode", str(p), "--port", "1234"])
+    assert r.stdout == ""
+
+
+def test_cli_records_summary_verbose_and_hex(tmp_path):
+    p = basic(tmp_path)
+    r = runner.invoke(app, ["decode", str(p), "--records", "--format", "%t/%p@%o %k=%s"])
+    assert r.stdout.splitlines()[:2] == ["orders/0@0 k0=value-0", "orders/0@1 k1=value-1"]
+    r = runner.invoke(app, ["decode", str(p), "--records", "--json"])
+    assert json.loads(r.stdout.splitlines()[0])["key"] == "k0"
+    r = runner.invoke(app, ["decode", str(p), "--summary", "--json"])
+    assert json.loads(r.stdout)["frames"] == 4
+    r = runner.invoke(app, ["decode", str(p), "--summary"])
+    assert r.exit_code == 0 and "Produce" in r.stdout and "orders" in r.stdout
+    r = runner.invoke(app, ["decode", str(p), "--verbose"])
+    assert r.exit_code == 0 and "topic_data" in r.stdout
+    r = runner.invoke(app, ["decode", "--hex", "--json"], input=produce_request(4).hex())
+    assert json.loads(r.stdout)["correlation_id"] == 4
+    r = runner.invoke(app, ["decode", "--hex", "--json", "--api", "Metadata", "--version", "12"],
+                      input=metadata_response(9).hex())
+    assert json.loads(r.stdout)["api_name"] == "Metadata"
+
+
+def test_cli_errors_are_one_line(tmp_path):
+    junk = tmp_path / "junk.pcap"
+    junk.write_bytes(b"not a capture at all")
+    import subprocess
+    import sys
+    run = subprocess.run([sys.executable, "-m", "kctl", "decode", str(junk)], capture_output=True,
+                         text=True, timeout=60)
+    assert run.returncode == 2
+    assert "not a pcap or pcapng file" in run.stderr and "Traceback" not in run.stderr
+    run = subprocess.run([sys.executable, "-m", "kctl", "decode", "--hex"], input="zz",
+                         capture_output=True, text=True, timeout=60)
+    assert run.returncode == 2 and "not hex" in run.stderr
