@@ -225,3 +225,33 @@ def test_cli_errors_are_one_line(tmp_path):
     run = subprocess.run([sys.executable, "-m", "kctl", "decode", "--hex"], input="zz",
                          capture_output=True, text=True, timeout=60)
     assert run.returncode == 2 and "not hex" in run.stderr
+
+
+# -- fuzz -----------------------------------------------------------------------
+
+from hypothesis import given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+_VALID = [produce_request(1, parts={0: 3, 1: 2}, codec=c) for c in
+          (Compression.NONE, Compression.GZIP, Compression.SNAPPY, Compression.LZ4, Compression.ZSTD)]
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.sampled_from(_VALID), st.integers(0, 400), st.binary(min_size=1, max_size=6),
+       st.integers(0, 50))
+def test_fuzz_damaged_frames_decode_or_report(valid, at, patch, cut):
+    data = bytearray(valid[4:])
+    at = min(at, len(data))
+    data[at:at + len(patch)] = patch
+    f = decode_frame_bytes(bytes(data[:len(data) - cut]))
+    assert isinstance(f, DecodedFrame)
+    report.frame_json(f), report.frame_line(f)
+    r = decode_frame_bytes(bytes(data), api_key=1, api_version=12)
+    report.frame_json(r), report.frame_line(r)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.binary(max_size=300), st.integers(0, 70), st.integers(0, 20))
+def test_fuzz_arbitrary_frames(data, api_key, version):
+    for f in (decode_frame_bytes(data), decode_frame_bytes(data, api_key=api_key, api_version=version)):
+        json.dumps(report.frame_json(f)), report.frame_line(f)
