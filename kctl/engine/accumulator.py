@@ -154,7 +154,8 @@ class RecordAccumulator:
 
     def append(self, tp: TopicPartition, timestamp_ms: int, key: bytes | None,
                value: bytes | None, headers: Sequence[Header], now_ns: int, *,
-               abort_on_new_batch: bool = False) -> AppendResult:
+               abort_on_new_batch: bool = False, intended_ns: int = -1,
+               first_seq: int = -1) -> AppendResult:
         """One record into the partition's open batch (or a new one)."""
         if self.closed:
             raise RuntimeError("append after the producer was closed")
@@ -163,7 +164,8 @@ class RecordAccumulator:
         if dq:
             last = dq[-1]
             if last.state is BatchState.OPEN and not last.is_bulk:
-                handle = last.try_append(timestamp_ms, key, value, headers, now_ns, size)
+                handle = last.try_append(timestamp_ms, key, value, headers, now_ns, size,
+                                         intended_ns, first_seq)
                 if handle is not None:
                     return AppendResult(handle, len(dq) > 1 or last.is_full(), False)
                 last.close()
@@ -172,7 +174,8 @@ class RecordAccumulator:
         batch = self._new_batch(tp, size, now_ns, timestamp_ms)
         if batch is None:
             return AppendResult(None, False, False, needs_memory=max(self.batch_size, size))
-        handle = batch.try_append(timestamp_ms, key, value, headers, now_ns, size)
+        handle = batch.try_append(timestamp_ms, key, value, headers, now_ns, size,
+                                  intended_ns, first_seq)
         assert handle is not None
         return AppendResult(handle, len(dq) > 1 or batch.is_full(), True)
 

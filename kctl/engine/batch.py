@@ -224,7 +224,8 @@ class ProducerBatch:
 
     # -- appending ---------------------------------------------------------------
     def try_append(self, timestamp_ms: int, key: bytes | None, value: bytes | None,
-                   headers: Sequence[Header], now_ns: int, size_estimate: int) -> RecordHandle | None:
+                   headers: Sequence[Header], now_ns: int, size_estimate: int,
+                   intended_ns: int = -1, seq: int = -1) -> RecordHandle | None:
         """Adds one record unless it would overflow the batch (an empty batch takes
         any record); ``None`` when it does not fit."""
         if self.state is not BatchState.OPEN or self._records is None:
@@ -234,7 +235,7 @@ class ProducerBatch:
         self._records.append(Record(self.record_count, timestamp_ms, key, value, tuple(headers)))
         handle = RecordHandle(self.tp, timestamp_ms)
         self._handles.append(handle)  # type: ignore[union-attr]
-        self.slices.append(AppendSlice(1, now_ns, -1, 0))
+        self.slices.append(AppendSlice(1, now_ns, intended_ns, 0, seq))
         self.record_count += 1
         self.estimated_bytes += size_estimate
         self.last_append_ns = now_ns

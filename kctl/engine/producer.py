@@ -121,7 +121,10 @@ class Producer:
     def send(self, topic: str, value: bytes | None, key: bytes | None = None,
              headers: Sequence[Header | tuple[str, bytes | None]] = (),
              partition: int | None = None, timestamp_ms: int | None = None,
-             callback: Callable[[RecordHandle], object] | None = None) -> RecordHandle:
+             callback: Callable[[RecordHandle], object] | None = None, *,
+             intended_ns: int = -1, first_seq: int = -1) -> RecordHandle:
+        """Queues one record; ``intended_ns``/``first_seq`` are the load generator's
+        schedule time and sequence number for latency accounting (-1: none)."""
         if self._closed:
             raise ProducerClosedError("send() after close()")
         hdrs = tuple(h if isinstance(h, Header) else Header(h[0], h[1]) for h in headers)
@@ -132,18 +135,21 @@ class Producer:
         now = self.clock.now_ns()
         tp = TopicPartition(topic, part)
         sticky = self.partitioner.sticks(key, partition)
-        result = self.accumulator.append(tp, ts, key, value, hdrs, now, abort_on_new_batch=sticky)
+        result = self.accumulator.append(tp, ts, key, value, hdrs, now, abort_on_new_batch=sticky,
+                                         intended_ns=intended_ns, first_seq=first_seq)
         if result.abort_for_new_batch:
             # KIP-480: a new batch is a chance to move the sticky partition.
             self.partitioner.on_new_batch(topic, part)
             part = self.partitioner.partition(topic, key, num, available, explicit=partition)
             tp = TopicPartition(topic, part)
-            result = self.accumulator.append(tp, ts, key, value, hdrs, now)
+            result = self.accumulator.append(tp, ts, key, value, hdrs, now,
+                                             intended_ns=intended_ns, first_seq=first_seq)
         while result.needs_memory:
             buffer = self.pool.allocate(result.needs_memory, max_block_ms=self.config.max_block_ms,
                                         clock=self.clock, run_step=self._run_step)
             self.pool.deallocate(buffer, result.needs_memory)
-            result = self.accumulator.append(tp, ts, key, value, hdrs, self.clock.now_ns())
+            result = self.accumulator.append(tp, ts, key, value, hdrs, self.clock.now_ns(),
+                                             intended_ns=intended_ns, first_seq=first_seq)
         handle = result.handle
         assert handle is not None
         if sticky:
@@ -158,14 +164,16 @@ class Producer:
     def send_bulk(self, topic: str, partition: int, values: Sequence[bytes], *,
                   template: BatchTemplate, record_bytes: int, value_size: int | None = None,
                   intended_first_ns: int = -1, intended_step_ns: int = 0,
-                  first_seq: int = -1) -> None:
+                  first_seq: int = -1) -> int:
         """The load path: a slice of same-template values into one partition, through
         the same accumulator, batches and sender as ``send``. Completion is reported
-        per batch through ``on_batch_done`` (no handle per record)."""
+        per batch through ``on_batch_done`` (no handle per record). Returns how many
+        new batches the slice opened."""
         if self._closed:
             raise ProducerClosedError("send_bulk() after close()")
         tp = TopicPartition(topic, partition)
         done = 0
+        opened = 0
         while done < len(values):
             now = self.clock.now_ns()
             res = self.accumulator.append_bulk(
@@ -176,6 +184,7 @@ class Producer:
                 intended_step_ns=intended_step_ns,
                 first_seq=first_seq + done if first_seq >= 0 else -1)
             done += res.appended
+            opened += res.new_batches
             if res.needs_memory:
                 buffer = self.pool.allocate(res.needs_memory, max_block_ms=self.config.max_block_ms,
                                             clock=self.clock, run_step=self._run_step)
@@ -184,6 +193,7 @@ class Producer:
                 self._step(0)
         if self.clock.now_ns() >= self._next_wake_ns:
             self._step(0)
+        return opened
 
     # -- flush and close ------------------------------------------------------------------------
     def flush(self, timeout_s: float | None = None) -> bool:
