@@ -1,0 +1,135 @@
+"""``kctl inspect``: a transparent Kafka proxy with live statistics, captures and fault injection."""
+
+from __future__ import annotations
+
+import queue
+import signal
+import sys
+import time
+from types import FrameType
+
+import typer
+
+from kctl.errors import ConfigError
+from kctl.inspect.faults import ErrorRewrite, FaultPlan
+from kctl.inspect.proxy import FrameEvent, InspectorProxy, parse_hostport
+
+
+def _sigterm_as_interrupt(signum: int, frame: FrameType | None) -> None:
+    raise KeyboardInterrupt
+
+
+def _describe(plan: FaultPlan) -> str:
+    parts = []
+    if plan.delay_ms:
+        d = plan.delay_ms
+        parts.append(f"delay {d[0]}-{d[1]}ms" if isinstance(d, tuple) else f"delay {d}ms")
+    if plan.throttle_ms:
+        parts.append(f"throttle {plan.throttle_ms}ms")
+    if plan.error:
+        parts.append(f"{plan.error.error}@{plan.error.rate}")
+    if plan.drop_rate:
+        parts.append(f"drop {plan.drop_rate}")
+    if plan.tiny_segments:
+        parts.append(f"segments<={plan.tiny_segments}B")
+    if plan.blackhole:
+        parts.append("blackhole")
+    if parts and plan.seed is not None:
+        parts.append(f"seed {plan.seed}")
+    return ", ".join(parts)
+
+
+def inspect(
+    listen: str = typer.Option("127.0.0.1:9092", "--listen", help="HOST:PORT of the first listener."),
+    upstream: list[str] = typer.Option(..., "--upstream", help="Broker HOST:PORT to front (repeatable)."),
+    capture: str = typer.Option(None, "--capture", help="Write a pcapng capture of both legs here."),
+    seed: int = typer.Option(None, "--seed", help="Seed for the fault choices (reproducible runs)."),
+    delay_ms: str = typer.Option(None, "--delay-ms", help="Delay responses: MS or LO-HI."),
+    throttle_ms: int = typer.Option(0, "--throttle-ms", min=0,
+                                    help="throttle_time_ms put into Produce/Fetch responses."),
+    inject_error: str = typer.Option(None, "--inject-error",
+                                     help="NAME[:RATE] partition error in Produce responses, "
+                                          "e.g. NOT_LEADER_OR_FOLLOWER:0.01."),
+    drop_rate: float = typer.Option(0.0, "--drop-rate", min=0.0, max=1.0,
+                                    help="Probability of cutting a connection mid-response."),
+    tiny_segments: int = typer.Option(0, "--tiny-segments", min=0,
+                                      help="Deliver responses in writes of at most N bytes."),
+    blackhole: bool = typer.Option(False, "--blackhole", help="Never answer (requests still go upstream)."),
+    virtual_brokers: int = typer.Option(1, "--virtual-brokers", min=1,
+                                        help="Present the one upstream broker as N brokers."),
+    show: str = typer.Option("stats", "--show", help="stats (live view) or frames (one line per frame)."),
+    duration: float = typer.Option(None, "--duration", min=0.0, help="Stop after S seconds."),
+) -> None:
+    """Run a transparent Kafka proxy: live stats or frames, pcapng capture, fault injection."""
+    if show not in ("stats", "frames"):
+        raise ConfigError(f"--show {show!r}: expected stats or frames")
+    host, port = parse_hostport(listen, what="--listen")
+    plan = FaultPlan(
+        delay_ms=FaultPlan.parse_delay(delay_ms) if delay_ms else None, throttle_ms=throttle_ms,
+        error=ErrorRewrite.parse(inject_error) if inject_error else None, drop_rate=drop_rate,
+        tiny_segments=tiny_segments, blackhole=blackhole, seed=seed)
+    lines: queue.SimpleQueue[FrameEvent] = queue.SimpleQueue()
+    proxy = InspectorProxy(upstream, host, port, faults=plan, capture=capture,
+                           virtual_brokers=virtual_brokers,
+                           on_frame=lines.put if show == "frames" else None)
+    previous_int = signal.signal(signal.SIGINT, signal.default_int_handler)
+    previous_term = signal.signal(signal.SIGTERM, _sigterm_as_interrupt)
+    try:
+        with proxy:
+            _run(proxy, show, lines, duration, _describe(plan))
+    except KeyboardInterrupt:
+        pass
+    finally:
+        signal.signal(signal.SIGTERM, previous_term)
+        signal.signal(signal.SIGINT, previous_int)
+    if capture:
+        typer.echo(f"capture written to {capture}", err=True)
+
+
+def _run(proxy: InspectorProxy, show: str, lines: queue.SimpleQueue, duration: float | None,
+         faults: str) -> None:
+    from kctl.ui.inspect_view import InspectView, frame_line, stats_lines
+
+    listeners = [f"{h}:{p}" for h, p in proxy.listeners]
+    typer.echo(f"kctl inspect: listening on {', '.join(listeners)} -> "
+               f"{', '.join(f'{h}:{p}' for h, p in proxy.upstreams)}"
+               + (f" (faults: {faults})" if faults else ""), err=True)
+    deadline = None if duration is None else time.monotonic() + duration
+
+    def remaining() -> float:
+        return 1.0 if deadline is None else max(0.0, deadline - time.monotonic())
+
+    if show == "frames":
+        while remaining() > 0:
+            try:
+                event = lines.get(timeout=min(0.2, remaining() or 0.01))
+            except queue.Empty:
+                continue
+            typer.echo(frame_line(event))
+        return
+    previous = None
+    if sys.stdout.isatty():
+        from rich.live import Live
+
+        def view() -> InspectView:
+            nonlocal previous
+            snap = proxy.snapshot()
+            v = InspectView(snap, previous, listeners=[f"{h}:{p}" for h, p in proxy.listeners],
+                            faults=faults)
+            previous = snap
+            return v
+
+        with Live(view(), refresh_per_second=2, get_renderable=view, screen=False):
+            while remaining() > 0:
+                time.sleep(min(0.2, remaining()))
+        return
+    while remaining() > 0:
+        time.sleep(min(1.0, remaining()))
+        snap = proxy.snapshot()
+        for line in stats_lines(snap, previous):
+            typer.echo(line)
+        previous = snap
+
+
+def register(app: typer.Typer) -> None:
+    app.command("inspect")(inspect)

@@ -1,0 +1,115 @@
+"""Rich renderables and plain lines for ``kctl inspect``.
+
+``InspectView`` is a plain object with ``__rich_console__``: given the proxy's
+latest ``StatsSnapshot`` (and the one before, for rates) it draws per-API rates
+and latency percentiles, connections with their in-flight requests, error codes
+and injected faults. ``frame_line`` is one line per frame for ``--show frames``;
+``stats_lines`` is the non-TTY form of the view.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+from rich.console import Console, ConsoleOptions, Group, RenderResult
+from rich.table import Table
+from rich.text import Text
+
+from kctl.inspect.proxy import FrameEvent
+from kctl.inspect.proxy_stats import StatsSnapshot
+
+
+def _ms(us: float) -> str:
+    return f"{us / 1000:.1f}"
+
+
+def _bytes(n: float) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if abs(n) < 1024 or unit == "GiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return f"{n:.1f} GiB"
+
+
+class InspectView:
+    def __init__(self, snapshot: StatsSnapshot, previous: StatsSnapshot | None = None, *,
+                 listeners: list[str] | None = None, faults: str = "") -> None:
+        self.snapshot = snapshot
+        self.previous = previous
+        self.listeners = listeners or []
+        self.faults = faults
+
+    def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
+        s = self.snapshot
+        rates = s.rates_since(self.previous)
+        head = Text.assemble(("kctl inspect", "bold"), "  listening on ", ", ".join(self.listeners),
+                             f"  connections {len(s.connections)} open / {s.connections_total} total",
+                             f"  in flight {s.in_flight}")
+        if self.faults:
+            head.append(f"  faults: {self.faults}", style="yellow")
+        apis = Table(title="per API", expand=False)
+        for col in ("API", "req/s", "bytes/s", "requests", "responses", "p50 ms", "p99 ms",
+                    "p99.9 ms", "max ms", "throttled", "throttle max ms"):
+            apis.add_column(col, justify="left" if col == "API" else "right")
+        for name in sorted(s.apis):
+            a = s.apis[name]
+            rps, bps = rates.get(name, (0.0, 0.0))
+            apis.add_row(name, f"{rps:.1f}", _bytes(bps) + "/s", str(a.requests), str(a.responses),
+                         _ms(a.latency_us[50.0]), _ms(a.latency_us[99.0]), _ms(a.latency_us[99.9]),
+                         _ms(a.latency_max_us), str(a.throttled), str(a.throttle_ms_max))
+        conns = Table(title="connections", expand=False)
+        for col in ("#", "client", "listener", "upstream", "in flight", "requests"):
+            conns.add_column(col)
+        for c in s.connections:
+            conns.add_row(str(c.id), c.client, c.listener, c.upstream, str(c.in_flight), str(c.requests))
+        parts: list[Any] = [head, apis, conns]
+        if s.errors:
+            errs = Table(title="error codes in responses", expand=False)
+            errs.add_column("error")
+            errs.add_column("count", justify="right")
+            for name, n in sorted(s.errors.items(), key=lambda kv: -kv[1]):
+                errs.add_row(name, str(n))
+            parts.append(errs)
+        if s.faults:
+            parts.append(Text("faults applied: " + ", ".join(f"{k} {v}" for k, v in sorted(s.faults.items())),
+                              style="yellow"))
+        yield Group(*parts)
+
+
+def stats_lines(snapshot: StatsSnapshot, previous: StatsSnapshot | None = None) -> Iterator[str]:
+    """The view as plain lines (no TTY): one per API, then errors and faults."""
+    rates = snapshot.rates_since(previous)
+    for name in sorted(snapshot.apis):
+        a = snapshot.apis[name]
+        rps, bps = rates.get(name, (0.0, 0.0))
+        yield (f"{name}: {rps:.1f} req/s {_bytes(bps)}/s requests={a.requests} responses={a.responses} "
+               f"p50={_ms(a.latency_us[50.0])}ms p99={_ms(a.latency_us[99.0])}ms "
+               f"max={_ms(a.latency_max_us)}ms throttled={a.throttled}")
+    yield (f"connections open={len(snapshot.connections)} total={snapshot.connections_total} "
+           f"in_flight={snapshot.in_flight}")
+    if snapshot.errors:
+        yield "errors: " + ", ".join(f"{k}={v}" for k, v in sorted(snapshot.errors.items()))
+    if snapshot.faults:
+        yield "faults: " + ", ".join(f"{k}={v}" for k, v in sorted(snapshot.faults.items()))
+
+
+def frame_line(e: FrameEvent) -> str:
+    """One frame as a line: ``conn 3 -> Produce v9 corr=12 1234B`` / ``<- ... 2.1ms``."""
+    arrow = "->" if e.direction == "request" else "<-"
+    line = f"conn {e.connection_id} {arrow} {e.api_name} v{e.api_version} corr={e.correlation_id} {e.size}B"
+    if e.direction == "response":
+        if e.latency_ns is not None:
+            line += f" {e.latency_ns / 1e6:.1f}ms"
+        body = e.body
+        throttle = getattr(body, "throttle_time_ms", 0) if body is not None else 0
+        if throttle:
+            line += f" throttle={throttle}ms"
+        f = e.fault
+        if f is not None:
+            notes = [n for n, on in (("delayed", f.delay_ns), ("errors-injected", f.errors_injected),
+                                     ("dropped", f.drop_at is not None), ("swallowed", f.swallow),
+                                     ("tiny", f.segment_bytes)) if on]
+            if notes:
+                line += " [" + " ".join(notes) + "]"
+    return line

@@ -1,0 +1,104 @@
+"""``kctl inspect`` end to end, and its renderables drawn into a string console."""
+
+import io
+import subprocess
+import sys
+import time
+
+import pytest
+from rich.console import Console
+
+from kctl.broker import free_port
+from kctl.engine import admin
+from kctl.engine.blocking_client import BlockingClient
+from kctl.inspect.faults import FaultDecision
+from kctl.inspect.proxy import FrameEvent
+from kctl.inspect.proxy_stats import ProxyStats
+from kctl.ui.inspect_view import InspectView, frame_line, stats_lines
+
+
+def _connect(address, timeout_s=10.0):
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            return BlockingClient(address).__enter__()
+        except Exception:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.05)
+
+
+def _kctl(*args):
+    return subprocess.Popen([sys.executable, "-m", "kctl", "inspect", *args],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+@pytest.mark.broker
+def test_show_frames_streams_decoded_lines(broker, tmp_path):
+    port = free_port()
+    cap = tmp_path / "cli.pcapng"
+    proc = _kctl("--listen", f"127.0.0.1:{port}", "--upstream", broker.bootstrap, "--show", "frames",
+                 "--duration", "3", "--capture", str(cap), "--throttle-ms", "5", "--seed", "1")
+    try:
+        c = _connect(f"127.0.0.1:{port}")
+        md = admin.fetch_metadata(c)
+        c.close()
+        out, err = proc.communicate(timeout=20)
+    finally:
+        proc.kill()
+    assert proc.returncode == 0, err
+    assert md.brokers[0].port == port
+    assert "-> ApiVersions v" in out and "<- Metadata v" in out
+    assert f"listening on 127.0.0.1:{port}" in err and "throttle 5ms" in err
+    assert cap.stat().st_size > 0
+
+
+@pytest.mark.broker
+def test_stats_lines_without_a_tty(broker):
+    port = free_port()
+    proc = _kctl("--listen", f"127.0.0.1:{port}", "--upstream", broker.bootstrap,
+                 "--duration", "2.5", "--delay-ms", "5-10", "--inject-error", "NOT_LEADER_OR_FOLLOWER:0.5")
+    try:
+        c = _connect(f"127.0.0.1:{port}")
+        admin.fetch_metadata(c)
+        c.close()
+        out, err = proc.communicate(timeout=20)
+    finally:
+        proc.kill()
+    assert proc.returncode == 0, err
+    assert "Metadata: " in out and "p99=" in out and "faults: delayed=" in out
+
+
+def test_bad_options_are_one_line_errors():
+    run = subprocess.run([sys.executable, "-m", "kctl", "inspect", "--upstream", "127.0.0.1:1",
+                          "--inject-error", "NOPE:0.1"], capture_output=True, text=True, timeout=30)
+    assert run.returncode == 2
+    assert run.stderr.strip().splitlines()[-1].startswith("kctl: error: unknown Kafka error name 'NOPE'")
+
+
+def _snapshot():
+    s = ProxyStats()
+    s.on_connection_open(0, "127.0.0.1:5000", "127.0.0.1:9092", "127.0.0.1:19092")
+    s.on_request(0, "Produce", 1000, True)
+    s.on_request(0, "Produce", 1000, True)
+    s.on_response(0, "Produce", 80, 2_500_000, 30, ["NOT_LEADER_OR_FOLLOWER"])
+    s.on_delivered(0)
+    s.on_fault("throttled")
+    return s.snapshot(1_000_000_000)
+
+
+def test_view_renders_into_a_string_console():
+    console = Console(file=io.StringIO(), width=160, force_terminal=False)
+    console.print(InspectView(_snapshot(), listeners=["127.0.0.1:19092"], faults="throttle 30ms"))
+    text = console.file.getvalue()
+    for needle in ("Produce", "2.5", "NOT_LEADER_OR_FOLLOWER", "127.0.0.1:5000", "throttle 30ms",
+                   "throttled 1"):
+        assert needle in text, needle
+    lines = list(stats_lines(_snapshot()))
+    assert lines[0].startswith("Produce: ") and "in_flight=1" in lines[1]
+
+
+def test_frame_line():
+    e = FrameEvent(0, 3, "response", 0, 9, 12, 120, None, "c", "u", 2_100_000,
+                   FaultDecision(delay_ns=5, errors_injected=1))
+    assert frame_line(e) == "conn 3 <- Produce v9 corr=12 120B 2.1ms [delayed errors-injected]"
