@@ -1,0 +1,515 @@
+"""The parent's merge of worker reports: live dashboard state, summary JSON, interval log.
+
+How this works
+--------------
+Each worker sends one ``WorkerInterval`` per interval (``kctl/stats/report.py``). The
+parent feeds every message to ``RunStats.add``; it
+
+* diffs the worker's CUMULATIVE ``MetricsSnapshot`` against that worker's previous one
+  and adds the difference to the results, or to the warm-up totals when the report is
+  marked ``warmup`` (warm-up never counts in results, in the summary or in the .hlog);
+* adds the interval histograms to the cumulative ones (HdrHistogram add: percentiles
+  are never averaged);
+* files the report under a ROUND: the k-th report of every worker is taken to cover
+  the same stretch of the run. A round closes when every live worker has reported it
+  (a worker that sent ``final`` or ``WorkerFailed`` is not waited for), or when some
+  worker is ``max_lag_rounds`` ahead (a stalled worker must not freeze the display; its
+  late report is filed under the oldest open round instead, so nothing is lost). Closing
+  a round fixes the "last interval" figures and writes one .hlog line per clock.
+
+Definitions (also in docs/produce-summary.md):
+
+* rate: records ACKED per second. Over the run: measured acked records / the measured
+  span (earliest non-warm-up interval start to latest end, over all workers). For one
+  round: the sum over workers of that worker's acked records / its interval length
+  (workers run concurrently and their intervals are staggered by their start-up).
+* MB/s: RecordBatch bytes written in Produce requests (``bytes_sent``: batch headers and
+  retries included) / 2**20 per second, as kafka-producer-perf-test counts MB.
+* records per batch: records acked / batches acked.
+* batch fill: ``batch_fill_total`` / batches first sent; queue time: ``queue_time_ns_total``
+  / batches first sent, where batches first sent = ``batches_sent - retries``.
+* max-throughput mode (no target rate): there is no schedule, so the intended clock is
+  not recorded and is reported from the send clock (``intended_from_send``).
+"""
+
+from __future__ import annotations
+
+import enum
+import uuid
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, fields
+from datetime import UTC, datetime
+from pathlib import PurePath
+from typing import Any
+
+from hdrh.histogram import HdrHistogram
+
+from kctl.engine.metrics import MetricsSnapshot
+from kctl.stats.hlog import IntervalLogWriter
+from kctl.stats.latency import (
+    CLOCKS,
+    EMPTY_FIGURES,
+    LatencyFigures,
+    decode_histogram,
+    new_histogram,
+)
+from kctl.stats.report import WorkerFailed, WorkerInterval
+
+__all__ = ["SUMMARY_SCHEMA", "DashboardState", "RunStats", "metrics_delta", "metrics_sum",
+           "zero_metrics"]
+
+#: Bumped when a summary key changes meaning or goes away (adding keys does not bump it).
+SUMMARY_SCHEMA = "kctl.produce.summary/1"
+MB = 1024 * 1024
+
+
+# -- counters ----------------------------------------------------------------------------------
+_METRIC_FIELDS = tuple(f.name for f in fields(MetricsSnapshot))
+
+
+def _combine(a: MetricsSnapshot, b: MetricsSnapshot, sign: int) -> MetricsSnapshot:
+    # Generic over MetricsSnapshot's fields, so a counter the engine adds is merged too:
+    # numbers add, dicts add key by key (zero entries dropped).
+    out: dict[str, Any] = {}
+    for name in _METRIC_FIELDS:
+        x, y = getattr(a, name), getattr(b, name)
+        if isinstance(x, dict):
+            d = dict(x)
+            for k, v in y.items():
+                d[k] = d.get(k, 0) + sign * v
+            out[name] = {k: v for k, v in d.items() if v}
+        else:
+            out[name] = x + sign * y
+    return MetricsSnapshot(**out)
+
+
+def zero_metrics() -> MetricsSnapshot:
+    def zero(type_name: str) -> Any:
+        return {} if "dict" in type_name else 0.0 if "float" in type_name else 0
+    return MetricsSnapshot(**{f.name: zero(str(f.type)) for f in fields(MetricsSnapshot)})
+
+
+def metrics_delta(cur: MetricsSnapshot, prev: MetricsSnapshot) -> MetricsSnapshot:
+    """``cur - prev`` field by field (both cumulative snapshots of one engine)."""
+    return _combine(cur, prev, -1)
+
+
+def metrics_sum(a: MetricsSnapshot, b: MetricsSnapshot) -> MetricsSnapshot:
+    return _combine(a, b, 1)
+
+
+def _first_sent_batches(m: MetricsSnapshot) -> int:
+    return max(0, m.batches_sent - m.retries)
+
+
+def _ratio(a: float, b: float) -> float:
+    return a / b if b else 0.0
+
+
+# -- the dashboard's view ------------------------------------------------------------------------
+@dataclass(frozen=True, slots=True)
+class DashboardState:
+    """Everything the live view shows, as plain data (the dicts are the state's own copies).
+
+    ``interval_*`` figures are the last closed round's (warm-up included, flagged by
+    ``warmup``); ``cumulative_*`` and the ``records_*`` counts are results (warm-up
+    excluded). Errors, retries and throttling are totals since the start, warm-up included.
+    """
+
+    elapsed_s: float
+    warmup: bool                       # the last closed interval was warm-up only
+    intervals: int                     # rounds closed so far
+    interval_s: float                  # length of the last closed interval
+    target_rate: float | None          # records/s over all workers; None: max throughput
+    interval_rate: float               # records acked/s, last interval
+    interval_mb_per_s: float
+    cumulative_rate: float
+    cumulative_mb_per_s: float
+    interval_acked: int
+    records_sent: int
+    records_acked: int
+    records_failed: int
+    interval_latency: dict[str, LatencyFigures]
+    cumulative_latency: dict[str, LatencyFigures]
+    intended_from_send: bool           # no schedule: "intended" shows the send clock
+    records_per_batch: float           # last interval
+    batch_fill: float                  # last interval, 0..1
+    queue_time_ms: float               # last interval, mean time in the accumulator
+    in_flight_by_node: dict[int, int]  # requests in flight now, summed over workers
+    records_by_node: dict[int, int]    # records acked per broker since the start
+    throttle_time_ms: int
+    throttled_requests: int
+    retries: int
+    errors_by_name: dict[str, int]
+    failed_by_error: dict[str, int]
+    buffer_used: int                   # bytes, summed over workers
+    buffer_total: int
+    progress: float | None             # 0..1 of --duration / --num-records; None: open-ended
+    workers: int
+    workers_running: int
+    workers_failed: tuple[tuple[int, str], ...]
+
+
+# -- rounds ----------------------------------------------------------------------------------------
+class _Round:
+    __slots__ = ("index", "start_ns", "end_ns", "m_start_ns", "m_end_ns", "reports",
+                 "measured_reports", "hists", "measured", "delta", "per_worker")
+
+    def __init__(self, index: int) -> None:
+        self.index = index
+        self.start_ns = self.m_start_ns = 1 << 62
+        self.end_ns = self.m_end_ns = 0
+        self.reports = 0
+        self.measured_reports = 0
+        self.hists: dict[str, HdrHistogram] = {}
+        self.measured: dict[str, HdrHistogram] = {}
+        self.delta = zero_metrics()
+        self.per_worker: dict[int, list[int]] = {}   # worker -> [acked, bytes, duration_ns]
+
+    def add(self, msg: WorkerInterval, hists: dict[str, HdrHistogram], delta: MetricsSnapshot) -> None:
+        self.reports += 1
+        self.start_ns = min(self.start_ns, msg.start_wall_ns)
+        self.end_ns = max(self.end_ns, msg.end_wall_ns)
+        _add_hists(self.hists, hists)
+        if not msg.warmup:
+            self.measured_reports += 1
+            self.m_start_ns = min(self.m_start_ns, msg.start_wall_ns)
+            self.m_end_ns = max(self.m_end_ns, msg.end_wall_ns)
+            _add_hists(self.measured, hists)
+        self.delta = metrics_sum(self.delta, delta)
+        w = self.per_worker.setdefault(msg.worker, [0, 0, 0])
+        w[0] += delta.records_acked
+        w[1] += delta.bytes_sent
+        w[2] += msg.duration_ns
+
+    def rates(self) -> tuple[float, float]:
+        """(records/s, MB/s): the sum of each worker's own rate over its own interval."""
+        rate = mbps = 0.0
+        for acked, nbytes, dur in self.per_worker.values():
+            if dur > 0:
+                rate += acked * 1e9 / dur
+                mbps += nbytes * 1e9 / dur / MB
+        return rate, mbps
+
+
+def _add_hists(into: dict[str, HdrHistogram], hists: Mapping[str, HdrHistogram]) -> None:
+    for clock, h in hists.items():
+        if not h.get_total_count():
+            continue   # also: hdrh's add() of an empty histogram resets min to 0
+        dest = into.get(clock)
+        if dest is None:
+            dest = into[clock] = new_histogram()
+        dest.add(h)
+
+
+@dataclass(frozen=True, slots=True)
+class _ClosedRound:
+    index: int
+    warmup: bool
+    length_s: float
+    rate: float
+    mb_per_s: float
+    acked: int
+    latency: dict[str, LatencyFigures]
+    records_per_batch: float
+    batch_fill: float
+    queue_time_ms: float
+
+
+class RunStats:
+    """Merges worker reports; answers ``snapshot()`` for the UI and ``summary()`` for JSON.
+
+    ``workers``: how many workers report. ``target_rate``: records/s over all workers
+    (None or 0: max-throughput mode). ``config``: the run's full configuration, copied
+    into the summary. ``duration_s`` / ``num_records``: the planned run, for the progress
+    fraction (wall time since ``start_wall_ns``, and records sent including warm-up).
+    ``hlog``: an ``IntervalLogWriter`` that gets one line per clock per measured round.
+    """
+
+    def __init__(self, *, workers: int, start_wall_ns: int, target_rate: float | None = None,
+                 config: Mapping[str, Any] | None = None, run_id: str | None = None,
+                 duration_s: float | None = None, num_records: int | None = None,
+                 hlog: IntervalLogWriter | None = None, clocks: Sequence[str] = CLOCKS,
+                 max_lag_rounds: int = 2) -> None:
+        if workers < 1:
+            raise ValueError("workers must be >= 1")
+        self.workers = workers
+        self.start_wall_ns = start_wall_ns
+        self.target_rate = float(target_rate) if target_rate else None
+        self.config = dict(config or {})
+        self.run_id = run_id or uuid.uuid4().hex[:12]
+        self.duration_s = duration_s
+        self.num_records = num_records
+        self.hlog = hlog
+        self.clocks = tuple(clocks)
+        self.max_lag_rounds = max(1, max_lag_rounds)
+
+        self._last_metrics: dict[int, MetricsSnapshot] = {}
+        self._results = zero_metrics()          # non-warm-up deltas, all workers
+        self._warmup = zero_metrics()           # warm-up deltas, all workers
+        self._cumulative: dict[str, HdrHistogram] = {}   # non-warm-up histograms
+        self._cum_figures: dict[str, LatencyFigures] | None = None
+        self._measured_start_ns = 1 << 62
+        self._measured_end_ns = 0
+        self._last_end_ns = start_wall_ns
+        self._in_flight: dict[int, dict[int, int]] = {}
+        self._buffer: dict[int, tuple[int, int]] = {}
+        self._next_round: dict[int, int] = {}   # worker -> round its next report belongs to
+        self._done: set[int] = set()
+        self._failed: dict[int, str] = {}
+        self._rounds: dict[int, _Round] = {}
+        self._closed_upto = -1
+        self._warmup_rounds = 0
+        self._measured_rounds = 0
+        self._last: _ClosedRound | None = None
+
+    @property
+    def open_loop(self) -> bool:
+        return self.target_rate is not None
+
+    # -- input -------------------------------------------------------------------------------------
+    def add(self, msg: WorkerInterval | WorkerFailed) -> int:
+        """Takes one worker message; returns how many rounds it closed (print a plain
+        line per closed round)."""
+        if isinstance(msg, WorkerFailed):
+            self._failed[msg.worker] = msg.error
+            self._done.add(msg.worker)
+            self._next_round.setdefault(msg.worker, self._closed_upto + 1)
+            return self._close_ready()
+        w = msg.worker
+        prev = self._last_metrics.get(w)
+        delta = msg.metrics if prev is None else metrics_delta(msg.metrics, prev)
+        self._last_metrics[w] = msg.metrics
+        hists = {c: decode_histogram(b) for c, b in msg.histograms.items() if c in self.clocks}
+        if msg.warmup:
+            self._warmup = metrics_sum(self._warmup, delta)
+        else:
+            self._results = metrics_sum(self._results, delta)
+            _add_hists(self._cumulative, hists)
+            self._cum_figures = None
+            self._measured_start_ns = min(self._measured_start_ns, msg.start_wall_ns)
+            self._measured_end_ns = max(self._measured_end_ns, msg.end_wall_ns)
+        self._last_end_ns = max(self._last_end_ns, msg.end_wall_ns)
+        self._in_flight[w] = dict(msg.in_flight_by_node)
+        self._buffer[w] = (msg.buffer_available, msg.buffer_total)
+
+        r = max(self._next_round.get(w, 0), self._closed_upto + 1)
+        self._next_round[w] = r + 1
+        rnd = self._rounds.get(r)
+        if rnd is None:
+            rnd = self._rounds[r] = _Round(r)
+        rnd.add(msg, hists, delta)
+        if msg.final:
+            self._done.add(w)
+            self._in_flight[w] = {}
+        return self._close_ready()
+
+    def finish(self) -> int:
+        """Closes every open round (end of run); returns how many it closed."""
+        n = 0
+        while self._rounds:
+            self._close(min(self._rounds))
+            n += 1
+        if self.hlog is not None:
+            self.hlog.flush()
+        return n
+
+    def _close_ready(self) -> int:
+        n = 0
+        while True:
+            r = self._closed_upto + 1
+            if r not in self._rounds:
+                return n
+            ready = sum(1 for w, nxt in self._next_round.items() if w in self._done or nxt > r)
+            ahead = max(self._next_round.values(), default=0) - 1
+            if ready < self.workers and ahead < r + self.max_lag_rounds:
+                return n
+            self._close(r)
+            n += 1
+
+    def _close(self, r: int) -> None:
+        rnd = self._rounds.pop(r)
+        self._closed_upto = max(self._closed_upto, r)
+        warmup = rnd.measured_reports == 0
+        if warmup:
+            self._warmup_rounds += 1
+        else:
+            self._measured_rounds += 1
+            if self.hlog is not None:
+                for clock in self._logged_clocks():
+                    self.hlog.output(clock, rnd.m_start_ns, rnd.m_end_ns,
+                                     rnd.measured.get(clock) or new_histogram())
+        rate, mbps = rnd.rates()
+        d = rnd.delta
+        first = _first_sent_batches(d)
+        self._last = _ClosedRound(
+            index=r, warmup=warmup, length_s=max(0, rnd.end_ns - rnd.start_ns) / 1e9,
+            rate=rate, mb_per_s=mbps, acked=d.records_acked,
+            latency=self._figures(rnd.hists),
+            records_per_batch=_ratio(d.records_acked, d.batches_acked),
+            batch_fill=_ratio(d.batch_fill_total, first),
+            queue_time_ms=_ratio(d.queue_time_ns_total, first) / 1e6)
+
+    def _logged_clocks(self) -> tuple[str, ...]:
+        # Max-throughput mode records nothing on the intended clock: leave its tag out
+        # rather than log the send clock under its name.
+        return self.clocks if self.open_loop else tuple(c for c in self.clocks if c != "intended")
+
+    def _figures(self, hists: Mapping[str, HdrHistogram]) -> dict[str, LatencyFigures]:
+        out = {c: LatencyFigures.from_histogram(hists.get(c)) for c in self.clocks}
+        if not self.open_loop and "intended" in out and "send" in out:
+            out["intended"] = out["send"]
+        return out
+
+    def _cumulative_figures(self) -> dict[str, LatencyFigures]:
+        if self._cum_figures is None:
+            self._cum_figures = self._figures(self._cumulative)
+        return self._cum_figures
+
+    # -- output ------------------------------------------------------------------------------------
+    def _measured_span_s(self) -> float:
+        return max(0, self._measured_end_ns - self._measured_start_ns) / 1e9
+
+    def snapshot(self, now_wall_ns: int) -> DashboardState:
+        """The live view's state at ``now_wall_ns`` (last closed round + totals)."""
+        res, wu = self._results, self._warmup
+        total = metrics_sum(res, wu)
+        last = self._last
+        span = self._measured_span_s()
+        elapsed = max(0, now_wall_ns - self.start_wall_ns) / 1e9
+        in_flight: dict[int, int] = {}
+        for per in self._in_flight.values():
+            for node, n in per.items():
+                in_flight[node] = in_flight.get(node, 0) + n
+        avail = sum(a for a, _ in self._buffer.values())
+        buf_total = sum(t for _, t in self._buffer.values())
+        progress = None
+        if self.duration_s:
+            progress = elapsed / self.duration_s
+        if self.num_records:
+            p = total.records_sent / self.num_records
+            progress = p if progress is None else max(progress, p)
+        if progress is not None:
+            progress = min(1.0, max(0.0, progress))
+        empty = {c: EMPTY_FIGURES for c in self.clocks}
+        return DashboardState(
+            elapsed_s=elapsed,
+            warmup=last.warmup if last else False,
+            intervals=self._warmup_rounds + self._measured_rounds,
+            interval_s=last.length_s if last else 0.0,
+            target_rate=self.target_rate,
+            interval_rate=last.rate if last else 0.0,
+            interval_mb_per_s=last.mb_per_s if last else 0.0,
+            cumulative_rate=_ratio(res.records_acked, span),
+            cumulative_mb_per_s=_ratio(res.bytes_sent, span) / MB,
+            interval_acked=last.acked if last else 0,
+            records_sent=res.records_sent, records_acked=res.records_acked,
+            records_failed=res.records_failed,
+            interval_latency=dict(last.latency) if last else empty,
+            cumulative_latency=dict(self._cumulative_figures()),
+            intended_from_send=not self.open_loop,
+            records_per_batch=last.records_per_batch if last else 0.0,
+            batch_fill=last.batch_fill if last else 0.0,
+            queue_time_ms=last.queue_time_ms if last else 0.0,
+            in_flight_by_node=dict(sorted(in_flight.items())),
+            records_by_node=dict(sorted(total.records_by_node.items())),
+            throttle_time_ms=total.throttle_time_ms, throttled_requests=total.throttled_requests,
+            retries=total.retries,
+            errors_by_name=dict(sorted(total.errors_by_name.items())),
+            failed_by_error=dict(sorted(total.failed_by_error.items())),
+            buffer_used=max(0, buf_total - avail), buffer_total=buf_total,
+            progress=progress,
+            workers=self.workers,
+            workers_running=max(0, self.workers - len(self._done)),
+            workers_failed=tuple(sorted(self._failed.items())),
+        )
+
+    def cumulative_histograms(self) -> dict[str, HdrHistogram]:
+        """The results' merged histograms by clock (warm-up excluded); do not modify."""
+        return {c: self._cumulative.get(c) or new_histogram() for c in self.clocks}
+
+    def summary(self, end_wall_ns: int | None = None) -> dict[str, Any]:
+        """The summary JSON (docs/produce-summary.md). Closes any open round first."""
+        self.finish()
+        res, wu = self._results, self._warmup
+        end_ns = end_wall_ns if end_wall_ns is not None else self._last_end_ns
+        span = self._measured_span_s()
+        first = _first_sent_batches(res)
+        lat = self._cumulative_figures()
+        return {
+            "schema": SUMMARY_SCHEMA,
+            "run": {
+                "id": self.run_id,
+                "start": _iso(self.start_wall_ns),
+                "end": _iso(end_ns),
+                "start_unix_ms": self.start_wall_ns // 1_000_000,
+                "end_unix_ms": end_ns // 1_000_000,
+                "duration_s": round(max(0, end_ns - self.start_wall_ns) / 1e9, 6),
+                "measured_s": round(span, 6),
+                "workers": self.workers,
+                "workers_failed": [{"worker": w, "error": e} for w, e in sorted(self._failed.items())],
+                "intervals": self._measured_rounds,
+                "max_throughput": not self.open_loop,
+                "intended_from": "schedule" if self.open_loop else "send",
+                "warmup": {
+                    "intervals": self._warmup_rounds,
+                    "records_sent": wu.records_sent,
+                    "records_acked": wu.records_acked,
+                    "records_failed": wu.records_failed,
+                    "bytes_sent": wu.bytes_sent,
+                },
+            },
+            "config": _jsonable(self.config),
+            "counts": {
+                "sent": res.records_sent,
+                "acked": res.records_acked,
+                "failed": res.records_failed,
+                "failed_by_error": dict(sorted(res.failed_by_error.items())),
+                "bytes_sent": res.bytes_sent,
+                "batches_sent": res.batches_sent,
+                "batches_acked": res.batches_acked,
+                "requests_sent": res.requests_sent,
+                "responses_received": res.responses_received,
+            },
+            "rates": {
+                "records_per_s": round(_ratio(res.records_acked, span), 3),
+                "mb_per_s": round(_ratio(res.bytes_sent, span) / MB, 6),
+                "target_records_per_s": self.target_rate,
+            },
+            "latency": {c: lat[c].to_dict() for c in self.clocks},
+            "batching": {
+                "records_per_batch": round(_ratio(res.records_acked, res.batches_acked), 3),
+                "batch_fill": round(_ratio(res.batch_fill_total, first), 6),
+                "queue_time_ms_mean": round(_ratio(res.queue_time_ns_total, first) / 1e6, 6),
+                "splits": res.splits,
+            },
+            "throttle": {"time_ms": res.throttle_time_ms, "requests": res.throttled_requests},
+            "retries": res.retries,
+            "errors_by_name": dict(sorted(res.errors_by_name.items())),
+            "partitions": [{"topic": t, "partition": p, "records_acked": n}
+                           for (t, p), n in sorted(res.records_by_partition.items())],
+            "brokers": [{"node_id": node, "records_acked": n}
+                        for node, n in sorted(res.records_by_node.items())],
+        }
+
+
+def _iso(wall_ns: int) -> str:
+    return datetime.fromtimestamp(wall_ns / 1e9, UTC).isoformat(timespec="milliseconds")
+
+
+def _jsonable(v: Any) -> Any:
+    """The config as JSON values: mappings, lists and scalars kept; enums by value;
+    anything else (paths, objects) as its string."""
+    if v is None or isinstance(v, bool | int | float | str):
+        return v
+    if isinstance(v, enum.Enum):
+        return _jsonable(v.value)
+    if isinstance(v, Mapping):
+        return {str(k): _jsonable(x) for k, x in v.items()}
+    if isinstance(v, list | tuple | set | frozenset):
+        return [_jsonable(x) for x in v]
+    if isinstance(v, PurePath):
+        return str(v)
+    if hasattr(v, "__dataclass_fields__"):
+        return {f: _jsonable(getattr(v, f)) for f in v.__dataclass_fields__}
+    return str(v)

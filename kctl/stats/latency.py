@@ -1,0 +1,198 @@
+"""Latency recording for the three clocks, per append slice with a count.
+
+How this works
+--------------
+Every acknowledged batch carries its append slices (``AppendSlice(count, appended_ns,
+intended_first_ns, intended_step_ns)``, see ``kctl/engine/batch.py``). A worker calls
+``LatencyRecorder.record_batch(ack_ns, sent_ns, batch.slices)`` once per acked batch;
+the cost is a handful of ``record_value(value, count)`` calls per slice, never a
+Python step per record (the hot-path budget in design.md).
+
+The clocks (all end at ``ack_ns``, the moment the response was read):
+
+``intended``  minus the record's intended send time on the open-loop schedule. The
+              records of a slice were meant to go at ``first + i*step`` (i = 0..count-1),
+              so their latencies form an arithmetic range. The range is recorded as at
+              most ``groups`` (default 8) contiguous groups, each at its midpoint with
+              its count: every record's value is off by at most
+              ``step * (ceil(count/groups) - 1) / 2 <= step * count / (2*groups)``
+              (about 1/16 of the slice's span with 8 groups), and the group's count is
+              exact. A slice with ``intended_first_ns < 0`` has no schedule
+              (max-throughput mode, or the general ``send()`` path): nothing is recorded
+              for it on this clock.
+``send``      minus ``appended_ns``, the moment kctl handed the records to the engine.
+``request``   minus ``sent_ns``, the moment the request carrying the batch (its last
+              attempt) was written to the socket; skipped when ``sent_ns < 0``.
+
+Values are integer MICROseconds, clamped to [1 µs, 1 hour]; a value above an hour is
+recorded as one hour and counted in ``LatencyRecorder.clamped``. Histograms track 1 µs
+.. 1 hour with 3 significant digits (a value is known to 0.1 %).
+
+Only acknowledged batches are recorded: a failed record has no latency.
+
+Histograms travel between processes as hdrh's compressed, base64 V2 encoding
+(``encode_histogram`` / ``decode_histogram``), the same payload the interval log uses.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from hdrh.histogram import HdrHistogram
+
+__all__ = [
+    "CLOCKS", "HIGHEST_US", "INTENDED_GROUPS", "LOWEST_US", "PERCENTILES", "SIGNIFICANT_DIGITS",
+    "LatencyFigures", "LatencyRecorder", "decode_histogram", "encode_histogram",
+    "histogram_mean", "new_histogram",
+]
+
+#: The clocks, in the order they are shown and logged.
+CLOCKS = ("intended", "send", "request")
+
+LOWEST_US = 1
+HIGHEST_US = 3_600_000_000       # one hour
+SIGNIFICANT_DIGITS = 3
+#: Groups an intended-time range of one slice is recorded as (error bound: see module doc).
+INTENDED_GROUPS = 8
+
+#: Percentiles reported in summaries and dashboards: (key suffix, percentile).
+PERCENTILES = (("p50", 50.0), ("p90", 90.0), ("p99", 99.0), ("p999", 99.9), ("p9999", 99.99))
+
+
+def new_histogram() -> HdrHistogram:
+    """An empty histogram of kctl's layout (µs, 1 µs .. 1 hour, 3 digits)."""
+    return HdrHistogram(LOWEST_US, HIGHEST_US, SIGNIFICANT_DIGITS)
+
+
+def encode_histogram(h: HdrHistogram) -> bytes:
+    """hdrh's compressed base64 encoding (ASCII bytes), as in an ``.hlog`` line."""
+    return h.encode()
+
+
+def decode_histogram(data: bytes | str) -> HdrHistogram:
+    return HdrHistogram.decode(data)
+
+
+def histogram_mean(h: HdrHistogram) -> float:
+    """Mean of the recorded values (each at the middle of its equivalent range, as
+    HdrHistogram's own mean). hdrh's ``get_mean_value`` walks an iterator object per
+    value (about 0.1 s for a busy histogram); this walks the counts array once."""
+    n = h.get_total_count()
+    if not n:
+        return 0.0
+    last = h.get_counts_array_index(h.get_max_value())
+    counts = h.counts[: last + 1]
+    total = 0
+    value_at = h.get_value_from_index
+    highest = h.get_highest_equivalent_value
+    for i, c in enumerate(counts):
+        if c:
+            v = value_at(i)
+            total += c * ((v + highest(v) + 1) // 2)
+    return total / n
+
+
+@dataclass(frozen=True, slots=True)
+class LatencyFigures:
+    """One clock's figures, in milliseconds (``count`` records)."""
+
+    p50_ms: float
+    p90_ms: float
+    p99_ms: float
+    p999_ms: float
+    p9999_ms: float
+    max_ms: float
+    mean_ms: float
+    count: int
+
+    @classmethod
+    def from_histogram(cls, h: HdrHistogram | None) -> LatencyFigures:
+        if h is None or not h.get_total_count():
+            return EMPTY_FIGURES
+        pct = h.get_percentile_to_value_dict([p for _, p in PERCENTILES])
+        vals = [pct[p] / 1000.0 for _, p in PERCENTILES]
+        return cls(*vals, max_ms=h.get_max_value() / 1000.0,
+                   mean_ms=histogram_mean(h) / 1000.0, count=h.get_total_count())
+
+    def to_dict(self) -> dict[str, float | int]:
+        return {"p50_ms": self.p50_ms, "p90_ms": self.p90_ms, "p99_ms": self.p99_ms,
+                "p999_ms": self.p999_ms, "p9999_ms": self.p9999_ms, "max_ms": self.max_ms,
+                "mean_ms": round(self.mean_ms, 3), "count": self.count}
+
+
+EMPTY_FIGURES = LatencyFigures(0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0)
+
+
+class LatencyRecorder:
+    """The three clocks' histograms for the current interval, in one worker.
+
+    Not thread-safe: it lives on the worker's engine thread, like the engine's counters.
+    """
+
+    __slots__ = ("groups", "clamped", "recorded", "_h")
+
+    def __init__(self, groups: int = INTENDED_GROUPS) -> None:
+        if groups < 1:
+            raise ValueError("groups must be >= 1")
+        self.groups = groups
+        self.clamped = 0       # values above one hour, recorded as one hour (cumulative)
+        self.recorded = 0      # records recorded on the send clock (cumulative)
+        self._h = {c: new_histogram() for c in CLOCKS}
+
+    def record_batch(self, ack_ns: int, sent_ns: int, slices: Iterable[tuple[int, int, int, int]]) -> None:
+        """Records every record of one acknowledged batch, per slice with counts."""
+        h = self._h
+        rec_send = h["send"].record_value
+        total = 0
+        for count, appended_ns, first_ns, step_ns in slices:
+            if count <= 0:
+                continue
+            total += count
+            rec_send(self._us(ack_ns - appended_ns), count)
+            if first_ns >= 0:
+                self._record_range(ack_ns - first_ns, step_ns, count)
+        if total:
+            self.recorded += total
+            if sent_ns >= 0:
+                # One request carried the whole batch: one value for all its records.
+                h["request"].record_value(self._us(ack_ns - sent_ns), total)
+
+    def _record_range(self, first_latency_ns: int, step_ns: int, count: int) -> None:
+        # Record i has latency first_latency_ns - i*step_ns (later intended time, shorter wait).
+        rec = self._h["intended"].record_value
+        groups = self.groups if count > self.groups else count
+        if step_ns * (count - 1) < 1000:      # the whole range fits in one microsecond
+            groups = 1
+        if groups == 1:
+            rec(self._us(first_latency_ns - step_ns * (count - 1) // 2), count)
+            return
+        lo = 0
+        for g in range(1, groups + 1):
+            hi = count * g // groups
+            # midpoint of indices lo..hi-1 is (lo+hi-1)/2
+            rec(self._us(first_latency_ns - step_ns * (lo + hi - 1) // 2), hi - lo)
+            lo = hi
+
+    def _us(self, ns: int) -> int:
+        us = ns // 1000
+        if us < LOWEST_US:
+            return LOWEST_US
+        if us > HIGHEST_US:
+            self.clamped += 1
+            return HIGHEST_US
+        return us
+
+    def peek(self) -> dict[str, HdrHistogram]:
+        """The current interval's histograms, still being recorded into (do not keep)."""
+        return dict(self._h)
+
+    def interval(self) -> dict[str, HdrHistogram]:
+        """This interval's histograms by clock; recording starts afresh."""
+        out = self._h
+        self._h = {c: new_histogram() for c in CLOCKS}
+        return out
+
+    def encode_interval(self) -> dict[str, bytes]:
+        """``interval()``, encoded for ``WorkerInterval.histograms``."""
+        return {c: encode_histogram(h) for c, h in self.interval().items()}

@@ -1,0 +1,41 @@
+"""What a load worker sends the parent: one ``WorkerInterval`` per interval, or a
+``WorkerFailed`` when it dies. Both pickle (they cross a multiprocessing queue).
+
+Histograms are this interval's only (the worker resets its recorder each time);
+``metrics`` is the engine's CUMULATIVE counter snapshot, which the parent diffs per
+worker. Cumulative counters make a lost or merged report harmless for the totals.
+The k-th report of every worker is taken to cover the same interval of the run, so
+workers should report on a common cadence from a common start.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from kctl.engine.metrics import MetricsSnapshot
+
+__all__ = ["WorkerFailed", "WorkerInterval"]
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerInterval:
+    worker: int
+    start_wall_ns: int            # interval start, wall clock (time.time_ns())
+    end_wall_ns: int
+    histograms: dict[str, bytes]  # clock -> encode_histogram(...), this interval only
+    metrics: MetricsSnapshot      # the engine's cumulative counters at end_wall_ns
+    in_flight_by_node: dict[int, int] = field(default_factory=dict)  # requests in flight now
+    buffer_available: int = 0     # BufferPool bytes free now
+    buffer_total: int = 0         # buffer.memory
+    warmup: bool = False          # still warming up: shown live, not counted in results
+    final: bool = False           # the worker's last report (it has flushed and stopped)
+
+    @property
+    def duration_ns(self) -> int:
+        return max(0, self.end_wall_ns - self.start_wall_ns)
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerFailed:
+    worker: int
+    error: str                    # one line: exception type and message
