@@ -168,3 +168,11 @@ def test_capture_has_the_frames_tshark_finds(broker, tmp_path):
         theirs = Counter({(d, c): n for (lg, d, c), n in seen.items() if lg == leg})
         assert theirs == ours, leg
     assert sum(ours.values()) == len(events) > 10
+    # kctl's own capture reader finds the same frames, decoded, on both legs.
+    from kctl.inspect.session import DecodedFrame, decode_files
+    frames = [f for f in decode_files([path], {listen_port, upstream_port})
+              if isinstance(f, DecodedFrame)]
+    for port in (listen_port, upstream_port):
+        leg = Counter((f.direction, f.correlation_id) for f in frames if f.conn.broker.port == port)
+        assert leg == ours, port
+    assert all(f.error is None and f.body is not None for f in frames)
