@@ -176,3 +176,13 @@ def test_capture_has_the_frames_tshark_finds(broker, tmp_path):
         leg = Counter((f.direction, f.correlation_id) for f in frames if f.conn.broker.port == port)
         assert leg == ours, port
     assert all(f.error is None and f.body is not None for f in frames)
+
+
+def test_unreachable_upstream_resets_the_client():
+    from kctl.broker import free_port
+    from kctl.errors import BrokerUnavailableError
+    with InspectorProxy([("127.0.0.1", free_port())]) as proxy:
+        with pytest.raises(BrokerUnavailableError):
+            BlockingClient(proxy.bootstrap, timeout_s=2).connect()
+        assert proxy.snapshot().faults["upstream_unreachable"] == 1
+        assert proxy.loop_error is None
