@@ -222,7 +222,7 @@ class RunStats:
     ``workers``: how many workers report. ``target_rate``: records/s over all workers
     (None or 0: max-throughput mode). ``config``: the run's full configuration, copied
     into the summary. ``duration_s`` / ``num_records``: the planned run, for the progress
-    fraction (wall time since ``start_wall_ns``, and records sent including warm-up).
+    fraction (wall time since ``start_wall_ns``; records scheduled, warm-up included).
     ``hlog``: an ``IntervalLogWriter`` that gets one line per clock per measured round.
     """
 
@@ -254,6 +254,8 @@ class RunStats:
         self._last_end_ns = start_wall_ns
         self._in_flight: dict[int, dict[int, int]] = {}
         self._buffer: dict[int, tuple[int, int]] = {}
+        self._scheduled: dict[int, int] = {}    # latest cumulative figures per worker
+        self._abandoned: dict[int, int] = {}
         self._next_round: dict[int, int] = {}   # worker -> round its next report belongs to
         self._done: set[int] = set()
         self._failed: dict[int, str] = {}
@@ -292,6 +294,8 @@ class RunStats:
         self._last_end_ns = max(self._last_end_ns, msg.end_wall_ns)
         self._in_flight[w] = dict(msg.in_flight_by_node)
         self._buffer[w] = (msg.buffer_available, msg.buffer_total)
+        self._scheduled[w] = msg.records_scheduled
+        self._abandoned[w] = msg.abandoned
 
         r = max(self._next_round.get(w, 0), self._closed_upto + 1)
         self._next_round[w] = r + 1
@@ -387,7 +391,7 @@ class RunStats:
         if self.duration_s:
             progress = elapsed / self.duration_s
         if self.num_records:
-            p = total.records_sent / self.num_records
+            p = max(total.records_sent, sum(self._scheduled.values())) / self.num_records
             progress = p if progress is None else max(progress, p)
         if progress is not None:
             progress = min(1.0, max(0.0, progress))
@@ -465,6 +469,8 @@ class RunStats:
                 "acked": res.records_acked,
                 "failed": res.records_failed,
                 "failed_by_error": dict(sorted(res.failed_by_error.items())),
+                "abandoned": sum(self._abandoned.values()),
+                "scheduled": sum(self._scheduled.values()),
                 "bytes_sent": res.bytes_sent,
                 "batches_sent": res.batches_sent,
                 "batches_acked": res.batches_acked,

@@ -41,6 +41,8 @@ from dataclasses import dataclass
 
 from hdrh.histogram import HdrHistogram
 
+from kctl.engine.batch import AppendSlice
+
 __all__ = [
     "CLOCKS", "HIGHEST_US", "INTENDED_GROUPS", "LOWEST_US", "PERCENTILES", "SIGNIFICANT_DIGITS",
     "LatencyFigures", "LatencyRecorder", "decode_histogram", "encode_histogram",
@@ -140,18 +142,22 @@ class LatencyRecorder:
         self.recorded = 0      # records recorded on the send clock (cumulative)
         self._h = {c: new_histogram() for c in CLOCKS}
 
-    def record_batch(self, ack_ns: int, sent_ns: int, slices: Iterable[tuple[int, int, int, int]]) -> None:
-        """Records every record of one acknowledged batch, per slice with counts."""
+    def record_batch(self, ack_ns: int, sent_ns: int, slices: Iterable[AppendSlice]) -> None:
+        """Records every record of one acknowledged batch, per slice with counts.
+
+        ``slices``: ``AppendSlice``s, or any tuples starting (count, appended_ns,
+        intended_first_ns, intended_step_ns)."""
         h = self._h
         rec_send = h["send"].record_value
         total = 0
-        for count, appended_ns, first_ns, step_ns in slices:
+        for s in slices:
+            count = s[0]
             if count <= 0:
                 continue
             total += count
-            rec_send(self._us(ack_ns - appended_ns), count)
-            if first_ns >= 0:
-                self._record_range(ack_ns - first_ns, step_ns, count)
+            rec_send(self._us(ack_ns - s[1]), count)
+            if s[2] >= 0:
+                self._record_range(ack_ns - s[2], s[3], count)
         if total:
             self.recorded += total
             if sent_ns >= 0:

@@ -29,6 +29,10 @@ class WorkerInterval:
     buffer_total: int = 0         # buffer.memory
     warmup: bool = False          # still warming up: shown live, not counted in results
     final: bool = False           # the worker's last report (it has flushed and stopped)
+    records_scheduled: int = 0    # cumulative: records the schedule has handed out (warm-up too)
+    abandoned: int = 0            # cumulative: records still unacknowledged when the worker gave up
+    # final report of a --verify run only: partition -> [(offset, count, first_seq)] acked runs
+    acked_runs: dict[int, list[tuple[int, int, int]]] | None = None
 
     @property
     def duration_ns(self) -> int:

@@ -1,0 +1,203 @@
+"""RunStats: per-worker diffing, histogram merge, rounds, warm-up exclusion, summary keys."""
+
+from __future__ import annotations
+
+import json
+import pickle
+
+import pytest
+
+from kctl.stats.aggregate import RunStats, metrics_delta, metrics_sum
+from kctl.stats.latency import CLOCKS, decode_histogram, new_histogram
+from kctl.stats.report import WorkerFailed
+from tests.stats.conftest import MS, S, T0, metrics, report
+
+
+def test_metrics_delta_and_sum() -> None:
+    a = metrics(records_acked=10, batch_fill_total=1.5, errors_by_name={"X": 2},
+                records_by_partition={("t", 0): 10})
+    b = metrics(records_acked=25, batch_fill_total=2.0, errors_by_name={"X": 2, "Y": 1},
+                records_by_partition={("t", 0): 20, ("t", 1): 5})
+    d = metrics_delta(b, a)
+    assert d.records_acked == 15 and d.batch_fill_total == pytest.approx(0.5)
+    assert d.errors_by_name == {"Y": 1}
+    assert d.records_by_partition == {("t", 0): 10, ("t", 1): 5}
+    assert metrics_sum(a, d) == b
+
+
+def test_report_pickles() -> None:
+    r = report(0, 0, metrics(records_acked=3), latencies_ms=(1.0,))
+    assert pickle.loads(pickle.dumps(r)) == r
+    assert pickle.loads(pickle.dumps(WorkerFailed(1, "boom"))) == WorkerFailed(1, "boom")
+
+
+def test_merge_is_histogram_add_not_averaged_percentiles() -> None:
+    st = RunStats(workers=2, start_wall_ns=T0, target_rate=1000)
+    st.add(report(0, 0, metrics(records_acked=100), latencies_ms=(1.0,), count=100))
+    st.add(report(1, 0, metrics(records_acked=100), latencies_ms=(100.0,), count=100))
+    # the same histogram built by hand
+    parts = [decode_histogram(report(w, 0, metrics(), latencies_ms=(lat,), count=100).histograms["send"])
+             for w, lat in ((0, 1.0), (1, 100.0))]
+    merged = new_histogram()
+    for p in parts:
+        merged.add(p)
+    cum = st.cumulative_histograms()
+    for clock in CLOCKS:
+        assert cum[clock].get_total_count() == 200
+        assert cum[clock].get_value_at_percentile(90) == merged.get_value_at_percentile(90)
+    lat = st.summary()["latency"]["send"]
+    assert lat["count"] == 200
+    assert lat["p50_ms"] == pytest.approx(1.0, rel=1e-2)
+    assert lat["p90_ms"] == pytest.approx(100.0, rel=1e-2)    # averaging would say ~50
+    assert lat["mean_ms"] == pytest.approx(50.5, rel=1e-2)
+
+
+def test_counters_are_diffed_per_worker_and_summed() -> None:
+    st = RunStats(workers=2, start_wall_ns=T0)
+    st.add(report(0, 0, metrics(records_acked=100, records_sent=120, batches_acked=10)))
+    st.add(report(1, 0, metrics(records_acked=50, records_sent=50, batches_acked=5)))
+    st.add(report(0, 1, metrics(records_acked=250, records_sent=260, batches_acked=20)))
+    assert st.snapshot(T0 + 2 * S).interval_acked == 150       # round 0 closed only
+    n = st.add(report(1, 1, metrics(records_acked=60, records_sent=60, batches_acked=6)))
+    assert n == 1
+    snap = st.snapshot(T0 + 2 * S)
+    assert snap.interval_acked == 150 + 10
+    assert snap.records_per_batch == pytest.approx(160 / 11)
+    assert snap.interval_rate == pytest.approx(160.0)           # both workers' 1 s intervals
+    s = st.summary()
+    assert s["counts"]["acked"] == 310 and s["counts"]["sent"] == 320
+    assert s["rates"]["records_per_s"] == pytest.approx(310 / 2)
+    assert s["batching"]["records_per_batch"] == pytest.approx(310 / 26, rel=1e-3)
+
+
+def test_warmup_excluded_from_results_and_hlog(tmp_path) -> None:
+    from kctl.stats.hlog import IntervalLogWriter, read_interval_log
+
+    path = tmp_path / "run.hlog"
+    with IntervalLogWriter.open(path, T0) as log:
+        st = RunStats(workers=1, start_wall_ns=T0, target_rate=100, hlog=log)
+        st.add(report(0, 0, metrics(records_acked=100, records_sent=100, retries=3),
+                      latencies_ms=(500.0,), count=100, warmup=True))
+        snap = st.snapshot(T0 + S)
+        assert snap.warmup and snap.records_acked == 0 and snap.interval_acked == 100
+        assert snap.interval_latency["send"].max_ms == pytest.approx(500, rel=1e-2)
+        st.add(report(0, 1, metrics(records_acked=300, records_sent=300, retries=3),
+                      latencies_ms=(2.0,), count=200, final=True))
+        s = st.summary()
+    assert s["counts"]["acked"] == 200 and s["counts"]["sent"] == 200
+    assert s["retries"] == 0
+    assert s["run"]["warmup"] == {"intervals": 1, "records_sent": 100, "records_acked": 100,
+                                  "records_failed": 0, "bytes_sent": 0}
+    assert s["run"]["intervals"] == 1
+    assert s["latency"]["send"]["count"] == 200
+    assert s["latency"]["send"]["max_ms"] == pytest.approx(2.0, rel=1e-2)
+    assert s["rates"]["records_per_s"] == pytest.approx(200.0)
+    logged = read_interval_log(path)
+    assert [i.tag for i in logged] == list(CLOCKS)                # the measured round only
+    assert all(i.histogram.get_total_count() == 200 for i in logged)
+
+
+def test_round_waits_for_every_worker_then_for_lag() -> None:
+    st = RunStats(workers=2, start_wall_ns=T0, max_lag_rounds=2)
+    assert st.add(report(0, 0, metrics(records_acked=10))) == 0
+    assert st.add(report(0, 1, metrics(records_acked=20))) == 0
+    # worker 0 is two rounds ahead of the silent worker 1: round 0 closes anyway
+    assert st.add(report(0, 2, metrics(records_acked=30))) == 1
+    # worker 1's late first report is filed under the oldest open round (1), not lost
+    assert st.add(report(1, 0, metrics(records_acked=5))) == 1
+    assert st.snapshot(T0).interval_acked == 10 + 5
+    assert st.finish() == 1
+    assert st.summary()["counts"]["acked"] == 35
+
+
+def test_failed_and_final_workers_are_not_waited_for() -> None:
+    st = RunStats(workers=3, start_wall_ns=T0)
+    st.add(WorkerFailed(2, "ConnectionRefusedError: boom"))
+    st.add(report(0, 0, metrics(records_acked=1), final=True))
+    assert st.add(report(1, 0, metrics(records_acked=2))) == 1
+    assert st.add(report(1, 1, metrics(records_acked=4))) == 1     # only worker 1 is left
+    snap = st.snapshot(T0 + 2 * S)
+    assert snap.workers_failed == ((2, "ConnectionRefusedError: boom"),)
+    assert snap.workers_running == 1
+    assert st.summary()["run"]["workers_failed"] == [{"worker": 2, "error": "ConnectionRefusedError: boom"}]
+
+
+def test_snapshot_live_figures() -> None:
+    st = RunStats(workers=2, start_wall_ns=T0, target_rate=2000, duration_s=10, num_records=10_000)
+    m0 = metrics(records_acked=900, records_sent=1000, batches_sent=12, retries=2, batches_acked=9,
+                 batch_fill_total=5.0, queue_time_ns_total=30 * MS, bytes_sent=2 * 1024 * 1024,
+                 errors_by_name={"NOT_LEADER_OR_FOLLOWER": 2}, throttle_time_ms=40, throttled_requests=2,
+                 records_by_node={1: 900})
+    st.add(report(0, 0, m0, latencies_ms=(3.0,), count=900, in_flight={1: 2, 2: 1},
+                  buffer_available=24, buffer_total=32, records_scheduled=1000))
+    st.add(report(1, 0, metrics(records_acked=100, records_by_node={2: 100}), in_flight={1: 1},
+                  buffer_available=30, buffer_total=32, records_scheduled=3000))
+    snap = st.snapshot(T0 + 2 * S)
+    assert snap.elapsed_s == pytest.approx(2.0)
+    assert snap.target_rate == 2000
+    assert snap.interval_rate == pytest.approx(1000)
+    assert snap.interval_mb_per_s == pytest.approx(2.0)
+    assert snap.batch_fill == pytest.approx(0.5)              # 5.0 over 10 batches first sent
+    assert snap.queue_time_ms == pytest.approx(3.0)
+    assert snap.in_flight_by_node == {1: 3, 2: 1}
+    assert snap.records_by_node == {1: 900, 2: 100}
+    assert (snap.buffer_used, snap.buffer_total) == (10, 64)
+    assert snap.errors_by_name == {"NOT_LEADER_OR_FOLLOWER": 2}
+    assert (snap.throttle_time_ms, snap.throttled_requests, snap.retries) == (40, 2, 2)
+    assert snap.progress == pytest.approx(0.4)                # 4000 of 10000 scheduled
+    assert snap.interval_latency["intended"].p50_ms == pytest.approx(3.0, rel=1e-2)
+    assert snap.cumulative_latency["request"].count == 900
+    assert not snap.intended_from_send
+
+
+def test_max_throughput_reports_intended_from_send(tmp_path) -> None:
+    from kctl.stats.hlog import IntervalLogWriter, read_interval_log
+
+    path = tmp_path / "mt.hlog"
+    log = IntervalLogWriter.open(path, T0)
+    st = RunStats(workers=1, start_wall_ns=T0, target_rate=None, hlog=log)
+    st.add(report(0, 0, metrics(records_acked=5), latencies_ms=(7.0,), count=5))
+    s = st.summary()
+    log.close()
+    assert s["run"]["max_throughput"] and s["run"]["intended_from"] == "send"
+    assert s["latency"]["intended"] == s["latency"]["send"]
+    assert st.snapshot(T0).intended_from_send
+    assert [i.tag for i in read_interval_log(path)] == ["send", "request"]
+
+
+SUMMARY_KEYS = {
+    "counts": {"sent": int, "acked": int, "failed": int, "failed_by_error": dict},
+    "rates": {"records_per_s": float, "mb_per_s": float, "target_records_per_s": (float, type(None))},
+    "batching": {"records_per_batch": float, "batch_fill": float},
+    "throttle": {"time_ms": int, "requests": int},
+    "run": {"id": str, "start": str, "end": str, "duration_s": float, "workers": int, "warmup": dict},
+}
+
+
+def test_summary_keys_present_and_typed() -> None:
+    config = {"topic": "t", "acks": "all", "linger.ms": 5, "nested": {"a": (1, 2)}, "path": object()}
+    st = RunStats(workers=1, start_wall_ns=T0, target_rate=1000, config=config, run_id="r1")
+    st.add(report(0, 0, metrics(records_acked=10, records_sent=10, records_failed=1, batches_acked=1,
+                                batches_sent=1, failed_by_error={"MESSAGE_TOO_LARGE": 1},
+                                errors_by_name={"MESSAGE_TOO_LARGE": 1},
+                                records_by_partition={("t", 0): 6, ("t", 1): 4}, records_by_node={1: 10}),
+                  latencies_ms=(1.0,), count=10, final=True))
+    s = st.summary(end_wall_ns=T0 + 2 * S)
+    json.loads(json.dumps(s))                                  # plain JSON
+    for section, keys in SUMMARY_KEYS.items():
+        for key, typ in keys.items():
+            assert isinstance(s[section][key], typ), (section, key, s[section][key])
+    for clock in CLOCKS:
+        fig = s["latency"][clock]
+        for key in ("p50_ms", "p90_ms", "p99_ms", "p999_ms", "p9999_ms", "max_ms", "mean_ms"):
+            assert isinstance(fig[key], float), (clock, key)
+        assert fig["count"] == 10
+    assert s["config"]["topic"] == "t" and s["config"]["nested"] == {"a": [1, 2]}
+    assert isinstance(s["config"]["path"], str)
+    assert s["run"]["id"] == "r1" and s["run"]["duration_s"] == 2.0
+    assert s["counts"]["failed_by_error"] == {"MESSAGE_TOO_LARGE": 1}
+    assert s["errors_by_name"] == {"MESSAGE_TOO_LARGE": 1}
+    assert isinstance(s["retries"], int)
+    assert s["partitions"] == [{"topic": "t", "partition": 0, "records_acked": 6},
+                               {"topic": "t", "partition": 1, "records_acked": 4}]
+    assert s["brokers"] == [{"node_id": 1, "records_acked": 10}]
