@@ -1,0 +1,285 @@
+"""Rich renderables and plain lines for ``kctl produce``.
+
+``ProduceDashboard`` is a plain object with ``__rich_console__`` that pulls a fresh
+``DashboardState`` (kctl/stats/aggregate.py) from a callable on every refresh, so it
+can be handed to ``rich.live.Live(ProduceDashboard(lambda: stats.snapshot(time.time_ns())))``
+as is. ``plain_line`` is the non-terminal form: one kafka-producer-perf-test-style line
+per interval. ``summary_renderable`` / ``summary_line`` show the summary JSON at the end.
+
+Nothing here computes a statistic: the figures come ready from the stats layer.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from rich.console import Console, ConsoleOptions, Group, RenderResult
+from rich.progress_bar import ProgressBar
+from rich.table import Table
+from rich.text import Text
+
+from kctl.stats.aggregate import DashboardState
+from kctl.stats.latency import CLOCKS, LatencyFigures
+
+__all__ = ["ProduceDashboard", "plain_line", "summary_line", "summary_renderable"]
+
+_CLOCK_HELP = {
+    "intended": "ack - intended send time (schedule)",
+    "send": "ack - handed to the engine",
+    "request": "ack - request written",
+}
+
+
+def _ms(v: float) -> str:
+    if v >= 1000:
+        return f"{v:,.0f}"
+    if v >= 100:
+        return f"{v:.0f}"
+    if v >= 10:
+        return f"{v:.1f}"
+    return f"{v:.2f}"
+
+
+def _rate(v: float | None) -> str:
+    return "max" if v is None else f"{v:,.0f}"
+
+
+def _bytes(n: float) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if abs(n) < 1024 or unit == "GiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return f"{n:.1f} GiB"
+
+
+def _counts(d: Mapping[str, int], limit: int = 4) -> str:
+    items = sorted(d.items(), key=lambda kv: (-kv[1], kv[0]))
+    text = ", ".join(f"{k} {v:,}" for k, v in items[:limit])
+    if len(items) > limit:
+        text += f", +{len(items) - limit} more"
+    return text
+
+
+class ProduceDashboard:
+    """The live view. ``state_fn`` returns the current ``DashboardState``."""
+
+    def __init__(self, state_fn: Callable[[], DashboardState], *, title: str = "kctl produce") -> None:
+        self.state_fn = state_fn
+        self.title = title
+
+    def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
+        s = self.state_fn()
+        yield self._head(s)
+        if s.progress is not None:
+            yield self._progress(s, options.max_width)
+        yield self._throughput(s)
+        yield self._latency(s)
+        yield self._engine(s)
+
+    # -- parts --------------------------------------------------------------------------------------
+    def _head(self, s: DashboardState) -> Text:
+        t = Text.assemble((self.title, "bold"), f"  elapsed {s.elapsed_s:.1f} s",
+                          f"  interval {s.intervals}",
+                          f"  workers {s.workers_running}/{s.workers}")
+        if s.warmup:
+            t.append("  warming up (not counted)", style="yellow")
+        if s.workers_failed:
+            t.append(f"  {len(s.workers_failed)} worker(s) failed: ", style="red")
+            t.append("; ".join(f"#{w} {e.splitlines()[0] if e else ''}" for w, e in s.workers_failed),
+                     style="red")
+        return t
+
+    def _progress(self, s: DashboardState, width: int) -> Table:
+        grid = Table.grid(padding=(0, 1))
+        grid.add_column(width=max(10, min(60, width - 12)))
+        grid.add_column(justify="right")
+        grid.add_row(ProgressBar(total=1.0, completed=s.progress or 0.0),
+                     f"{100 * (s.progress or 0.0):.0f}%")
+        return grid
+
+    def _throughput(self, s: DashboardState) -> Table:
+        t = Table(title="throughput", title_justify="left", expand=False)
+        for col in ("", "target", "last interval", "cumulative"):
+            t.add_column(col, justify="left" if not col else "right")
+        target = s.target_rate
+        achieved = f"{s.interval_rate:,.0f}"
+        if target and s.interval_rate < 0.95 * target and not s.warmup and s.intervals:
+            achieved = f"[yellow]{achieved}[/]"
+        t.add_row("records/s", _rate(target), achieved, f"{s.cumulative_rate:,.0f}")
+        t.add_row("MB/s", "", f"{s.interval_mb_per_s:.2f}", f"{s.cumulative_mb_per_s:.2f}")
+        t.add_row("records", "", f"{s.interval_acked:,} acked",
+                  f"{s.records_acked:,} acked / {s.records_sent:,} sent / {s.records_failed:,} failed")
+        return t
+
+    def _latency(self, s: DashboardState) -> Table:
+        t = Table(title="latency (ms): last interval, then cumulative", title_justify="left")
+        t.add_column("clock", no_wrap=True)
+        for col in ("p50", "p99", "max"):
+            t.add_column(f"last {col}", justify="right")
+        for col in ("p50", "p90", "p99", "p99.9", "p99.99", "max", "mean"):
+            t.add_column(col, justify="right")
+        t.add_column("count", justify="right")
+        for clock in CLOCKS:
+            i = s.interval_latency.get(clock)
+            c = s.cumulative_latency.get(clock)
+            if i is None or c is None:
+                continue
+            name = clock
+            if clock == "intended" and s.intended_from_send:
+                name = "intended*"
+                t.caption = "* no schedule (max throughput): intended shows the send clock"
+                t.caption_justify = "left"
+            t.add_row(name, _ms(i.p50_ms), _ms(i.p99_ms), _ms(i.max_ms),
+                      *self._cum(c), f"{c.count:,}")
+        return t
+
+    @staticmethod
+    def _cum(c: LatencyFigures) -> list[str]:
+        return [_ms(c.p50_ms), _ms(c.p90_ms), _ms(c.p99_ms), _ms(c.p999_ms), _ms(c.p9999_ms),
+                _ms(c.max_ms), _ms(c.mean_ms)]
+
+    def _engine(self, s: DashboardState) -> Group:
+        grid = Table.grid(padding=(0, 3))
+        grid.add_column(vertical="top")
+        grid.add_column(vertical="top")
+
+        b = Table(title="producer (last interval)", title_justify="left", show_header=False)
+        b.add_column(no_wrap=True)
+        b.add_column(justify="right", no_wrap=True)
+        b.add_row("records/batch", f"{s.records_per_batch:.1f}")
+        b.add_row("batch fill", f"{100 * s.batch_fill:.0f}%")
+        b.add_row("accumulator time", f"{s.queue_time_ms:.2f} ms")
+        used_pct = 100 * s.buffer_used / s.buffer_total if s.buffer_total else 0.0
+        b.add_row("buffer pool", f"{_bytes(s.buffer_used)} / {_bytes(s.buffer_total)} ({used_pct:.0f}%)")
+        b.add_row("throttled", f"{s.throttle_time_ms:,} ms in {s.throttled_requests:,} requests")
+        b.add_row("retries", f"{s.retries:,}")
+
+        n = Table(title="brokers", title_justify="left")
+        n.add_column("node", no_wrap=True)
+        n.add_column("in flight", justify="right", no_wrap=True)
+        n.add_column("records acked", justify="right", no_wrap=True)
+        for node in sorted(set(s.in_flight_by_node) | set(s.records_by_node)):
+            n.add_row(str(node), str(s.in_flight_by_node.get(node, 0)), f"{s.records_by_node.get(node, 0):,}")
+        grid.add_row(b, n)
+        if not s.errors_by_name and not s.failed_by_error:
+            return Group(grid, Text("errors: none"))
+        return Group(grid, _error_table(s.errors_by_name, s.failed_by_error))
+
+
+def _error_table(seen: Mapping[str, int], failed: Mapping[str, int]) -> Table:
+    e = Table(title="errors", title_justify="left")
+    e.add_column("error", no_wrap=True)
+    e.add_column("seen (retries too)", justify="right")
+    e.add_column("records failed", justify="right")
+    for name in sorted(set(seen) | set(failed)):
+        e.add_row(Text(name, style="red"), f"{seen.get(name, 0):,}", f"{failed.get(name, 0):,}")
+    return e
+
+
+def plain_line(s: DashboardState) -> str:
+    """One line per interval, shaped like kafka-producer-perf-test's, on kctl's clocks::
+
+        24691 records acked, 24691.2 records/sec (2.35 MB/sec), 3.2 ms avg latency,
+        45.0 ms max latency. intended p50 2.9 p99 12.0 p99.9 40.1 ms; send p99 10.0 ms;
+        request p99 4.0 ms; target 25000/s; t=5.0s
+
+    (one line; the avg/max latency and percentiles are the intended clock's, or the send
+    clock's in max-throughput mode). Counts are records ACKED in the interval.
+    """
+    lead = "send" if s.intended_from_send else "intended"
+    f = s.interval_latency.get(lead)
+    parts = [f"{s.interval_acked} records acked, {s.interval_rate:.1f} records/sec "
+             f"({s.interval_mb_per_s:.2f} MB/sec)"]
+    if f is not None:
+        parts[0] += f", {f.mean_ms:.1f} ms avg latency, {f.max_ms:.1f} ms max latency."
+        parts.append(f" {lead} p50 {f.p50_ms:.1f} p99 {f.p99_ms:.1f} p99.9 {f.p999_ms:.1f} ms")
+    else:
+        parts[0] += "."
+    for clock in CLOCKS:
+        if clock == lead or (clock == "intended" and s.intended_from_send):
+            continue
+        g = s.interval_latency.get(clock)
+        if g is not None:
+            parts.append(f"; {clock} p99 {g.p99_ms:.1f} ms")
+    if s.target_rate is not None:
+        parts.append(f"; target {s.target_rate:.0f}/s")
+    if s.errors_by_name:
+        parts.append(f"; errors {_counts(s.errors_by_name)}")
+    if s.records_failed:
+        parts.append(f"; {s.records_failed} failed")
+    if s.workers_failed:
+        parts.append(f"; {len(s.workers_failed)} worker(s) failed")
+    parts.append(f"; t={s.elapsed_s:.1f}s")
+    if s.warmup:
+        parts.append(" (warm-up)")
+    return "".join(parts)
+
+
+def summary_line(summary: Mapping[str, Any]) -> str:
+    """kafka-producer-perf-test's final line, from the summary JSON::
+
+        1000000 records sent, 49990.1 records/sec (4.77 MB/sec), 3.21 ms avg latency,
+        45.00 ms max latency, 2.9 ms 50th, 8.1 ms 90th, 12.0 ms 99th, 40.1 ms 99.9th.
+    """
+    counts, rates = summary["counts"], summary["rates"]
+    clock = "send" if summary["run"]["max_throughput"] else "intended"
+    lat = summary["latency"][clock]
+    line = (f"{counts['acked']} records sent, {rates['records_per_s']:.1f} records/sec "
+            f"({rates['mb_per_s']:.2f} MB/sec), {lat['mean_ms']:.2f} ms avg latency, "
+            f"{lat['max_ms']:.2f} ms max latency, {lat['p50_ms']:.1f} ms 50th, {lat['p90_ms']:.1f} ms 90th, "
+            f"{lat['p99_ms']:.1f} ms 99th, {lat['p999_ms']:.1f} ms 99.9th ({clock} clock).")
+    if counts["failed"]:
+        line += f" {counts['failed']} records failed ({_counts(counts['failed_by_error'])})."
+    return line
+
+
+def summary_renderable(summary: Mapping[str, Any]) -> Group:
+    """The end-of-run summary as Rich tables."""
+    run, counts, rates = summary["run"], summary["counts"], summary["rates"]
+    head = Table(title=f"kctl produce  run {run['id']}", title_justify="left", show_header=False)
+    head.add_column()
+    head.add_column(justify="right")
+    head.add_row("duration", f"{run['duration_s']:.1f} s ({run['measured_s']:.1f} s measured)")
+    head.add_row("workers", f"{run['workers']}" + (f" ({len(run['workers_failed'])} failed)"
+                                                     if run["workers_failed"] else ""))
+    head.add_row("records", f"{counts['acked']:,} acked / {counts['sent']:,} sent / {counts['failed']:,} failed")
+    head.add_row("rate", f"{rates['records_per_s']:,.1f} records/s (target {_rate(rates['target_records_per_s'])})")
+    head.add_row("throughput", f"{rates['mb_per_s']:.2f} MB/s")
+    wu = run["warmup"]
+    if wu["intervals"]:
+        head.add_row("warm-up (excluded)", f"{wu['intervals']} intervals, {wu['records_acked']:,} records acked")
+    b = summary["batching"]
+    head.add_row("records/batch", f"{b['records_per_batch']:.1f}")
+    head.add_row("batch fill", f"{100 * b['batch_fill']:.0f}%")
+    head.add_row("throttled", f"{summary['throttle']['time_ms']:,} ms in {summary['throttle']['requests']:,} requests")
+    head.add_row("retries", f"{summary['retries']:,}")
+
+    lat = Table(title="latency (ms)", title_justify="left")
+    lat.add_column("clock", no_wrap=True)
+    keys = ("p50_ms", "p90_ms", "p99_ms", "p999_ms", "p9999_ms", "max_ms", "mean_ms")
+    for k in ("p50", "p90", "p99", "p99.9", "p99.99", "max", "mean", "count"):
+        lat.add_column(k, justify="right")
+    for clock, fig in summary["latency"].items():
+        name = clock
+        if clock == "intended" and run["max_throughput"]:
+            name = "intended*"
+            lat.caption = "* no schedule (max throughput): intended shows the send clock"
+            lat.caption_justify = "left"
+        lat.add_row(name, *(_ms(fig[k]) for k in keys), f"{fig['count']:,}")
+
+    parts: list[Any] = [head, lat]
+    errors = summary["errors_by_name"]
+    failed = counts["failed_by_error"]
+    if errors or failed:
+        parts.append(_error_table(errors, failed))
+    if summary["brokers"]:
+        n = Table(title="brokers", title_justify="left")
+        n.add_column("node")
+        n.add_column("records acked", justify="right")
+        for row in summary["brokers"]:
+            n.add_row(str(row["node_id"]), f"{row['records_acked']:,}")
+        parts.append(n)
+    for w in run["workers_failed"]:
+        parts.append(Text(f"worker {w['worker']} failed: {w['error']}", style="red"))
+    return Group(*parts)

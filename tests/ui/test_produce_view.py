@@ -1,0 +1,104 @@
+"""The produce dashboard and plain lines render the stats layer's figures."""
+
+from __future__ import annotations
+
+import re
+from io import StringIO
+
+from rich.console import Console
+from rich.live import Live
+
+from kctl.stats.aggregate import RunStats
+from kctl.ui.produce_view import ProduceDashboard, plain_line, summary_line, summary_renderable
+from tests.stats.conftest import S, T0, metrics, report
+
+
+def _stats(target: float | None = 2000) -> RunStats:
+    st = RunStats(workers=2, start_wall_ns=T0, target_rate=target, duration_s=10, run_id="abc123")
+    m = metrics(records_acked=1500, records_sent=1600, batches_sent=20, batches_acked=15,
+                batch_fill_total=10.0, queue_time_ns_total=40_000_000, bytes_sent=3 * 1024 * 1024,
+                errors_by_name={"NOT_LEADER_OR_FOLLOWER": 3}, failed_by_error={"REQUEST_TIMED_OUT": 7},
+                records_failed=7, throttle_time_ms=120, throttled_requests=4, retries=3,
+                records_by_node={1: 1000, 2: 500})
+    st.add(report(0, 0, m, latencies_ms=(4.0, 40.0), count=750, in_flight={1: 3, 2: 2},
+                  buffer_available=16 * 1024 * 1024, buffer_total=32 * 1024 * 1024))
+    st.add(report(1, 0, metrics(records_acked=500, records_sent=500, batches_acked=5, batches_sent=5),
+                  latencies_ms=(5.0,), count=500, in_flight={1: 1},
+                  buffer_available=32 * 1024 * 1024, buffer_total=32 * 1024 * 1024))
+    return st
+
+
+def _render(renderable, width: int = 120) -> str:
+    out = StringIO()
+    Console(file=out, width=width, force_terminal=False, color_system=None).print(renderable)
+    return out.getvalue()
+
+
+def test_dashboard_shows_key_figures() -> None:
+    st = _stats()
+    calls = []
+
+    def state():
+        calls.append(1)
+        return st.snapshot(T0 + 5 * S)
+
+    text = _render(ProduceDashboard(state))
+    assert calls                                     # pulled fresh state
+    for needle in ("kctl produce", "elapsed 5.0 s", "workers 2/2", "50%",
+                   "records/s", "2,000", "2,000",    # target, achieved (2000 acked over 1 s)
+                   "MB/s", "3.00", "intended", "send", "request",
+                   "records/batch", "100.0",         # 2000 acked / 20 batches
+                   "batch fill", "45%",              # 10.0 over 25 - 3 retries = 22 batches first sent
+                   "buffer pool", "16.0 MiB / 64.0 MiB",
+                   "throttled", "120 ms in 4 requests", "retries",
+                   "NOT_LEADER_OR_FOLLOWER", "REQUEST_TIMED_OUT"):
+        assert needle in text, (needle, text)
+    # brokers: node 1 has 3 + 1 requests in flight, 1000 records acked
+    assert re.search(r"1\s+│?\s*4\s+│?\s*1,000", text), text
+    # latency p99 of the intended clock (40 ms for a quarter of the records... p99 = 40)
+    assert "40.0" in text
+
+
+def test_dashboard_in_live() -> None:
+    st = _stats()
+    out = StringIO()
+    console = Console(file=out, width=120, force_terminal=True)
+    with Live(ProduceDashboard(lambda: st.snapshot(T0 + 2 * S)), console=console,
+              auto_refresh=False) as live:
+        live.refresh()
+    assert "latency" in out.getvalue()
+
+
+def test_dashboard_max_throughput_and_warmup() -> None:
+    st = RunStats(workers=1, start_wall_ns=T0)
+    st.add(report(0, 0, metrics(records_acked=10), latencies_ms=(1.0,), count=10, warmup=True))
+    text = _render(ProduceDashboard(lambda: st.snapshot(T0 + S)))
+    assert "intended*" in text and "intended shows the send clock" in text
+    assert "warming up" in text
+    assert "max" in text                              # target column
+
+
+def test_plain_line_format() -> None:
+    line = plain_line(_stats().snapshot(T0 + 5 * S))
+    assert "\n" not in line
+    assert re.match(r"^2000 records acked, 2000\.0 records/sec \(3\.00 MB/sec\), "
+                    r"\d+\.\d ms avg latency, \d+\.\d ms max latency\. intended p50 [\d.]+ p99 [\d.]+ "
+                    r"p99\.9 [\d.]+ ms; send p99 [\d.]+ ms; request p99 [\d.]+ ms; target 2000/s; "
+                    r"errors NOT_LEADER_OR_FOLLOWER 3; 7 failed; t=5\.0s$", line), line
+
+
+def test_plain_line_max_throughput() -> None:
+    line = plain_line(_stats(target=None).snapshot(T0 + 5 * S))
+    assert " send p50 " in line and "intended" not in line and "target" not in line
+
+
+def test_summary_rendering() -> None:
+    s = _stats().summary()
+    text = _render(summary_renderable(s))
+    for needle in ("run abc123", "2,000 acked", "records/s", "latency (ms)", "p99.99",
+                   "intended", "REQUEST_TIMED_OUT", "brokers"):
+        assert needle in text, needle
+    line = summary_line(s)
+    assert re.match(r"^2000 records sent, [\d.]+ records/sec \([\d.]+ MB/sec\), [\d.]+ ms avg latency, "
+                    r"[\d.]+ ms max latency, [\d.]+ ms 50th, [\d.]+ ms 90th, [\d.]+ ms 99th, "
+                    r"[\d.]+ ms 99\.9th \(intended clock\)\. 7 records failed", line), line
