@@ -121,3 +121,34 @@ def test_figures() -> None:
     assert f.mean_ms == pytest.approx(500.5, rel=1e-3)
     assert histogram_mean(h) == pytest.approx(h.get_mean_value())
     assert LatencyFigures.from_histogram(new_histogram()).count == 0
+
+
+def test_inline_index_matches_hdrh_record_value() -> None:
+    import random
+
+    rng = random.Random(7)
+    vals = [1, 2, 1023, 1024, 2047, 2048, 2049, 4095, 4096, 10**6, HIGHEST_US - 1, HIGHEST_US]
+    vals += [rng.randint(1, HIGHEST_US) for _ in range(3000)]
+    vals += [int(10 ** rng.uniform(0, 9.5)) for _ in range(3000)]
+    rec = LatencyRecorder()
+    ref = new_histogram()
+    for i, v in enumerate(vals):
+        v = min(v, HIGHEST_US)
+        c = i % 5 + 1
+        rec.record_batch(v * 1000, -1, [AppendSlice(c, 0, -1, 0)])
+        ref.record_value(v, c)
+    h = rec.interval()["send"]
+    assert list(h.counts) == list(ref.counts)
+    assert (h.get_total_count(), h.get_min_value(), h.get_max_value()) == \
+        (ref.get_total_count(), ref.get_min_value(), ref.get_max_value())
+    assert encode_histogram(h) == encode_histogram(ref)
+
+
+def test_stats_layer_never_renders() -> None:
+    import subprocess
+    import sys
+
+    out = subprocess.run([sys.executable, "-c", "import sys, kctl.stats; "
+                          "print(sorted(m for m in ('rich', 'typer') if m in sys.modules))"],
+                         capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"
