@@ -215,6 +215,13 @@ class ProducerBatch:
         return self.state in FINAL_STATES
 
     @property
+    def last_sequence(self) -> int:
+        """Sequence number of the batch's last record (-1 without a sequence)."""
+        if self.base_sequence < 0:
+            return -1
+        return (self.base_sequence + self.record_count - 1) & 0x7FFFFFFF
+
+    @property
     def is_bulk(self) -> bool:
         return self.template is not None
 

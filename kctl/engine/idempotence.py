@@ -15,11 +15,14 @@ How this works
   its neighbours out of order.
 - ``on_error`` decides what a sequence error means, as the Java client does:
   * DUPLICATE_SEQUENCE_NUMBER: the broker already has the batch: success.
-  * OUT_OF_ORDER_SEQUENCE_NUMBER for a batch that is not the oldest
-    unacknowledged one: an earlier batch failed first: retry in order.
-  * OUT_OF_ORDER_SEQUENCE_NUMBER for the oldest one: the broker lost the
+  * OUT_OF_ORDER_SEQUENCE_NUMBER for a batch that does not directly follow the
+    partition's last acknowledged sequence: an earlier batch failed first:
+    retry in order.
+  * OUT_OF_ORDER_SEQUENCE_NUMBER for the batch that does: the broker lost the
     sequence; the batch fails and the epoch is bumped (KIP-360), which restarts
-    every partition's sequences at 0 for the batches not yet acknowledged.
+    every partition's sequences at 0 for the batches not yet acknowledged. A
+    broker that cannot bump the epoch (it lost the producer altogether) gets
+    asked for a new producer id instead.
   * UNKNOWN_PRODUCER_ID: the broker no longer knows the producer (its state
     was removed with the log). Safe to retry after an epoch bump when the
     broker's log start offset is past everything acknowledged; otherwise as
@@ -73,7 +76,9 @@ class Idempotence:
         self._next_sequence: dict[TopicPartition, int] = {}
         self._unacked: dict[TopicPartition, list[ProducerBatch]] = {}
         self._last_acked_offset: dict[TopicPartition, int] = {}
+        self._last_acked_sequence: dict[TopicPartition, int] = {}
         self.epoch_bumps = 0
+        self._bumping = False     # the InitProducerId in flight asks to bump the current epoch
 
     # -- producer id -----------------------------------------------------------------
     def has_producer_id(self) -> bool:
@@ -85,6 +90,7 @@ class Idempotence:
     def build_init_request(self, version: int):
         """InitProducerId for a new id, or (v3+, KIP-360) to bump the current epoch."""
         bump = self.state is ProducerIdState.BUMP_NEEDED and version >= 3 and self.producer_id >= 0
+        self._bumping = bump
         self.state = ProducerIdState.INITIALIZING
         cls = messages.message_class("InitProducerIdRequest")
         return cls(transactional_id=self.config.transactional_id,
@@ -98,10 +104,19 @@ class Idempotence:
             if retriable:
                 self.state = (ProducerIdState.BUMP_NEEDED if self.producer_id >= 0
                               else ProducerIdState.UNINITIALIZED)
+            elif self._bumping:
+                # The broker cannot bump this producer's epoch (it may have lost the
+                # producer's state altogether): start over with a new producer id,
+                # as the Java client resets an idempotent producer it cannot bump.
+                self.producer_id = -1
+                self.producer_epoch = -1
+                self.state = ProducerIdState.UNINITIALIZED
             else:
                 self.state = ProducerIdState.FATAL
                 self.fatal_error = error
+            self._bumping = False
             return InitResult(error, retriable)
+        self._bumping = False
         new_id = producer_id != self.producer_id
         self.producer_id = producer_id
         self.producer_epoch = producer_epoch
@@ -109,6 +124,7 @@ class Idempotence:
         # Whether a bump or a new id: every not-yet-acknowledged batch is
         # re-sequenced from 0 when it is next drained.
         self._next_sequence.clear()
+        self._last_acked_sequence.clear()
         for batches in self._unacked.values():
             for b in batches:
                 b.base_sequence = NO_SEQUENCE if new_id or b.producer_epoch != producer_epoch else b.base_sequence
@@ -166,6 +182,18 @@ class Idempotence:
         self._forget(batch)
         if last_offset >= 0:
             self._last_acked_offset[batch.tp] = last_offset
+        if self._is_current(batch):
+            self._last_acked_sequence[batch.tp] = batch.last_sequence
+
+    def _is_current(self, batch: ProducerBatch) -> bool:
+        return (batch.producer_id, batch.producer_epoch) == (self.producer_id, self.producer_epoch)
+
+    def is_next_sequence(self, batch: ProducerBatch) -> bool:
+        """The batch directly follows the partition's last acknowledged one: if the
+        broker rejects *it* for its sequence, the broker really lost the sequence
+        (otherwise an earlier batch failed first and this one just has to retry)."""
+        expected = (self._last_acked_sequence.get(batch.tp, -1) + 1) & _SEQ_MASK
+        return batch.base_sequence == expected
 
     def on_failed(self, batch: ProducerBatch) -> None:
         """A batch that will not be retried: its sequence range is lost, so the
@@ -181,16 +209,16 @@ class Idempotence:
             unacked.remove(batch)
 
     def on_error(self, batch: ProducerBatch, error: str, log_start_offset: int = -1) -> ErrorAction:
-        if batch.producer_epoch != self.producer_epoch and error in (
+        if not self._is_current(batch) and error in (
                 "INVALID_PRODUCER_EPOCH", "OUT_OF_ORDER_SEQUENCE_NUMBER", "UNKNOWN_PRODUCER_ID",
                 "PRODUCER_FENCED"):
             return ErrorAction.RETRY  # sent under an epoch we have since bumped
         if error == "DUPLICATE_SEQUENCE_NUMBER":
             return ErrorAction.SUCCEED
         if error == "OUT_OF_ORDER_SEQUENCE_NUMBER":
-            return ErrorAction.RETRY if not self.is_oldest_unacked(batch) else ErrorAction.FAIL_AND_BUMP
+            return ErrorAction.FAIL_AND_BUMP if self.is_next_sequence(batch) else ErrorAction.RETRY
         if error == "UNKNOWN_PRODUCER_ID":
-            if not self.is_oldest_unacked(batch):
+            if not self.is_next_sequence(batch):
                 return ErrorAction.RETRY
             last = self._last_acked_offset.get(batch.tp, -1)
             if log_start_offset >= 0 and log_start_offset > last:
