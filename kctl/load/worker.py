@@ -83,12 +83,15 @@ class AckedRuns:
     runs: dict[int, list[tuple[int, int, int]]] = field(default_factory=lambda: defaultdict(list))
 
     def add(self, batch: ProducerBatch) -> None:
-        if batch.result is None or batch.result.base_offset < 0:
+        """An acknowledged batch; offset -1 when the broker acknowledged it without
+        one (DUPLICATE_SEQUENCE_NUMBER: an earlier attempt was written)."""
+        if batch.result is None:
             return
-        offset = batch.result.base_offset
+        base = batch.result.base_offset
+        offset = base
         out = self.runs[batch.tp.partition]
         for s in batch.slices:
-            out.append((offset, s.count, s.first_seq))
+            out.append((offset if base >= 0 else -1, s.count, s.first_seq))
             offset += s.count
 
 
@@ -121,17 +124,18 @@ class Worker:
         self.abandoned = 0
 
     # -- completions ---------------------------------------------------------------------
-    def _is_warmup(self, first_seq: int, appended_ns: int) -> bool:
-        return first_seq < self.spec.warmup_records or appended_ns < self.warmup_end_ns
+    def _in_warmup(self, now_ns: int) -> bool:
+        """Warm-up is decided per reporting interval: an interval is warm-up when the
+        warm-up (records or time) has not ended by its end. Its counters and its
+        histograms are then left out together, so counts and latencies always cover
+        the same records."""
+        return self.seq < self.spec.warmup_records or now_ns < self.warmup_end_ns
 
     def _on_batch_done(self, batch: ProducerBatch) -> None:
         if batch.state is BatchState.ACKED:
             if self.spec.verify:
                 self.acked.add(batch)
-            ack_ns = self.clock.now_ns()
-            slices = [s for s in batch.slices if not self._is_warmup(s.first_seq, s.appended_ns)]
-            if slices:
-                self.latency.record_batch(ack_ns, batch.sent_ns, slices)
+            self.latency.record_batch(self.clock.now_ns(), batch.sent_ns, batch.slices)
 
     # -- the loop ------------------------------------------------------------------------------
     def run(self) -> None:
@@ -216,7 +220,7 @@ class Worker:
             histograms=self.latency.encode_interval(), metrics=p.metrics.snapshot(),
             in_flight_by_node=in_flight, buffer_available=p.pool.available_memory,
             buffer_total=p.pool.total_memory,
-            warmup=self._is_warmup(self.seq, self.clock.now_ns()), final=final,
+            warmup=self._in_warmup(self.clock.now_ns()), final=final,
             records_scheduled=self.seq, abandoned=self.abandoned,
             acked_runs=dict(self.acked.runs) if final and self.spec.verify else None))
         self._interval_start_wall = now_wall

@@ -1,0 +1,178 @@
+"""A load run: starts the worker processes, merges their reports, stops them.
+
+How this works: ``LoadRun.run()`` splits the schedule across ``workers``
+processes (spawned, each with its own engine), then reads their reports from
+one queue and feeds them to ``RunStats`` (stats/aggregate.py), calling
+``on_round`` after each merged interval so the caller can render. It never
+renders itself. Ctrl-C (KeyboardInterrupt in the parent) sets the shared stop
+event: workers end their schedule, give in-flight records ``stop_grace_s``,
+and still send their final reports, so the summary and the histograms are
+written. A worker that fails fails the run with its error (no silent partial
+result); the others are stopped.
+"""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import queue
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from kctl.errors import KctlError
+from kctl.load.payload import KeySpec, PayloadPool
+from kctl.load.schedule import split
+from kctl.load.worker import WorkerSpec, run_worker
+from kctl.stats.aggregate import RunStats
+from kctl.stats.hlog import IntervalLogWriter
+from kctl.stats.report import WorkerFailed, WorkerInterval
+
+#: Workers start together this long after they are spawned (process start-up, imports).
+START_DELAY_S = 1.5
+
+
+@dataclass(frozen=True)
+class LoadSpec:
+    topic: str
+    properties: dict[str, str]
+    rate: float = 0.0
+    num_records: int | None = None
+    duration_s: float | None = None
+    warmup_records: int = 0
+    warmup_s: float = 0.0
+    payload: PayloadPool = field(default_factory=lambda: PayloadPool((b"x" * 100,), 100))
+    keys: KeySpec = field(default_factory=lambda: KeySpec("none"))
+    extra_headers: int = 0
+    id_headers: bool = True
+    workers: int = 1
+    interval_s: float = 1.0
+    verify: bool = False
+    stop_grace_s: float = 5.0
+    seed: int = 0
+    run_id: str = field(default_factory=lambda: uuid.uuid4().hex[:12])
+
+
+@dataclass
+class LoadResult:
+    summary: dict[str, Any]
+    acked_runs: dict[int, dict[int, list[tuple[int, int, int]]]]   # worker -> partition -> runs
+    interrupted: bool
+    failures: dict[int, str]
+
+
+class LoadRun:
+    def __init__(self, spec: LoadSpec, *, config_for_summary: dict[str, Any],
+                 hdr_out: str | None = None,
+                 on_round: Callable[[RunStats, int], None] | None = None) -> None:
+        if spec.workers < 1:
+            raise KctlError("--workers must be at least 1")
+        if spec.num_records is None and spec.duration_s is None:
+            raise KctlError("give --num-records or --duration")
+        self.spec = spec
+        self.config_for_summary = config_for_summary
+        self.hdr_out = hdr_out
+        self.on_round = on_round
+        self.stats: RunStats | None = None
+
+    def run(self) -> LoadResult:
+        spec = self.spec
+        ctx = mp.get_context("spawn")
+        reports = ctx.Queue()
+        stop = ctx.Event()
+        start_wall = time.time_ns() + int(START_DELAY_S * 1e9)
+        duration_ns = int(spec.duration_s * 1e9) if spec.duration_s is not None else None
+        schedules = split(spec.rate, spec.workers, 0, num_records=spec.num_records,
+                          duration_ns=duration_ns)
+        warm_each = -(-spec.warmup_records // spec.workers) if spec.warmup_records else 0
+        hlog = IntervalLogWriter.open(self.hdr_out, start_wall) if self.hdr_out else None
+        self.stats = stats = RunStats(
+            workers=spec.workers, start_wall_ns=start_wall, target_rate=spec.rate or None,
+            config=self.config_for_summary, run_id=spec.run_id, duration_s=spec.duration_s,
+            num_records=spec.num_records, hlog=hlog)
+        procs = []
+        for w, sched in enumerate(schedules):
+            ws = WorkerSpec(
+                worker=w, run_id=spec.run_id, topic=spec.topic, properties=spec.properties,
+                schedule_rate=sched.rate, schedule_phase_ns=sched.phase_ns,
+                num_records=sched.num_records, duration_ns=duration_ns, start_wall_ns=start_wall,
+                warmup_records=warm_each, warmup_ns=int(spec.warmup_s * 1e9),
+                payload=spec.payload, keys=spec.keys, extra_headers=spec.extra_headers,
+                id_headers=spec.id_headers, interval_s=spec.interval_s,
+                stop_grace_s=spec.stop_grace_s, seed=spec.seed, verify=spec.verify)
+            proc = ctx.Process(target=run_worker, args=(ws, reports, stop), name=f"kctl-worker-{w}",
+                               daemon=True)
+            proc.start()
+            procs.append(proc)
+        acked: dict[int, dict[int, list[tuple[int, int, int]]]] = {}
+        failures: dict[int, str] = {}
+        finished: set[int] = set()
+        interrupted = False
+        try:
+            while len(finished) < spec.workers:
+                try:
+                    msg = reports.get(timeout=0.2)
+                except queue.Empty:
+                    dead = [i for i, p in enumerate(procs) if not p.is_alive() and i not in finished]
+                    for i in dead:
+                        # Let a report already in the queue arrive before calling it lost.
+                        time.sleep(0.2)
+                        if i in finished or not reports.empty():
+                            continue
+                        failures[i] = f"worker {i} exited with code {procs[i].exitcode} without a report"
+                        finished.add(i)
+                        stats.add(WorkerFailed(i, failures[i]))
+                        stop.set()
+                    continue
+                except KeyboardInterrupt:
+                    raise
+                closed = stats.add(msg)
+                if isinstance(msg, WorkerFailed):
+                    failures[msg.worker] = msg.error
+                    finished.add(msg.worker)
+                    stop.set()
+                elif isinstance(msg, WorkerInterval) and msg.final:
+                    finished.add(msg.worker)
+                    if msg.acked_runs is not None:
+                        acked[msg.worker] = msg.acked_runs
+                if closed and self.on_round is not None:
+                    self.on_round(stats, closed)
+        except KeyboardInterrupt:
+            interrupted = True
+            stop.set()
+            self._drain_after_stop(reports, stats, acked, failures, finished)
+        finally:
+            stop.set()
+            for p in procs:
+                p.join(timeout=spec.stop_grace_s + 5)
+                if p.is_alive():
+                    p.terminate()
+                    p.join(timeout=2)
+        stats.finish()
+        summary = stats.summary()
+        if hlog is not None:
+            hlog.close()
+        return LoadResult(summary, acked, interrupted, failures)
+
+    def _drain_after_stop(self, reports, stats: RunStats, acked, failures, finished) -> None:
+        deadline = time.monotonic() + self.spec.stop_grace_s + 10
+        while len(finished) < self.spec.workers and time.monotonic() < deadline:
+            try:
+                msg = reports.get(timeout=0.2)
+            except queue.Empty:
+                continue
+            except KeyboardInterrupt:
+                break  # a second Ctrl-C: give up waiting
+            stats.add(msg)
+            if isinstance(msg, WorkerFailed):
+                failures[msg.worker] = msg.error
+                finished.add(msg.worker)
+            elif msg.final:
+                finished.add(msg.worker)
+                if msg.acked_runs is not None:
+                    acked[msg.worker] = msg.acked_runs
+
+
+def with_defaults(spec: LoadSpec, **changes: Any) -> LoadSpec:
+    return replace(spec, **changes)
