@@ -30,6 +30,7 @@ epoch; the append time in max-throughput mode).
 from __future__ import annotations
 
 import random
+import signal
 import time
 import traceback
 from collections import defaultdict
@@ -155,6 +156,11 @@ class Worker:
         sched = self.schedule
         step = sched.interval_ns
         part_i = self.rng.randrange(len(partitions))
+        # Every worker starts at the run's common start (metadata and connections are
+        # ready by then), so the merged schedule and the reporting rounds line up.
+        while (wait := sched.start_ns - self.clock.now_ns()) > 0 and not self.stop.is_set():
+            p.poll(min(wait / 1e9, 0.05))
+        self._interval_start_wall = self.clock.wall_ns()
         next_report = time.monotonic() + spec.interval_s
         n_values = len(values)
         while not self.stop.is_set():
@@ -227,7 +233,11 @@ class Worker:
 
 
 def run_worker(spec: WorkerSpec, reports: Any, stop: Any) -> None:
-    """Process entry point: every failure reaches the parent as ``WorkerFailed``."""
+    """Process entry point: every failure reaches the parent as ``WorkerFailed``.
+
+    Ctrl-C reaches every process of the terminal's group; workers ignore it and
+    stop through ``stop``, set by the parent, so they still flush and report."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     try:
         Worker(spec, reports, stop).run()
     except KctlError as e:
