@@ -122,14 +122,15 @@ class Worker:
         self.seq = 0
         self.rng = random.Random(spec.seed * 1000 + spec.worker)
         self._interval_start_wall = now_wall
+        self._interval_warmup = False
         self.abandoned = 0
 
     # -- completions ---------------------------------------------------------------------
     def _in_warmup(self, now_ns: int) -> bool:
-        """Warm-up is decided per reporting interval: an interval is warm-up when the
-        warm-up (records or time) has not ended by its end. Its counters and its
-        histograms are then left out together, so counts and latencies always cover
-        the same records."""
+        """Warm-up is decided per reporting interval: an interval that started during
+        the warm-up (records or time) is warm-up, and the worker closes an interval
+        the moment the warm-up ends. Counters and histograms of warm-up intervals are
+        left out together, so counts and latencies always cover the same records."""
         return self.seq < self.spec.warmup_records or now_ns < self.warmup_end_ns
 
     def _on_batch_done(self, batch: ProducerBatch) -> None:
@@ -161,6 +162,7 @@ class Worker:
         while (wait := sched.start_ns - self.clock.now_ns()) > 0 and not self.stop.is_set():
             p.poll(min(wait / 1e9, 0.05))
         self._interval_start_wall = self.clock.wall_ns()
+        self._interval_warmup = self._in_warmup(self.clock.now_ns())
         next_report = time.monotonic() + spec.interval_s
         n_values = len(values)
         while not self.stop.is_set():
@@ -186,7 +188,10 @@ class Worker:
             else:
                 wait_s = max(0.0, (sched.next_due_ns(self.seq) - now) / 1e9)
                 p.poll(min(wait_s, 0.05))
-            if time.monotonic() >= next_report:
+            if self._interval_warmup and not self._in_warmup(self.clock.now_ns()):
+                self._report(final=False)   # the warm-up just ended: close its interval
+                next_report = time.monotonic() + spec.interval_s
+            elif time.monotonic() >= next_report:
                 self._report(final=False)
                 next_report += spec.interval_s
         self._finish()
@@ -226,10 +231,11 @@ class Worker:
             histograms=self.latency.encode_interval(), metrics=p.metrics.snapshot(),
             in_flight_by_node=in_flight, buffer_available=p.pool.available_memory,
             buffer_total=p.pool.total_memory,
-            warmup=self._in_warmup(self.clock.now_ns()), final=final,
+            warmup=self._interval_warmup, final=final,
             records_scheduled=self.seq, abandoned=self.abandoned,
             acked_runs=dict(self.acked.runs) if final and self.spec.verify else None))
         self._interval_start_wall = now_wall
+        self._interval_warmup = self._in_warmup(self.clock.now_ns())
 
 
 def run_worker(spec: WorkerSpec, reports: Any, stop: Any) -> None:

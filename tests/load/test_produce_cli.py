@@ -1,0 +1,160 @@
+"""`kctl produce` end to end against the embedded broker: options, outputs, verification,
+bad input. Runs the real command in a subprocess (spawned workers, real sockets)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from kctl.engine import admin
+from kctl.engine.blocking_client import BlockingClient
+from kctl.stats.hlog import read_interval_log
+
+pytestmark = pytest.mark.broker
+
+
+def kctl(*args, timeout=90, check=True):
+    run = subprocess.run([sys.executable, "-m", "kctl", *args], capture_output=True, text=True,
+                         timeout=timeout, env={**os.environ, "COLUMNS": "200"})
+    if check and run.returncode != 0:
+        raise AssertionError(f"exit {run.returncode}\nstdout:\n{run.stdout}\nstderr:\n{run.stderr}")
+    return run
+
+
+def summary_of(path: Path) -> dict:
+    return json.loads(path.read_text())
+
+
+def test_rate_run_with_outputs_and_verify(broker, tmp_path):
+    out, hlog = tmp_path / "s.json", tmp_path / "run.hlog"
+    r = kctl("produce", "-b", broker.bootstrap, "-t", "cli-rate", "--rate", "4000", "--duration", "3s",
+             "--workers", "2", "--interval", "1", "--json-out", str(out), "--hdr-out", str(hlog),
+             "--verify")
+    s = summary_of(out)
+    assert s["counts"]["acked"] == s["counts"]["sent"] > 0 and s["counts"]["failed"] == 0
+    # Within 1% of the target over the measured span.
+    assert abs(s["rates"]["records_per_s"] - 4000) / 4000 < 0.01
+    assert s["rates"]["target_records_per_s"] == 4000
+    for clock in ("intended", "send", "request"):
+        lat = s["latency"][clock]
+        assert set(lat) >= {"p50_ms", "p90_ms", "p99_ms", "p999_ms", "p9999_ms", "max_ms", "mean_ms", "count"}
+        assert lat["count"] == s["counts"]["acked"]
+    assert s["latency"]["intended"]["p50_ms"] >= s["latency"]["request"]["p50_ms"]
+    assert s["verify"]["ok"] and s["verify"]["lost"] == 0
+    assert "verify: " in r.stdout and " 0 lost" in r.stdout
+    assert {p["partition"] for p in s["partitions"]} == set(range(6))
+    assert s["brokers"] and s["batching"]["records_per_batch"] > 0
+    tags = {i.tag for i in read_interval_log(hlog)}
+    assert tags == {"intended", "send", "request"}
+    # Plain interval lines (stdout is not a terminal).
+    assert r.stdout.count("records acked") >= 2
+
+
+def test_max_throughput_num_records_keys_headers_and_file_config(broker, tmp_path):
+    props = tmp_path / "producer.properties"
+    props.write_text("# a Java properties file\nlinger.ms = 2\ncompression.type: lz4\n")
+    out = tmp_path / "s.json"
+    kctl("produce", "-b", broker.bootstrap, "-t", "cli-keys", "--num-records", "3000",
+         "--keys", "random:50", "--headers", "2", "--record-size", "64", "--payload", "text",
+         "--producer-config", str(props), "-X", "acks=1", "--workers", "1", "--quiet",
+         "--json-out", str(out), "--verify")
+    s = summary_of(out)
+    assert s["counts"]["acked"] == 3000 and s["verify"]["ok"]
+    assert s["config"]["producer"]["compression.type"] == "lz4"
+    assert s["config"]["producer"]["acks"] == "1"
+    assert s["run"]["max_throughput"] is True
+    with BlockingClient(broker.bootstrap) as c:
+        batches = [b for p in range(6) for b in admin.read_partition(c, "cli-keys", p)]
+    records = [r for b in batches for r in b.records]
+    assert len(records) == 3000
+    assert {b.compression.name for b in batches} == {"LZ4"}
+    keys = {r.key for r in records}
+    assert len(keys) <= 50 and all(k.startswith(b"key-") for k in keys)
+    names = [h.key for h in records[0].headers]
+    assert names[:2] == ["kctl-run", "kctl-worker"] and {"h0", "h1", "kctl-seq", "kctl-ts-ns"} <= set(names)
+    assert all(len(r.value) == 64 for r in records)
+
+
+def test_payload_file_warmup_and_no_id_headers(broker, tmp_path):
+    payloads = tmp_path / "payloads.txt"
+    payloads.write_text("alpha|bravo-bravo|charlie")
+    out = tmp_path / "s.json"
+    kctl("produce", "-b", broker.bootstrap, "-t", "cli-file", "--payload-file", str(payloads),
+         "--payload-delimiter", "|", "--rate", "2000", "--duration", "3s", "--warmup", "1s",
+         "--no-id-headers", "--workers", "1", "--json-out", str(out), "--quiet")
+    s = summary_of(out)
+    assert s["run"]["warmup"]["records_acked"] > 0
+    assert 0 < s["counts"]["acked"] < 6000
+    with BlockingClient(broker.bootstrap) as c:
+        records = [r for p in range(6) for b in admin.read_partition(c, "cli-file", p) for r in b.records]
+    assert {r.value for r in records} == {b"alpha", b"bravo-bravo", b"charlie"}
+    assert all(not r.headers for r in records)
+
+
+def test_rate_bytes_and_compressibility(broker, tmp_path):
+    out = tmp_path / "s.json"
+    kctl("produce", "-b", broker.bootstrap, "-t", "cli-bytes", "--rate-bytes", "200000",
+         "--record-size", "100", "--compressibility", "0.9", "-X", "compression.type=zstd",
+         "--duration", "2s", "--workers", "1", "--json-out", str(out), "--quiet", "--no-id-headers")
+    s = summary_of(out)
+    assert s["rates"]["target_records_per_s"] == pytest.approx(2000)
+    # A 90% compressible payload makes the batches much smaller than the payload.
+    assert s["counts"]["bytes_sent"] < s["counts"]["acked"] * 100 * 0.5
+
+
+def test_embedded_broker_when_no_bootstrap_server(tmp_path):
+    out = tmp_path / "s.json"
+    r = kctl("produce", "--num-records", "2000", "--workers", "1", "--json-out", str(out))
+    assert "started the embedded broker" in r.stderr
+    assert summary_of(out)["config"]["embedded_broker"] is True
+    assert summary_of(out)["counts"]["acked"] == 2000
+
+
+@pytest.mark.parametrize("args,message", [
+    (["-X", "lingr.ms=5"], "did you mean 'linger.ms'"),
+    (["-X", "acks=2"], "acks"),
+    (["--rate", "-5"], "--rate"),
+    (["--duration", "soon"], "--duration"),
+    (["--keys", "random:x"], "--keys"),
+    (["--payload", "lorem"], "--payload"),
+    (["--compressibility", "2"], "--compressibility"),
+    (["--no-create-topic", "-t", "never-made"], "does not exist"),
+    (["--verify", "--no-id-headers"], "--verify"),
+])
+def test_bad_input_is_one_clear_line(broker, args, message):
+    r = kctl("produce", "-b", broker.bootstrap, "--num-records", "10", "--workers", "1", *args,
+             check=False, timeout=60)
+    assert r.returncode != 0
+    assert message in r.stderr
+    assert "Traceback" not in r.stderr and len(r.stderr.strip().splitlines()) <= 3
+
+
+def test_unreachable_broker_is_one_clear_line():
+    from kctl.broker import free_port
+    r = kctl("produce", "-b", f"127.0.0.1:{free_port()}", "--num-records", "10", check=False)
+    assert r.returncode != 0 and "cannot connect to broker" in r.stderr
+    assert "Traceback" not in r.stderr
+
+
+def test_ctrl_c_still_writes_summary_and_histograms(broker, tmp_path):
+    out, hlog = tmp_path / "s.json", tmp_path / "run.hlog"
+    proc = subprocess.Popen([sys.executable, "-m", "kctl", "produce", "-b", broker.bootstrap,
+                             "-t", "cli-interrupt", "--rate", "2000", "--duration", "60s",
+                             "--workers", "2", "--json-out", str(out), "--hdr-out", str(hlog)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)
+    time.sleep(4)
+    os.killpg(proc.pid, signal.SIGINT)
+    stdout, stderr = proc.communicate(timeout=30)
+    assert "interrupted" in stderr
+    s = summary_of(out)
+    assert 0 < s["counts"]["acked"] < 60 * 2000
+    assert s["counts"]["acked"] + s["counts"]["failed"] + s["counts"]["abandoned"] >= s["counts"]["sent"]
+    assert read_interval_log(hlog)
