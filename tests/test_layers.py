@@ -22,3 +22,4 @@ def test_readme_test_command_is_what_ci_runs():
     command = "bash tools/setup.sh && .venv/bin/python -m pytest -q"
     assert command in readme
     assert ci.strip().splitlines()[-1] == command
+    assert "KCTL_EXTRAS=broker bash tools/setup.sh && .venv/bin/kctl produce" in readme
