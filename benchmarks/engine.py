@@ -22,11 +22,10 @@ from __future__ import annotations
 
 import argparse
 import os
-import statistics
 import sys
 import time
 
-from hdrh.histogram import HdrHistogram
+import peers
 
 from kctl.broker import EmbeddedBroker
 from kctl.config import ProducerConfig
@@ -36,17 +35,11 @@ from kctl.engine.producer import Producer
 from kctl.protocol.batch_builder import BatchTemplate
 
 PARTITIONS = 6
-VALUE = os.urandom(100)
+VALUE = peers.VALUE
 
 
-def hist() -> HdrHistogram:
-    return HdrHistogram(1, 60_000_000, 3)  # microseconds
-
-
-def summary(name, n, seconds, h):
-    return {"client": name, "records": n, "seconds": seconds, "rps": n / seconds if seconds else 0,
-            "p50_ms": h.get_value_at_percentile(50) / 1000, "p99_ms": h.get_value_at_percentile(99) / 1000,
-            "max_ms": h.get_max_value() / 1000}
+hist = peers.hist
+summary = peers.result
 
 
 # -- kctl ----------------------------------------------------------------------------
@@ -110,59 +103,13 @@ def kctl_bulk(bootstrap, topic, acks, n, rate=0.0, slice_size=150):
     return summary("kctl send_bulk()", n, elapsed, h)
 
 
-# -- peers -----------------------------------------------------------------------------
+# -- peers ---------------------------------------------------------------------------
 def confluent(bootstrap, topic, acks, n, rate=0.0):
-    from confluent_kafka import Producer as CProducer
-    h = hist()
-    p = CProducer({"bootstrap.servers": bootstrap, "acks": acks, "linger.ms": 5,
-                   "batch.size": 16384, "enable.idempotence": False,
-                   "compression.type": "none", "queue.buffering.max.messages": 1_000_000})
-    now = time.perf_counter_ns
-
-    def cb(err, msg, t0):
-        if err is None:
-            h.record_value(max(1, (now() - t0) // 1000))
-    start = now()
-    interval = int(1e9 / rate) if rate else 0
-    for i in range(n):
-        if interval:
-            due = start + i * interval
-            while now() < due:
-                p.poll(0)
-        t0 = now()
-        while True:
-            try:
-                p.produce(topic, VALUE, on_delivery=lambda e, m, t0=t0: cb(e, m, t0))
-                break
-            except BufferError:
-                p.poll(0.001)
-        if i % 1000 == 0:
-            p.poll(0)
-    p.flush()
-    elapsed = (now() - start) / 1e9
-    return summary("confluent-kafka", n, elapsed, h)
+    return peers.confluent(bootstrap, topic, acks=acks, n=n, rate=rate)
 
 
 def kafka_python(bootstrap, topic, acks, n, rate=0.0):
-    from kafka import KafkaProducer
-    h = hist()
-    p = KafkaProducer(bootstrap_servers=bootstrap, acks=acks if acks == "all" else int(acks),
-                      linger_ms=5, batch_size=16384, enable_idempotence=False)
-    now = time.perf_counter_ns
-    start = now()
-    interval = int(1e9 / rate) if rate else 0
-    for i in range(n):
-        if interval:
-            due = start + i * interval
-            while now() < due:
-                time.sleep(0)
-        t0 = now()
-        fut = p.send(topic, VALUE)
-        fut.add_callback(lambda md, t0=t0: h.record_value(max(1, (now() - t0) // 1000)))
-    p.flush()
-    elapsed = (now() - start) / 1e9
-    p.close()
-    return summary("kafka-python", n, elapsed, h)
+    return peers.kafka_python(bootstrap, topic, acks=acks, n=n, rate=rate)
 
 
 CLIENTS = [("kctl send_bulk()", kctl_bulk), ("kctl send()", kctl_send),
