@@ -34,6 +34,9 @@ def _describe(plan: FaultPlan) -> str:
         parts.append(f"segments<={plan.tiny_segments}B")
     if plan.blackhole:
         parts.append("blackhole")
+    if plan.lose_rate:
+        limit = f" (at most {plan.lose_limit})" if plan.lose_limit is not None else ""
+        parts.append(f"lose records {plan.lose_rate}{limit}")
     if parts and plan.seed is not None:
         parts.append(f"seed {plan.seed}")
     return ", ".join(parts)
@@ -55,6 +58,9 @@ def inspect(
     tiny_segments: int = typer.Option(0, "--tiny-segments", min=0,
                                       help="Deliver responses in writes of at most N bytes."),
     blackhole: bool = typer.Option(False, "--blackhole", help="Never answer (requests still go upstream)."),
+    lose_records: str = typer.Option(None, "--lose-records",
+                                     help="RATE[:LIMIT] Produce requests lose one partition's batch, "
+                                          "yet it is acknowledged (data loss), e.g. 1:1."),
     virtual_brokers: int = typer.Option(1, "--virtual-brokers", min=1,
                                         help="Present the one upstream broker as N brokers."),
     show: str = typer.Option("stats", "--show", help="stats (live view) or frames (one line per frame)."),
@@ -64,10 +70,12 @@ def inspect(
     if show not in ("stats", "frames"):
         raise ConfigError(f"--show {show!r}: expected stats or frames")
     host, port = parse_hostport(listen, what="--listen")
+    lose_rate, lose_limit = FaultPlan.parse_lose(lose_records) if lose_records else (0.0, None)
     plan = FaultPlan(
         delay_ms=FaultPlan.parse_delay(delay_ms) if delay_ms else None, throttle_ms=throttle_ms,
         error=ErrorRewrite.parse(inject_error) if inject_error else None, drop_rate=drop_rate,
-        tiny_segments=tiny_segments, blackhole=blackhole, seed=seed)
+        tiny_segments=tiny_segments, blackhole=blackhole, lose_rate=lose_rate,
+        lose_limit=lose_limit, seed=seed)
     lines: queue.SimpleQueue[FrameEvent] = queue.SimpleQueue()
     proxy = InspectorProxy(upstream, host, port, faults=plan, capture=capture,
                            virtual_brokers=virtual_brokers,

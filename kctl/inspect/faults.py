@@ -7,30 +7,72 @@ delay them (a fixed time or a uniform range), put a ``throttle_time_ms`` into
 Produce and Fetch responses, rewrite partition error codes in Produce (and
 optionally Fetch) responses at a rate, cut the connection part-way through a
 response at a rate, deliver responses in tiny TCP writes, or never answer at
-all (blackhole). A plan is a frozen value; the proxy swaps plans atomically.
+all (blackhole). One fault acts on requests: *lost records* takes one
+partition's batch out of a Produce request and, when the answer comes back,
+acknowledges it anyway (see "Lost records" below). A plan is a frozen value;
+the proxy swaps plans atomically.
 
-A ``FaultInjector`` applies a plan to one stream of responses (one client
-connection). It makes every random choice from its own ``random.Random``,
-seeded from the plan's seed and the stream's number, so a run with the same
-seed and the same traffic makes the same choices; it never reads a clock or
-touches a socket (conventions rule 1): ``on_response`` mutates the decoded body
-and returns a ``FaultDecision`` that the proxy carries out.
+A ``FaultInjector`` applies a plan to one stream of requests and responses (one
+client connection). It makes every random choice from its own
+``random.Random``, seeded from the plan's seed and the stream's number, so a
+run with the same seed and the same traffic makes the same choices; it never
+reads a clock or touches a socket (conventions rule 1): ``on_request`` and
+``on_response`` mutate the decoded body and return a ``RequestDecision`` /
+``FaultDecision`` that the proxy carries out.
 
-The body rewriters (``inject_throttle``, ``rewrite_partition_errors``) work on
-decoded messages; ``rewrite_response_frame`` is the bytes-in, bytes-out form
-that decodes a response frame, rewrites it and re-encodes it at the same version.
+The body rewriters (``inject_throttle``, ``rewrite_partition_errors``,
+``remove_partition``, ``forge_produce_success``) work on decoded messages;
+``rewrite_response_frame`` is the bytes-in, bytes-out form that decodes a
+response frame, rewrites it and re-encodes it at the same version.
+
+Lost records
+------------
+The data loss a ``--verify`` run must catch: the broker never wrote a batch,
+yet the client was told it did. For a Produce request (at ``lose_rate``, at most
+``lose_limit`` requests across the proxy) ``on_request`` removes ONE
+partition's batch from the body the proxy forwards and returns it as
+``RequestDecision.lost``; the proxy keeps the decision with the in-flight
+request and hands it back to ``on_response``, which adds a success entry for
+that partition (error_code 0, log_append_time_ms -1) to the broker's answer.
+When the batch was the request's only one the proxy forwards nothing and
+answers from an empty ``ProduceResponse`` (same correlation id and version,
+throttle 0) when the request's turn comes; an acks=0 request is just dropped.
+
+The forged ``base_offset`` is the partition's *next offset* as the proxy has
+seen it: the ``base_offset`` of the last batch the broker acknowledged there
+plus that batch's offset count (read from the request the proxy forwarded),
+advanced past each forged batch as well, so a client sees offsets rise. With
+one producer per partition that is exactly the offset the broker would have
+given the lost batch (and then gives the next real one: two batches claim the
+same offsets, as after an unclean leader election). To keep it that plausible, a
+batch is only ever lost from a partition whose next offset is known, i.e. one
+with a batch acknowledged through the proxy since the plan was set: the first
+batch of each partition always gets through (acks=0 requests, never answered,
+may lose any batch). ``log_start_offset`` is the one
+the broker last reported for that partition. The offsets live in a
+``LossLedger`` shared by the proxy's connections, keyed by topic name, or by
+topic id for Produce v13+ (a client mixing both is tracked twice, harmlessly).
+
+With idempotence on, the broker answers the next batch of that partition
+with OUT_OF_ORDER_SEQUENCE_NUMBER (a sequence gap), which is what a real loss
+looks like to an idempotent producer.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import random
+import struct
 import threading
+import uuid
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final
 
 from kctl.errors import ConfigError
 from kctl.protocol import messages, schema
 from kctl.protocol.error_codes import ERRORS_BY_NAME
+from kctl.protocol.records import decode_batches
 
 PRODUCE: Final = schema.API_BY_NAME["Produce"].api_key
 FETCH: Final = schema.API_BY_NAME["Fetch"].api_key
@@ -99,6 +141,10 @@ class FaultPlan:
     drop_apis       API names whose responses may be dropped (empty: every API)
     tiny_segments   at most this many bytes per write to the client (0: off)
     blackhole       responses are never delivered (requests still go upstream)
+    lose_rate       probability that a Produce request loses one partition's batch
+                    while the client is told it was written (module docstring)
+    lose_limit      at most this many requests lose a batch, across the proxy's
+                    connections (None: no limit)
     seed            seed of the random choices (None: a fresh one per run)
     """
 
@@ -111,6 +157,8 @@ class FaultPlan:
     drop_apis: tuple[str, ...] = ()
     tiny_segments: int = 0
     blackhole: bool = False
+    lose_rate: float = 0.0
+    lose_limit: int | None = None
     seed: int | None = None
 
     def __post_init__(self) -> None:
@@ -126,13 +174,17 @@ class FaultPlan:
             raise ConfigError(f"drop rate {self.drop_rate} is outside 0..1")
         if self.tiny_segments < 0:
             raise ConfigError(f"tiny segment size {self.tiny_segments} is negative")
+        if not 0.0 <= self.lose_rate <= 1.0:
+            raise ConfigError(f"lose rate {self.lose_rate} is outside 0..1")
+        if self.lose_limit is not None and self.lose_limit < 0:
+            raise ConfigError(f"lose limit {self.lose_limit} is negative")
         for names in (self.delay_apis, self.throttle_apis, self.drop_apis):
             _api_keys(names)  # validates
 
     @property
     def active(self) -> bool:
         return bool(self.delay_ms or self.throttle_ms or self.error or self.drop_rate
-                    or self.tiny_segments or self.blackhole)
+                    or self.tiny_segments or self.blackhole or self.lose_rate)
 
     @staticmethod
     def parse_delay(text: str) -> int | tuple[int, int]:
@@ -142,6 +194,15 @@ class FaultPlan:
             return (int(lo), int(hi)) if sep else int(lo)
         except ValueError:
             raise ConfigError(f"--delay-ms {text!r}: expected MS or LO-HI, e.g. 50 or 10-100") from None
+
+    @staticmethod
+    def parse_lose(text: str) -> tuple[float, int | None]:
+        """``"0.01"`` -> (0.01, None); ``"1:3"`` -> (1.0, 3) (``--lose-records RATE[:LIMIT]``)."""
+        rate, sep, limit = text.partition(":")
+        try:
+            return float(rate), (int(limit) if sep else None)
+        except ValueError:
+            raise ConfigError(f"--lose-records {text!r}: expected RATE[:LIMIT], e.g. 0.01 or 1:3") from None
 
 
 @dataclass(frozen=True, slots=True)
@@ -156,6 +217,7 @@ class FaultDecision:
     swallow         never deliver it (blackhole)
     throttle_ms     the throttle_time_ms injected (0: none)
     errors_injected partitions whose error code was rewritten
+    forged          success entries added for lost batches (0: none)
     """
 
     frame: bytes | None = None
@@ -165,9 +227,57 @@ class FaultDecision:
     swallow: bool = False
     throttle_ms: int = 0
     errors_injected: int = 0
+    forged: int = 0
 
 
 NO_FAULT: Final = FaultDecision()
+
+TopicKey = str | uuid.UUID   # a topic's name, or its id in Produce v13+
+
+
+def topic_key(topic: Any) -> TopicKey:
+    """How a Produce request or response names a topic entry: by name, or (v13+,
+    where the name is absent and decodes as "") by topic id."""
+    return topic.name or topic.topic_id
+
+
+@dataclass(frozen=True, slots=True)
+class LostBatch:
+    """The batch ``on_request`` took out of a Produce request."""
+
+    name: str                       # "" in Produce v13+
+    topic_id: uuid.UUID             # the zero UUID before v13
+    partition: int
+    offset_count: int               # offsets the batch would have taken (its record count)
+    records: bytes
+
+    @property
+    def topic(self) -> TopicKey:
+        return self.name or self.topic_id
+
+
+@dataclass(frozen=True, slots=True)
+class RequestDecision:
+    """What the proxy does with one request (its body already rewritten when ``lost`` is set).
+
+    lost            the batch removed from the body (None: the request is untouched)
+    forward         False: nothing is left to send upstream; the proxy answers the
+                    request itself (acks != 0) or not at all (acks=0)
+    offset_counts   (topic, partition) -> offsets taken by each batch that was
+                    forwarded, so ``on_response`` can learn each partition's next offset
+    """
+
+    lost: LostBatch | None = None
+    forward: bool = True
+    offset_counts: Mapping[tuple[TopicKey, int], int] = field(default_factory=dict)
+
+    @property
+    def re_encode(self) -> bool:
+        """Whether the forwarded request differs from the client's."""
+        return self.lost is not None and self.forward
+
+
+NO_REQUEST_FAULT: Final = RequestDecision()
 
 
 # -- body rewriters ----------------------------------------------------------------------------
@@ -225,6 +335,70 @@ def rewrite_response_frame(frame: bytes, api_key: int, api_version: int, *,
     return messages.encode_response(api_key, api_version, resp.header.correlation_id, resp.body)
 
 
+_V2_LAST_OFFSET_DELTA: Final = struct.Struct(">i")   # at byte 23 of a v2 batch
+_BATCH_LENGTH: Final = struct.Struct(">i")           # at byte 8 of every magic
+
+
+def offset_count(records: bytes | None) -> int:
+    """How many offsets a records blob takes when appended: the sum of each v2
+    batch's last offset delta + 1 (read from the batch header, nothing decoded),
+    or the record count of magic 0/1 message sets (decoded, CRC not checked)."""
+    if not records:
+        return 0
+    n = len(records)
+    pos = 0
+    total = 0
+    while pos + 27 <= n and records[pos + 16] == 2:
+        total += _V2_LAST_OFFSET_DELTA.unpack_from(records, pos + 23)[0] + 1
+        pos += 12 + _BATCH_LENGTH.unpack_from(records, pos + 8)[0]
+    if pos < n:
+        total += sum(len(b.records) for b in decode_batches(records[pos:], verify_crc=False))
+    return total
+
+
+def remove_partition(body: Any, topic_index: int, partition_index: int) -> LostBatch:
+    """Takes ``body.topic_data[topic_index].partition_data[partition_index]`` out of a
+    Produce request (and the topic entry with it if that was its last partition)."""
+    topic = body.topic_data[topic_index]
+    p = topic.partition_data.pop(partition_index)
+    if not topic.partition_data:
+        del body.topic_data[topic_index]
+    return LostBatch(topic.name, topic.topic_id, p.index, offset_count(p.records), p.records or b"")
+
+
+def forge_produce_success(body: Any, lost: LostBatch, base_offset: int, log_start_offset: int) -> None:
+    """Adds a success entry for ``lost`` to a Produce response: error_code 0, the given
+    offsets, log_append_time_ms -1 (the topic's timestamps are CreateTime, as far as
+    the client can tell). Joins the topic's entry when the response has one."""
+    cls = type(body)
+    entry = cls.PartitionProduceResponse(index=lost.partition, error_code=0, base_offset=base_offset,
+                                         log_append_time_ms=-1, log_start_offset=log_start_offset)
+    for t in body.responses:
+        if topic_key(t) == lost.topic:
+            t.partition_responses.append(entry)
+            return
+    body.responses.append(cls.TopicProduceResponse(name=lost.name, topic_id=lost.topic_id,
+                                                   partition_responses=[entry]))
+
+
+def empty_produce_response(api_version: int, correlation_id: int) -> bytes:
+    """The frame (no size prefix) of a Produce response naming no partition, throttle 0:
+    what the proxy answers for a request it did not forward, before ``on_response``
+    adds the forged entry."""
+    body = messages.response_class(PRODUCE)(responses=[], throttle_time_ms=0)
+    return messages.encode_response(PRODUCE, api_version, correlation_id, body)
+
+
+def encode_request_frame(request: messages.Request) -> bytes:
+    """A decoded request (header and body, e.g. after ``remove_partition``) as a frame
+    (no size prefix), at the version and header version it was read at; unknown
+    tagged fields of the header are written back."""
+    h = request.header
+    version = h.request_api_version
+    return (messages.encode(h, schema.request_header_version(h.request_api_key, version))
+            + messages.encode(request.body, version))
+
+
 # -- the injector ------------------------------------------------------------------------------
 
 @dataclass(slots=True)
@@ -250,8 +424,9 @@ def _applies(keys: frozenset[int] | None, api_key: int) -> bool:
 
 @dataclass(slots=True)
 class ErrorBudget:
-    """How many responses an ``ErrorRewrite`` with a ``limit`` may still touch; shared
-    by every stream of one proxy so the limit counts across connections."""
+    """How many more times a limited fault may act (the responses an ``ErrorRewrite``
+    with a ``limit`` may still touch, the requests ``lose_limit`` may still rob);
+    shared by every stream of one proxy so the limit counts across connections."""
 
     remaining: int | None
     lock: threading.Lock = field(default_factory=threading.Lock)
@@ -266,15 +441,58 @@ class ErrorBudget:
             return True
 
 
-class FaultInjector:
-    """Applies a ``FaultPlan`` to one connection's responses, deterministically for a seed."""
+@dataclass(slots=True)
+class LossLedger:
+    """Shared by every stream of one proxy: how many more requests may lose a batch
+    (``lose_limit``), and each partition's next offset and log start offset as the
+    acknowledgements passing through have shown them (module docstring)."""
 
-    def __init__(self, plan: FaultPlan, stream: int = 0, *, budget: ErrorBudget | None = None) -> None:
+    budget: ErrorBudget
+    # (topic, partition) -> (next offset, log start offset)
+    next_offsets: dict[tuple[TopicKey, int], tuple[int, int]] = field(default_factory=dict)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    @classmethod
+    def for_plan(cls, plan: FaultPlan) -> LossLedger:
+        return cls(ErrorBudget(plan.lose_limit))
+
+    def knows(self, topic: TopicKey, partition: int) -> bool:
+        return (topic, partition) in self.next_offsets
+
+    def on_acked(self, topic: TopicKey, partition: int, base_offset: int, count: int,
+                 log_start_offset: int) -> None:
+        """The broker wrote ``count`` offsets at ``base_offset``."""
+        key = (topic, partition)
+        with self.lock:
+            nxt, _ = self.next_offsets.get(key, (0, 0))
+            self.next_offsets[key] = (max(nxt, base_offset + count), log_start_offset)
+
+    def forge(self, topic: TopicKey, partition: int, count: int) -> tuple[int, int]:
+        """(base_offset, log_start_offset) to tell the client for a lost batch of
+        ``count`` offsets; later forgeries on the partition come after it. (-1, -1)
+        for a partition never seen acknowledged (``on_request`` avoids those)."""
+        key = (topic, partition)
+        with self.lock:
+            known = self.next_offsets.get(key)
+            if known is None:
+                return -1, -1
+            nxt, log_start = known
+            self.next_offsets[key] = (nxt + count, log_start)
+            return nxt, log_start
+
+
+class FaultInjector:
+    """Applies a ``FaultPlan`` to one connection's requests and responses, deterministically
+    for a seed."""
+
+    def __init__(self, plan: FaultPlan, stream: int = 0, *, budget: ErrorBudget | None = None,
+                 ledger: LossLedger | None = None) -> None:
         self._c = _compile(plan)
         seed = plan.seed if plan.seed is not None else random.randrange(1 << 62)
         # A string seed hashes the same in every process (unlike hash() of a tuple).
         self.rng = random.Random(f"kctl-faults:{seed}:{stream}")
         self.budget = budget or ErrorBudget(plan.error.limit if plan.error else None)
+        self.ledger = ledger or LossLedger.for_plan(plan)
 
     @property
     def plan(self) -> FaultPlan:
@@ -285,12 +503,75 @@ class FaultInjector:
         passes the decoded body)."""
         c = self._c
         return bool((c.plan.throttle_ms and _applies(c.throttle_keys, api_key))
-                    or (c.error_code is not None and _applies(c.error_keys, api_key)))
+                    or (c.error_code is not None and _applies(c.error_keys, api_key))
+                    or (c.plan.lose_rate and api_key == PRODUCE))
 
-    def on_response(self, api_key: int, frame_size: int, body: Any | None = None) -> FaultDecision:
+    def needs_request_body(self, api_key: int) -> bool:
+        """Whether ``on_request`` may rewrite a request of this API."""
+        return bool(self._c.plan.lose_rate) and api_key == PRODUCE
+
+    def on_request(self, api_key: int, body: Any | None) -> RequestDecision:
+        """Decides the fate of one request; with a lose fault, may take one partition's
+        batch out of ``body`` (a decoded Produce request). The caller keeps the decision
+        with the in-flight request and passes it to ``on_response`` with the answer.
+        Only partitions with a known next offset may lose a batch (module docstring),
+        except in an acks=0 request, which is never answered."""
+        if body is None or not self.needs_request_body(api_key):
+            return NO_REQUEST_FAULT
+        ledger = self.ledger
+        unanswered = body.acks == 0
+        counts: dict[tuple[TopicKey, int], int] = {}
+        candidates: list[tuple[int, int]] = []
+        for ti, t in enumerate(body.topic_data):
+            key = topic_key(t)
+            for pi, p in enumerate(t.partition_data):
+                if p.records is None:
+                    continue
+                counts[(key, p.index)] = offset_count(p.records)
+                if unanswered or ledger.knows(key, p.index):
+                    candidates.append((ti, pi))
+        plan = self._c.plan
+        if (not candidates or (plan.lose_rate < 1.0 and self.rng.random() >= plan.lose_rate)
+                or not ledger.budget.take()):
+            return RequestDecision(offset_counts=counts)
+        ti, pi = candidates[self.rng.randrange(len(candidates))]
+        lost = remove_partition(body, ti, pi)
+        del counts[(lost.topic, lost.partition)]
+        return RequestDecision(lost, forward=bool(body.topic_data), offset_counts=counts)
+
+    def _learn_offsets(self, body: Any, counts: Mapping[tuple[TopicKey, int], int]) -> None:
+        """Each forwarded batch the broker acknowledged moves its partition's next offset."""
+        ledger = self.ledger
+        for t in body.responses:
+            key = topic_key(t)
+            for p in t.partition_responses:
+                n = counts.get((key, p.index))
+                if n and p.error_code == 0 and p.base_offset >= 0:
+                    ledger.on_acked(key, p.index, p.base_offset, n, p.log_start_offset)
+
+    def on_response(self, api_key: int, frame_size: int, body: Any | None = None,
+                    request: RequestDecision | None = None) -> FaultDecision:
         """Decides the fate of one response; mutates ``body`` (a decoded response) when it
-        injects a throttle or an error. ``frame_size`` counts the 4-byte size prefix.
-        The caller re-encodes ``body`` when ``throttle_ms`` or ``errors_injected`` is set."""
+        injects a throttle or an error, or forges the entry of the batch that ``request``
+        (the ``on_request`` decision for this response's request, whatever plan made
+        it) lost. ``frame_size`` counts the 4-byte size prefix. The caller re-encodes
+        ``body`` when ``throttle_ms``, ``errors_injected`` or ``forged`` is set."""
+        if request is None or body is None or api_key != PRODUCE:
+            return self._response_faults(api_key, frame_size, body)
+        # The broker's own answers first (before an error rewrite hides their offsets).
+        if request.offset_counts:
+            self._learn_offsets(body, request.offset_counts)
+        decision = self._response_faults(api_key, frame_size, body)
+        lost = request.lost
+        if lost is None:
+            return decision
+        # Last, so no other fault touches it, and even if the plan has changed since:
+        # the client must see its batch acknowledged, never missing from the answer.
+        base_offset, log_start = self.ledger.forge(lost.topic, lost.partition, lost.offset_count)
+        forge_produce_success(body, lost, base_offset, max(log_start, 0))
+        return dataclasses.replace(decision, forged=1)
+
+    def _response_faults(self, api_key: int, frame_size: int, body: Any | None) -> FaultDecision:
         c = self._c
         plan = c.plan
         if not plan.active:

@@ -13,11 +13,17 @@ The structure follows Kafka's SocketServer (docs/DESIGN.md, "The inspector proxy
   back through the proxy for every broker, applies faults at the moment a
   response is handed to the client (``faults.FaultInjector``), keeps statistics
   (``proxy_stats.ProxyStats``) and writes the capture (``capture_writer``).
+  The one request fault, lost records, is applied where a request is forwarded
+  upstream: the injector may take a batch out of a Produce request, and the
+  proxy then forwards the rewritten request (or nothing, when that batch was
+  all of it) and hands the injector's decision back with the response.
 
 Ordering: a client connection has exactly one upstream connection, and a broker
 answers a connection's requests in order, so pipelining requests keeps
 per-connection order without muting; responses held back by a delay fault are
 released in order (a response is never released before the one ahead of it).
+A request the proxy did not forward (lost records) is answered by the proxy
+when every request ahead of it has had its answer, so it keeps its place too.
 
 Processes: this implementation runs the listeners and one processor in a single
 background thread with one selector loop, which is plenty for tests and for
@@ -28,7 +34,8 @@ parent that renders) only needs a different driver around ``Processor``.
 
 Faults are per connection and reproducible: connection ``n`` (in accept order)
 draws from a ``random.Random`` seeded with ``(seed, n)``. ``set_faults()`` swaps
-the plan while running; each connection picks it up at its next response.
+the plan while running; each connection picks it up at its next request or
+response.
 """
 
 from __future__ import annotations
@@ -46,7 +53,10 @@ from typing import Any, Final
 
 from kctl.errors import ConfigError, KctlError
 from kctl.inspect.capture_writer import CaptureWriter, TcpFlow
-from kctl.inspect.faults import ErrorBudget, FaultDecision, FaultInjector, FaultPlan, segments
+from kctl.inspect.faults import (
+    NO_REQUEST_FAULT, ErrorBudget, FaultDecision, FaultInjector, FaultPlan, LossLedger,
+    RequestDecision, empty_produce_response, encode_request_frame, segments,
+)
 from kctl.inspect.proxy_stats import ProxyStats, StatsSnapshot
 from kctl.inspect.rewrite import PRODUCE, ResponseRewriter
 from kctl.protocol import messages, schema
@@ -121,6 +131,20 @@ class _Listener:
         self.node_id = node_id
 
 
+class _Pending:
+    """A request waiting for its response."""
+
+    __slots__ = ("api_key", "api_version", "arrived_ns", "fault", "synthetic")
+
+    def __init__(self, api_key: int, api_version: int, arrived_ns: int,
+                 fault: RequestDecision | None, synthetic: bool) -> None:
+        self.api_key = api_key
+        self.api_version = api_version
+        self.arrived_ns = arrived_ns                # monotonic
+        self.fault = fault                          # the injector's decision on the request
+        self.synthetic = synthetic                  # not forwarded: the proxy answers it
+
+
 class _Connection:
     __slots__ = ("id", "listener", "client", "client_addr", "up", "up_addr", "up_connected",
                  "req_dec", "resp_dec", "in_flight", "to_up", "out", "last_release_ns",
@@ -138,8 +162,8 @@ class _Connection:
         self.up_connected = False
         self.req_dec = FrameDecoder()
         self.resp_dec = FrameDecoder()
-        # correlation id -> (api key, api version, arrival monotonic ns)
-        self.in_flight: dict[int, tuple[int, int, int]] = {}
+        # correlation id -> request, in the order the client sent them
+        self.in_flight: dict[int, _Pending] = {}
         self.to_up = bytearray()
         # [release monotonic ns, bytes, drop after it, last write of a tracked response]:
         # each entry is one write to the client
@@ -390,30 +414,45 @@ class Processor:
         proxy = self.proxy
         now = time.monotonic_ns()
         size = 4 + len(payload)
-        conn.to_up += _SIZE.pack(len(payload))
-        conn.to_up += payload
         if len(payload) < _HEADER.size:
+            conn.to_up += _SIZE.pack(len(payload))
+            conn.to_up += payload
             proxy.stats.on_decode_error()
             return
         api_key, api_version, corr = _HEADER.unpack_from(payload)
         body = None
         expects_response = True
+        fault = NO_REQUEST_FAULT
+        forward: bytes | None = payload
         if api_key == PRODUCE or proxy.on_frame is not None:
             try:
-                body = messages.decode_request(payload).body
+                request = messages.decode_request(payload)
             except KctlError:
                 proxy.stats.on_decode_error()
             else:
+                body = request.body
                 # acks=0: a Kafka broker sends nothing back (some brokers answer anyway;
                 # such an answer is forwarded as an unknown correlation id).
                 if api_key == PRODUCE and body.acks == 0:
                     expects_response = False
+                fault = proxy.injector_for(conn).on_request(api_key, body)
+                if fault.lost is not None:
+                    forward = encode_request_frame(request) if fault.forward else None
+                    proxy.stats.on_fault("lost")
+                    proxy.stats.on_fault("lost_records", fault.lost.offset_count)
+        if forward is not None:
+            conn.to_up += _SIZE.pack(len(forward))
+            conn.to_up += forward
         if expects_response:
-            conn.in_flight[corr] = (api_key, api_version, now)
+            conn.in_flight[corr] = _Pending(api_key, api_version, now,
+                                            None if fault is NO_REQUEST_FAULT else fault,
+                                            synthetic=forward is None)
         proxy.stats.on_request(conn.id, api_name(api_key), size, expects_response)
         if proxy.on_frame is not None:
             proxy.emit(FrameEvent(time.time_ns(), conn.id, "request", api_key, api_version, corr,
                                   size, body, _fmt(conn.client_addr), _fmt(conn.up_addr)))
+        if forward is None:
+            self._answer_unforwarded(conn)
 
     def _flush_client(self, conn: _Connection, now: int) -> None:
         out = conn.out
@@ -494,6 +533,18 @@ class Processor:
             return
         for f in frames:
             self._on_response(conn, f)
+            self._answer_unforwarded(conn)
+
+    def _answer_unforwarded(self, conn: _Connection) -> None:
+        """Answers the requests at the head of the line that were never forwarded (a
+        lost batch was all they carried): an empty Produce response goes through the
+        usual response path, where the injector adds the forged entry."""
+        in_flight = conn.in_flight
+        while in_flight and not conn.closed:
+            corr, pending = next(iter(in_flight.items()))
+            if not pending.synthetic:
+                return
+            self._on_response(conn, empty_produce_response(pending.api_version, corr))
 
     def _on_response(self, conn: _Connection, payload: bytes) -> None:
         proxy = self.proxy
@@ -507,7 +558,7 @@ class Processor:
             # Not a request we saw (or one we did not expect an answer to): pass it on.
             self._queue(conn, _SIZE.pack(len(payload)) + payload, now, FaultDecision(), counted=False)
             return
-        api_key, api_version, arrived_ns = entry
+        api_key, api_version, arrived_ns = entry.api_key, entry.api_version, entry.arrived_ns
         injector = proxy.injector_for(conn)
         body = None
         errors: list[str] = []
@@ -521,8 +572,8 @@ class Processor:
         else:
             body = resp.body
             changed = proxy.rewriter.rewrite(api_key, body)
-            decision = injector.on_response(api_key, 4 + len(payload), body)
-            if decision.throttle_ms or decision.errors_injected:
+            decision = injector.on_response(api_key, 4 + len(payload), body, entry.fault)
+            if decision.throttle_ms or decision.errors_injected or decision.forged:
                 changed = True
             if changed:
                 try:
@@ -559,6 +610,8 @@ class Processor:
             stats.on_fault("errors_injected", d.errors_injected)
         if d.segment_bytes:
             stats.on_fault("tiny_segments")
+        if d.forged:
+            stats.on_fault("forged", d.forged)
 
     def _queue(self, conn: _Connection, data: bytes, release_ns: int, d: FaultDecision,
                counted: bool = True) -> None:
@@ -611,6 +664,7 @@ class InspectorProxy:
         self._plan_gen = 0
         self._plan = faults or FaultPlan()
         self._budget = ErrorBudget(self._plan.error.limit if self._plan.error else None)
+        self._ledger = LossLedger.for_plan(self._plan)
         self._listeners: list[_Listener] = []
         self._by_upstream: dict[Address, _Listener] = {}
         self._listeners_lock = threading.Lock()
@@ -739,16 +793,19 @@ class InspectorProxy:
         return self._plan
 
     def set_faults(self, plan: FaultPlan | None) -> None:
-        """Replaces the fault plan; connections switch at their next response."""
+        """Replaces the fault plan; connections switch at their next request or response.
+        A batch lost under the old plan is still acknowledged under the new one."""
         with self._plan_lock:
             self._plan = plan or FaultPlan()
             self._budget = ErrorBudget(self._plan.error.limit if self._plan.error else None)
+            self._ledger = LossLedger.for_plan(self._plan)
             self._plan_gen += 1
 
     def injector_for(self, conn: _Connection) -> FaultInjector:
         if conn.plan_gen != self._plan_gen or conn.injector is None:
             with self._plan_lock:
-                conn.injector = FaultInjector(self._plan, conn.id, budget=self._budget)
+                conn.injector = FaultInjector(self._plan, conn.id, budget=self._budget,
+                                              ledger=self._ledger)
                 conn.plan_gen = self._plan_gen
         return conn.injector
 

@@ -53,7 +53,8 @@ class StatsSnapshot:
     taken_ns: int
     apis: dict[str, ApiSnapshot]
     errors: dict[str, int]           # Kafka error name -> times seen in responses
-    faults: dict[str, int]           # delayed, throttled, errors_injected, dropped, swallowed, tiny
+    faults: dict[str, int]           # delayed, throttled, errors_injected, dropped, swallowed, tiny,
+                                     # lost (batches), lost_records, forged (acks of lost batches)
     connections: tuple[ConnectionSnapshot, ...]
     connections_total: int
     decode_errors: int

@@ -1,5 +1,8 @@
 """Each fault the proxy injects, observed by real clients against the embedded broker."""
 
+import json
+import subprocess
+import sys
 import time
 
 import pytest
@@ -151,3 +154,98 @@ def test_blackhole_makes_request_timeout_fire(broker):
         with pytest.raises(BrokerUnavailableError):
             BlockingClient(proxy.bootstrap, timeout_s=0.3).connect()   # ApiVersions unanswered
         assert proxy.snapshot().faults["swallowed"] >= 2
+
+
+
+# -- lost records: acknowledged, never written ---------------------------------------------------
+
+def _stored(broker, topic, partitions, expect=None):
+    """partition -> {value: offset}, as the broker has it (``expect``: records to wait for
+    in each partition, when acks=0 writes may still be on their way)."""
+    with BlockingClient(broker.bootstrap) as c:
+        return {p: {r.value: r.offset for b in admin.read_partition(c, topic, p, expect=expect)
+                    for r in b.records}
+                for p in range(partitions)}
+
+
+def _missing(sent, stored):
+    """The (value, handle) pairs acknowledged to the client but not in the topic."""
+    return [(v, h) for v, h in sent if v not in stored[h.partition]]
+
+
+def test_lost_batch_is_acked_but_never_written(broker):
+    topic = _topic(broker, "fault-lost", partitions=2)
+    plan = FaultPlan(lose_rate=1.0, lose_limit=1, seed=21)
+    rounds = []   # per round, per partition: [(value, handle)]
+    with InspectorProxy([broker.bootstrap], faults=plan) as proxy, \
+            _producer(proxy.bootstrap, **{"enable.idempotence": "false", "acks": "1",
+                                          "linger.ms": 50}) as p:
+        for r in range(4):
+            # A round: one batch of 5 per partition, drained into one request by the flush.
+            rounds.append([[(v, p.send(topic, v, partition=part))
+                            for v in (f"r{r}-p{part}-{i}".encode() for i in range(5))]
+                           for part in range(2)])
+            assert p.flush(30)
+        snap = proxy.snapshot()
+    sent = [x for rd in rounds for batch in rd for x in batch]
+    assert all(h.done and h.error is None for _, h in sent)          # the client saw no trouble
+    assert (snap.faults["lost"], snap.faults["lost_records"], snap.faults["forged"]) == (1, 5, 1)
+    stored = _stored(broker, topic, 2)
+    missing = _missing(sent, stored)
+    # Round 0 teaches the proxy each partition's next offset (5); round 1 loses one batch.
+    lost_part = missing[0][1].partition
+    assert missing == rounds[1][lost_part]
+    # Its forged offsets are the ones the broker then gave the partition's next batch.
+    assert [h.offset for _, h in rounds[1][lost_part]] == [5, 6, 7, 8, 9]
+    assert [h.offset for _, h in rounds[2][lost_part]] == [5, 6, 7, 8, 9]
+    assert [stored[lost_part][v] for v, _ in rounds[2][lost_part]] == [5, 6, 7, 8, 9]
+    other = 1 - lost_part
+    assert [h.offset for _, h in rounds[1][other]] == [5, 6, 7, 8, 9]
+
+
+@pytest.mark.parametrize("acks", ["1", "0"])
+def test_lost_whole_requests_keep_their_place_in_line(broker, acks):
+    """One partition, many small batches in flight: a request whose only batch is lost is
+    answered by the proxy (acks=1) in its turn among the broker's answers, or dropped (acks=0)."""
+    topic = _topic(broker, f"fault-lost-whole-{acks}", partitions=1)
+    plan = FaultPlan(lose_rate=0.3, lose_limit=4, seed=5)
+    with InspectorProxy([broker.bootstrap], faults=plan) as proxy, \
+            _producer(proxy.bootstrap, **{"enable.idempotence": "false", "acks": acks, "linger.ms": 0,
+                                          "batch.size": 200,
+                                          "max.in.flight.requests.per.connection": 5}) as p:
+        sent = []
+        for i in range(300):
+            v = f"{topic}-{i:04}".encode()
+            sent.append((v, p.send(topic, v, partition=0)))
+            if i % 10 == 0:
+                p.poll(0.002)
+        assert p.flush(30)
+        snap = proxy.snapshot()
+        # acks=0: "acknowledged" once written to the proxy; wait for the rest to land.
+        stored = _stored(broker, topic, 1, expect=300 - snap.faults["lost_records"])
+    assert all(h.done and h.error is None for _, h in sent)
+    assert snap.faults["lost"] == 4 and snap.faults.get("forged", 0) == (4 if acks == "1" else 0)
+    missing = _missing(sent, stored)
+    assert len(missing) == snap.faults["lost_records"] > 0
+    if acks == "1":
+        assert all(h.offset >= 0 for _, h in missing)
+
+
+def test_produce_verify_reports_the_lost_records(broker, tmp_path):
+    """The point of the fault: ``kctl produce --verify`` through the proxy finds exactly
+    the records the proxy threw away, though every one of them was acknowledged."""
+    plan = FaultPlan(lose_rate=0.5, lose_limit=3, seed=2)
+    out = tmp_path / "summary.json"
+    with InspectorProxy([broker.bootstrap], faults=plan) as proxy:
+        run = subprocess.run(
+            [sys.executable, "-m", "kctl", "produce", "--bootstrap-server", proxy.bootstrap,
+             "-t", "fault-lost-verify", "--partitions", "2", "--num-records", "2000", "--rate", "4000",
+             "--workers", "1", "--verify", "--quiet", "--json-out", str(out),
+             "-X", "enable.idempotence=false", "-X", "acks=1"],
+            capture_output=True, text=True, timeout=120)
+        faults = proxy.snapshot().faults
+    assert faults["lost"] == 3, run.stderr
+    checked = json.loads(out.read_text())["verify"]
+    assert not checked["ok"] and run.returncode != 0
+    assert checked["expected"] == 2000 and checked["lost"] == faults["lost_records"] > 0
+    assert checked["duplicated"] == 0

@@ -38,7 +38,8 @@ def test_show_frames_streams_decoded_lines(broker, tmp_path):
     port = free_port()
     cap = tmp_path / "cli.pcapng"
     proc = _kctl("--listen", f"127.0.0.1:{port}", "--upstream", broker.bootstrap, "--show", "frames",
-                 "--duration", "3", "--capture", str(cap), "--throttle-ms", "5", "--seed", "1")
+                 "--duration", "3", "--capture", str(cap), "--throttle-ms", "5", "--seed", "1",
+                 "--lose-records", "0.5:2")
     try:
         c = _connect(f"127.0.0.1:{port}")
         md = admin.fetch_metadata(c)
@@ -50,6 +51,7 @@ def test_show_frames_streams_decoded_lines(broker, tmp_path):
     assert md.brokers[0].port == port
     assert "-> ApiVersions v" in out and "<- Metadata v" in out
     assert f"listening on 127.0.0.1:{port}" in err and "throttle 5ms" in err
+    assert "lose records 0.5 (at most 2)" in err
     assert cap.stat().st_size > 0
 
 
@@ -74,6 +76,13 @@ def test_bad_options_are_one_line_errors():
                           "--inject-error", "NOPE:0.1"], capture_output=True, text=True, timeout=30)
     assert run.returncode == 2
     assert run.stderr.strip().splitlines()[-1].startswith("kctl: error: unknown Kafka error name 'NOPE'")
+
+
+def test_bad_lose_records_is_a_one_line_error():
+    run = subprocess.run([sys.executable, "-m", "kctl", "inspect", "--upstream", "127.0.0.1:1",
+                          "--lose-records", "often"], capture_output=True, text=True, timeout=30)
+    assert run.returncode == 2
+    assert run.stderr.strip().splitlines()[-1].startswith("kctl: error: --lose-records 'often'")
 
 
 def _snapshot():
