@@ -10,8 +10,9 @@ processes, each with its own engine and connections). Its loop:
   come from a pre-generated pool and are laid into batches from a
   ``BatchTemplate``, so nothing is built per record. Keyed runs go through
   ``Producer.send`` instead (each key picks its own partition).
-- without keys, partitions are chosen sticky per batch (KIP-480 style): the
-  worker stays on one partition until a batch for it fills, then moves on;
+- without keys, partitions are chosen as the Java client's built-in partitioner
+  does (KIP-794, uniform sticky): the worker stays on one partition until it has
+  appended batch.size bytes to it, then moves to the next;
 - when nothing is due, it runs the engine's loop until the next record is due;
 - every ``interval_s`` it sends the parent a ``WorkerInterval`` (latency
   histograms of that interval, cumulative engine counters, in-flight requests,
@@ -157,6 +158,8 @@ class Worker:
         sched = self.schedule
         step = sched.interval_ns
         part_i = self.rng.randrange(len(partitions))
+        sticky_bytes = 0
+        switch_bytes = max(self.config.batch_size, record_bytes)
         # Every worker starts at the run's common start (metadata and connections are
         # ready by then), so the merged schedule and the reporting rounds line up.
         while (wait := sched.start_ns - self.clock.now_ns()) > 0 and not self.stop.is_set():
@@ -178,12 +181,14 @@ class Worker:
                 if spec.keys.keyed:
                     self._send_keyed(batch_values)
                 else:
-                    new = p.send_bulk(topic, partitions[part_i], batch_values, template=template,
-                                      record_bytes=record_bytes, value_size=value_size,
-                                      intended_first_ns=sched.intended_ns(self.seq) if sched.paced else -1,
-                                      intended_step_ns=step, first_seq=self.seq)
-                    if new > 1 or (new == 1 and self.seq > 0):
+                    p.send_bulk(topic, partitions[part_i], batch_values, template=template,
+                                record_bytes=record_bytes, value_size=value_size,
+                                intended_first_ns=sched.intended_ns(self.seq) if sched.paced else -1,
+                                intended_step_ns=step, first_seq=self.seq)
+                    sticky_bytes += k * record_bytes
+                    if sticky_bytes >= switch_bytes:
                         part_i = (part_i + 1) % len(partitions)
+                        sticky_bytes = 0
                     self.seq += k
             else:
                 wait_s = max(0.0, (sched.next_due_ns(self.seq) - now) / 1e9)
