@@ -44,6 +44,7 @@ from __future__ import annotations
 
 import difflib
 import enum
+import os
 import re
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
@@ -105,7 +106,28 @@ class SecurityProtocol(str, enum.Enum):
     SASL_SSL = "SASL_SSL"
 
 
-SUPPORTED_SECURITY_PROTOCOLS = frozenset({SecurityProtocol.PLAINTEXT})
+SUPPORTED_SECURITY_PROTOCOLS = frozenset(SecurityProtocol)
+
+
+class SaslMechanism(str, enum.Enum):
+    PLAIN = "PLAIN"
+    SCRAM_SHA_256 = "SCRAM-SHA-256"
+    SCRAM_SHA_512 = "SCRAM-SHA-512"
+
+
+# Properties whose values are secrets: never printed, logged, or written to a summary.
+# Each may be given as ``@/path/to/file`` (the file's content, trailing newline dropped)
+# so the secret stays off the command line; ``sasl.password`` may also come from the
+# environment variable below when not set at all.
+SECRET_PROPERTIES: frozenset[str] = frozenset({"sasl.password", "ssl.key.password", "sasl.jaas.config"})
+SASL_PASSWORD_ENV = "KCTL_SASL_PASSWORD"
+REDACTED = "[redacted]"
+
+
+def redact_properties(properties: Mapping[str, Any]) -> dict[str, Any]:
+    """``properties`` with every secret's value replaced by ``[redacted]``, for output."""
+    return {k: (REDACTED if k in SECRET_PROPERTIES and v not in (None, "") else v)
+            for k, v in properties.items()}
 
 
 # --------------------------------------------------------------------------
@@ -120,6 +142,10 @@ class Setting:
     name: str
     value: Any
     origin: str | None = None
+
+    def __repr__(self) -> str:
+        value = REDACTED if self.name in SECRET_PROPERTIES else repr(self.value)
+        return f"Setting({self.name!r}, {value}, {self.origin!r})"
 
 
 def _at(origin: str | None) -> str:
@@ -401,10 +427,68 @@ def _parse_security_protocol(value: Any) -> SecurityProtocol:
         proto = SecurityProtocol[value.strip().upper()]
     else:
         raise _Invalid("")
-    if proto not in SUPPORTED_SECURITY_PROTOCOLS:
-        raise _Invalid(f"{proto.value} is a Kafka security protocol but kctl does not support it yet; "
-                       "only PLAINTEXT works for now")
     return proto
+
+
+def _parse_sasl_mechanism(value: Any) -> SaslMechanism:
+    if isinstance(value, SaslMechanism):
+        return value
+    if isinstance(value, str):
+        text = value.strip().upper()
+        for m in SaslMechanism:
+            if m.value == text:
+                return m
+        if text in ("GSSAPI", "OAUTHBEARER"):
+            raise _Invalid(f"{text} is a Kafka SASL mechanism but kctl does not support it; "
+                           "use PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512")
+    raise _Invalid("")
+
+
+def _parse_optional_str(value: Any) -> str | None:
+    if value is None:
+        return None
+    if isinstance(value, str):
+        return value.strip() or None
+    raise _Invalid("")
+
+
+def _parse_secret(value: Any) -> str | None:
+    """A secret, or ``@path``: the file's content (one trailing newline dropped)."""
+    if value is None:
+        return None
+    if not isinstance(value, str):
+        raise _Invalid("")
+    if value.startswith("@"):
+        path = value[1:]
+        try:
+            text = Path(path).read_text(encoding="utf-8")
+        except OSError as exc:
+            raise _Invalid(f"cannot read the secret file {path!r}: {exc.strerror or exc}") from None
+        return text[:-1] if text.endswith("\n") else text
+    return value or None
+
+
+def _parse_endpoint_algorithm(value: Any) -> str:
+    if isinstance(value, str) and value.strip().lower() in ("", "https"):
+        return value.strip().lower()
+    raise _Invalid("")
+
+
+_JAAS_MODULE = re.compile(r"^\s*([\w.$]+)\s+(required|requisite|sufficient|optional)\b(.*?);?\s*$", re.S)
+_JAAS_OPTION = re.compile(r'(\w+)\s*=\s*(?:"((?:[^"\\]|\\.)*)"|(\S+?))(?=\s|;|$)')
+
+
+def parse_jaas_config(text: str) -> tuple[str, dict[str, str]]:
+    """``sasl.jaas.config`` (``...PlainLoginModule required username="u" password="p";``)
+    into (login module class, options). Raises ``ConfigError`` without echoing the text."""
+    m = _JAAS_MODULE.match(text)
+    if not m:
+        raise ConfigError("sasl.jaas.config is not a JAAS entry such as "
+                          "'org.apache.kafka.common.security.plain.PlainLoginModule required "
+                          'username="alice" password="...";\'')
+    options = {k: (q if q is not None else b).replace('\\"', '"')
+               for k, q, b in _JAAS_OPTION.findall(m.group(3))}
+    return m.group(1), options
 
 
 def _parse_servers(value: Any) -> tuple[BrokerAddress, ...]:
@@ -487,7 +571,26 @@ PROPERTIES: tuple[PropertySpec, ...] = (
     _bool_spec("partitioner.adaptive.partitioning.enable", True),
     _int_spec("partitioner.availability.timeout.ms", 0, 0, LONG_MAX, "ms"),
     PropertySpec("security.protocol", "security_protocol", SecurityProtocol.PLAINTEXT,
-                 _parse_security_protocol, "PLAINTEXT (SSL, SASL_PLAINTEXT and SASL_SSL are not supported yet)"),
+                 _parse_security_protocol, "PLAINTEXT, SSL, SASL_PLAINTEXT or SASL_SSL"),
+    PropertySpec("ssl.ca.location", "ssl_ca_location", None, _parse_optional_str,
+                 "a PEM file of trusted CA certificates",
+                 doc="Empty: the system's trusted CAs."),
+    PropertySpec("ssl.certificate.location", "ssl_certificate_location", None, _parse_optional_str,
+                 "a PEM file with the client certificate (chain)"),
+    PropertySpec("ssl.key.location", "ssl_key_location", None, _parse_optional_str,
+                 "a PEM file with the client's private key"),
+    PropertySpec("ssl.key.password", "ssl_key_password", None, _parse_secret,
+                 "the private key's password, or @file", doc="Secret."),
+    PropertySpec("ssl.endpoint.identification.algorithm", "ssl_endpoint_identification_algorithm",
+                 "https", _parse_endpoint_algorithm, "https, or empty to skip host name verification"),
+    PropertySpec("sasl.mechanism", "sasl_mechanism", SaslMechanism.PLAIN, _parse_sasl_mechanism,
+                 "PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512"),
+    PropertySpec("sasl.username", "sasl_username", None, _parse_optional_str, "a user name"),
+    PropertySpec("sasl.password", "sasl_password", None, _parse_secret,
+                 "a password, or @file", doc=f"Secret; default: ${SASL_PASSWORD_ENV}."),
+    PropertySpec("sasl.jaas.config", "sasl_jaas_config", None, _parse_secret,
+                 "a PlainLoginModule or ScramLoginModule JAAS entry with username and password, or @file",
+                 doc="Secret; sasl.username/sasl.password take precedence."),
     _int_spec("socket.connection.setup.timeout.ms", 10000, 0, LONG_MAX, "ms"),
     _int_spec("socket.connection.setup.timeout.max.ms", 30000, 0, LONG_MAX, "ms"),
     _int_spec("send.buffer.bytes", 131072, -1, INT_MAX, "bytes", "-1 uses the OS default."),
@@ -519,7 +622,7 @@ IGNORED_PROPERTIES: dict[str, str] = {
     "metadata.recovery.rebootstrap.trigger.ms": "kctl does not rebootstrap yet",
     "transaction.two.phase.commit.enable": "kctl does not run transactions yet",
 }
-# Whole families ignored for now: they only matter with SSL or SASL, which kctl refuses.
+# The rest of these families (Java keystores, Kerberos, OAuth, ...) kctl does not use.
 IGNORED_PREFIXES: tuple[str, ...] = ("ssl.", "sasl.")
 
 
@@ -574,6 +677,32 @@ class SenderConfig:
 
 
 @dataclass(frozen=True, slots=True)
+class SecurityConfig:
+    """What a connection needs for TLS and SASL (secrets kept out of ``repr``)."""
+
+    protocol: SecurityProtocol = SecurityProtocol.PLAINTEXT
+    ssl_ca_location: str | None = None
+    ssl_certificate_location: str | None = None
+    ssl_key_location: str | None = None
+    ssl_key_password: str | None = field(default=None, repr=False)
+    ssl_check_hostname: bool = True  # ssl.endpoint.identification.algorithm=https
+    sasl_mechanism: SaslMechanism = SaslMechanism.PLAIN
+    sasl_username: str | None = None
+    sasl_password: str | None = field(default=None, repr=False)
+
+    @property
+    def uses_tls(self) -> bool:
+        return self.protocol in (SecurityProtocol.SSL, SecurityProtocol.SASL_SSL)
+
+    @property
+    def uses_sasl(self) -> bool:
+        return self.protocol in (SecurityProtocol.SASL_PLAINTEXT, SecurityProtocol.SASL_SSL)
+
+
+PLAINTEXT_SECURITY = SecurityConfig()
+
+
+@dataclass(frozen=True, slots=True)
 class NetworkConfig:
     bootstrap_servers: tuple[BrokerAddress, ...]
     client_id: str
@@ -587,6 +716,7 @@ class NetworkConfig:
     connections_max_idle_ms: int  # -1: never
     reconnect_backoff_ms: int  # already capped by reconnect.backoff.max.ms
     reconnect_backoff_max_ms: int
+    security: SecurityConfig = PLAINTEXT_SECURITY
 
 
 @dataclass(frozen=True, slots=True)
@@ -655,6 +785,15 @@ class ProducerConfig:
     partitioner_adaptive_partitioning_enable: bool = True
     partitioner_availability_timeout_ms: int = 0
     security_protocol: SecurityProtocol = SecurityProtocol.PLAINTEXT
+    ssl_ca_location: str | None = None
+    ssl_certificate_location: str | None = None
+    ssl_key_location: str | None = None
+    ssl_key_password: str | None = field(default=None, repr=False)
+    ssl_endpoint_identification_algorithm: str = "https"
+    sasl_mechanism: SaslMechanism = SaslMechanism.PLAIN
+    sasl_username: str | None = None
+    sasl_password: str | None = field(default=None, repr=False)
+    sasl_jaas_config: str | None = field(default=None, repr=False)
     socket_connection_setup_timeout_ms: int = 10000
     socket_connection_setup_timeout_max_ms: int = 30000
     send_buffer_bytes: int = 131072
@@ -669,6 +808,10 @@ class ProducerConfig:
     def __post_init__(self) -> None:
         for spec in PROPERTIES:
             value = getattr(self, spec.field)
+            if spec.name in SECRET_PROPERTIES:  # already resolved: "@..." is no file name here
+                if value is not None and not isinstance(value, str):
+                    raise ConfigError(f"producer property {spec.name!r} must be a string")
+                continue
             try:
                 ok = spec.parse(value) == value and spec.check(value)
             except _Invalid:
@@ -692,7 +835,8 @@ class ProducerConfig:
             spec = PROPERTY_BY_NAME.get(name)
             if spec is None:
                 reason = IGNORED_PROPERTIES.get(name) or (
-                    "it only matters with SSL or SASL, which kctl does not support yet"
+                    "kctl reads PEM files (ssl.ca.location, ssl.certificate.location, "
+                    "ssl.key.location) and supports SASL PLAIN and SCRAM only"
                     if name.startswith(IGNORED_PREFIXES) else None
                 )
                 if reason is None:
@@ -708,6 +852,8 @@ class ProducerConfig:
                 raise ConfigError(_invalid_message(spec, setting.value, setting.origin, str(exc))) from None
             values[spec.field] = value
             origins[spec.name] = setting.origin
+        if "sasl_password" not in values and os.environ.get(SASL_PASSWORD_ENV):
+            values["sasl_password"] = os.environ[SASL_PASSWORD_ENV]
         explicit = frozenset(origins)
         _resolve_defaults(values, explicit, warnings)
         probe = _Fields({spec.field: values.get(spec.field, spec.default) for spec in PROPERTIES})
@@ -741,12 +887,12 @@ class ProducerConfig:
 
     def to_properties(self) -> dict[str, str]:
         """Every setting as Kafka writes it (``acks=all``), for summaries and reports;
-        unset optional ones (``transactional.id``) are left out."""
-        return {
+        unset optional ones (``transactional.id``) are left out, secrets redacted."""
+        return redact_properties({
             spec.name: spec.to_text(getattr(self, spec.field))
             for spec in PROPERTIES
             if getattr(self, spec.field) is not None
-        }
+        })
 
     @property
     def explicit(self) -> frozenset[str]:
@@ -821,6 +967,26 @@ class ProducerConfig:
             connections_max_idle_ms=self.connections_max_idle_ms,
             reconnect_backoff_ms=min(self.reconnect_backoff_ms, self.reconnect_backoff_max_ms),
             reconnect_backoff_max_ms=self.reconnect_backoff_max_ms,
+            security=self.security,
+        )
+
+    @property
+    def security(self) -> SecurityConfig:
+        username, password = self.sasl_username, self.sasl_password
+        if self.sasl_jaas_config and (username is None or password is None):
+            _, options = parse_jaas_config(self.sasl_jaas_config)
+            username = username if username is not None else options.get("username")
+            password = password if password is not None else options.get("password")
+        return SecurityConfig(
+            protocol=self.security_protocol,
+            ssl_ca_location=self.ssl_ca_location,
+            ssl_certificate_location=self.ssl_certificate_location,
+            ssl_key_location=self.ssl_key_location,
+            ssl_key_password=self.ssl_key_password,
+            ssl_check_hostname=self.ssl_endpoint_identification_algorithm == "https",
+            sasl_mechanism=self.sasl_mechanism,
+            sasl_username=username,
+            sasl_password=password,
         )
 
     @property
@@ -945,6 +1111,17 @@ def _check_rules(v: Any, explicit: frozenset[str] | None, origins: Mapping[str, 
             f"({v.linger_ms} + {v.request_timeout_ms} = {floor})"
             + where("delivery.timeout.ms", "linger.ms", "request.timeout.ms")
         )
+    if v.security_protocol in (SecurityProtocol.SASL_PLAINTEXT, SecurityProtocol.SASL_SSL):
+        username, password = v.sasl_username, v.sasl_password
+        if v.sasl_jaas_config:
+            _, options = parse_jaas_config(v.sasl_jaas_config)
+            username = username or options.get("username")
+            password = password or options.get("password")
+        if not username or not password:
+            raise ConfigError(
+                f"security.protocol={v.security_protocol.value} needs a user name and a password: "
+                f"set sasl.username and sasl.password (or sasl.password=@file, or ${SASL_PASSWORD_ENV}), "
+                "or sasl.jaas.config" + where("security.protocol"))
     if v.batch_size > v.buffer_memory:
         raise ConfigError(
             f"batch.size ({v.batch_size}) must not exceed buffer.memory ({v.buffer_memory}): "
@@ -959,8 +1136,9 @@ def _show(value: Any) -> str:
 
 
 def _invalid_message(spec: PropertySpec, value: Any, origin: str | None, detail: str) -> str:
+    shown = "" if spec.name in SECRET_PROPERTIES else f" {_show(value)}"
     return (
-        f"{_at(origin)}invalid value {_show(value)} for producer property {spec.name!r}: "
+        f"{_at(origin)}invalid value{shown} for producer property {spec.name!r}: "
         + (detail if detail else f"expected {spec.allowed}")
     )
 
@@ -999,7 +1177,14 @@ __all__ = [
     "PartitionerKind",
     "ProducerConfig",
     "PropertySpec",
+    "REDACTED",
+    "SASL_PASSWORD_ENV",
+    "SECRET_PROPERTIES",
+    "SaslMechanism",
+    "SecurityConfig",
     "SecurityProtocol",
+    "parse_jaas_config",
+    "redact_properties",
     "SenderConfig",
     "Setting",
     "describe_properties",

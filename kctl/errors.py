@@ -74,6 +74,11 @@ class BrokerUnavailableError(KctlError):
     """A broker could not be reached or the connection broke."""
 
 
+class AuthenticationError(KctlError):
+    """The broker refused kctl's SASL credentials, or TLS could not be established
+    (an untrusted or mismatched certificate): retrying with the same settings cannot help."""
+
+
 class BrokerNotInstalledError(KctlError):
     """The embedded broker's binary is not installed."""
 

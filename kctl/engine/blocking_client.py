@@ -6,20 +6,24 @@ non-blocking network client. One request is outstanding at a time, so a
 response is matched to its request by correlation id and a mismatch is a
 protocol error.
 
-On connect it negotiates versions: ApiVersions at kctl's highest version, and,
-when the broker answers UNSUPPORTED_VERSION (sending its own list in the v0
-layout, as KIP-511 prescribes), again at the highest version it offers.
+On connect it wraps the socket in TLS when ``security`` says so, negotiates
+versions: ApiVersions at kctl's highest version, and, when the broker answers
+UNSUPPORTED_VERSION (sending its own list in the v0 layout, as KIP-511
+prescribes), again at the highest version it offers; then, for SASL, runs the
+SaslHandshake/SaslAuthenticate exchange (``engine/sasl.py``).
 """
 
 from __future__ import annotations
 
 import socket
+import ssl
 import struct
 from dataclasses import dataclass
 from typing import Any
 
 import kctl
-from kctl.errors import BrokerUnavailableError, DecodeError, RemoteProtocolError
+from kctl.config import PLAINTEXT_SECURITY, SecurityConfig
+from kctl.errors import AuthenticationError, BrokerUnavailableError, DecodeError, RemoteProtocolError
 from kctl.protocol import messages, schema
 from kctl.protocol.error_codes import error_for
 from kctl.protocol.frames import DEFAULT_MAX_FRAME_BYTES, frame
@@ -56,11 +60,13 @@ def api_key_of(body: Any) -> int:
 class BlockingClient:
     """One blocking connection to one broker with negotiated API versions."""
 
-    def __init__(self, address: str, *, client_id: str = "kctl", timeout_s: float = 10.0) -> None:
+    def __init__(self, address: str, *, client_id: str = "kctl", timeout_s: float = 10.0,
+                 security: SecurityConfig | None = None) -> None:
         self.address = address
         self.host, self.port = parse_address(address)
         self.client_id = client_id
         self.timeout_s = timeout_s
+        self.security = security or PLAINTEXT_SECURITY
         self._sock: socket.socket | None = None
         self._correlation_id = 0
         self.versions: NegotiatedVersions | None = None
@@ -79,7 +85,38 @@ class BlockingClient:
         except OSError as e:
             raise BrokerUnavailableError(f"cannot connect to broker {self.address}: {e.strerror or e}") from None
         self._sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        self.versions = self._negotiate()
+        try:
+            if self.security.uses_tls:
+                from kctl.engine.tls import context_for, tls_failure
+                try:
+                    self._sock = context_for(self.security).wrap_socket(
+                        self._sock, server_hostname=self.host)
+                except (ssl.SSLError, ssl.CertificateError) as e:
+                    raise tls_failure(self.address, e) from None
+            self.versions = self._negotiate()
+            if self.security.uses_sasl:
+                self._authenticate()
+        except BaseException:
+            self.close()
+            raise
+
+    def _authenticate(self) -> None:
+        from kctl.engine.sasl import SASL_AUTHENTICATE, SASL_HANDSHAKE, SaslAuthenticator
+        assert self.versions is not None
+        handshake = self.versions.version_for(SASL_HANDSHAKE)
+        if handshake is None or handshake < 1 or self.versions.version_for(SASL_AUTHENTICATE) is None:
+            raise AuthenticationError(
+                f"broker {self.address} does not offer SaslHandshake v1 and SaslAuthenticate "
+                "(KIP-152, Kafka 1.0+): kctl cannot authenticate with SASL there")
+        auth = SaslAuthenticator(self.security, self.address)
+        while not auth.done:
+            step = auth.next_request()
+            if step is None:
+                raise RemoteProtocolError(f"SASL exchange with {self.address} stalled")
+            api_key, body = step
+            version = self.versions.require(api_key)
+            cid = self._send(api_key, version, body)
+            auth.on_response(api_key, self._receive(api_key, version, cid).body)
 
     def close(self) -> None:
         if self._sock is not None:
@@ -127,6 +164,10 @@ class BlockingClient:
                 self.close()
                 raise BrokerUnavailableError(
                     f"broker {self.address} did not answer within {self.timeout_s:g} s") from None
+            except ssl.SSLError as e:
+                self.close()
+                from kctl.engine.tls import tls_failure
+                raise tls_failure(self.address, e) from None
             except OSError as e:
                 self.close()
                 raise BrokerUnavailableError(f"connection to {self.address} broke: {e}") from None

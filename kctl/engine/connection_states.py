@@ -4,12 +4,13 @@ How this works: each node id (a broker id from metadata, or a negative pseudo id
 for a bootstrap address) has a ``NodeConnectionState``; the network client moves
 it through the table below and asks it whether a connect may start now.
 
-    DISCONNECTED -> CONNECTING -> CHECKING_API_VERSIONS -> READY
-         ^              |                 |                  |
-         +--------------+-----------------+------------------+   (disconnected)
+    DISCONNECTED -> CONNECTING -> CHECKING_API_VERSIONS -> [AUTHENTICATING ->] READY
+         ^              |                 |                     |             |
+         +--------------+-----------------+---------------------+-------------+   (disconnected)
 
-``AUTHENTICATING`` sits between CONNECTING and CHECKING_API_VERSIONS once SASL
-exists; nothing enters it yet.
+CONNECTING covers the TCP connect and the TLS handshake. ``AUTHENTICATING`` is
+SASL: it comes after ApiVersions, because kctl needs the negotiated versions of
+SaslHandshake and SaslAuthenticate (the Java client also asks ApiVersions first).
 
 Backoff, as Java: every disconnect (a refused connect, a broken or timed-out
 connection, a failed handshake) sets the reconnect backoff to
@@ -36,13 +37,14 @@ NEVER_NS = (1 << 63) - 1
 class ConnectionState(enum.Enum):
     DISCONNECTED = "disconnected"
     CONNECTING = "connecting"
-    AUTHENTICATING = "authenticating"  # reserved for SASL
+    AUTHENTICATING = "authenticating"  # SASL, after ApiVersions
     CHECKING_API_VERSIONS = "checking_api_versions"
     READY = "ready"
 
     @property
     def is_connected(self) -> bool:
-        return self in (ConnectionState.CHECKING_API_VERSIONS, ConnectionState.READY)
+        return self in (ConnectionState.CHECKING_API_VERSIONS, ConnectionState.AUTHENTICATING,
+                        ConnectionState.READY)
 
 
 _S = ConnectionState
@@ -50,8 +52,8 @@ _S = ConnectionState
 _TRANSITIONS: dict[ConnectionState, frozenset[ConnectionState]] = {
     _S.DISCONNECTED: frozenset({_S.CONNECTING, _S.DISCONNECTED}),
     _S.CONNECTING: frozenset({_S.AUTHENTICATING, _S.CHECKING_API_VERSIONS, _S.READY, _S.DISCONNECTED}),
-    _S.AUTHENTICATING: frozenset({_S.CHECKING_API_VERSIONS, _S.DISCONNECTED}),
-    _S.CHECKING_API_VERSIONS: frozenset({_S.READY, _S.DISCONNECTED}),
+    _S.AUTHENTICATING: frozenset({_S.READY, _S.DISCONNECTED}),
+    _S.CHECKING_API_VERSIONS: frozenset({_S.AUTHENTICATING, _S.READY, _S.DISCONNECTED}),
     _S.READY: frozenset({_S.DISCONNECTED}),
 }
 
@@ -200,6 +202,9 @@ class ClusterConnectionStates:
         self._move(s, ConnectionState.CHECKING_API_VERSIONS, node)
         self._reset_setup_timeout(s)
         self._connecting.discard(node)
+
+    def authenticating(self, node: int) -> None:
+        self._move(self._nodes[node], ConnectionState.AUTHENTICATING, node)
 
     def ready(self, node: int) -> None:
         s = self._nodes[node]

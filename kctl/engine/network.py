@@ -7,10 +7,19 @@ How this works:
   pseudo ids (-1, -2, ...) until then. ``ready(node, now_ns)`` starts a connect
   when the node is disconnected and its reconnect backoff has passed
   (``ClusterConnectionStates``) and says whether a request may be sent now.
+- With TLS (``security.protocol`` SSL / SASL_SSL) the connected socket is wrapped
+  (``do_handshake_on_connect=False``) and the handshake is stepped from ``poll``
+  on SSLWantRead/WriteError, still CONNECTING (the setup timeout covers it);
+  reads continue while the TLS layer holds decrypted bytes (``pending()``), which
+  the selector cannot see. A failed handshake is an ``AuthenticationError`` naming
+  the broker and the reason (``engine/tls.py``).
 - A new connection first sends ApiVersions (kctl's highest version; again at the
   broker's highest on UNSUPPORTED_VERSION, KIP-511) and is READY only once the
   answer is in; the negotiated versions are kept per node (``api_version``).
-  No other request is sent before READY.
+  No other request is sent before READY. With SASL the connection is
+  AUTHENTICATING after ApiVersions while ``SaslAuthenticator`` (engine/sasl.py)
+  drives SaslHandshake and SaslAuthenticate; a refusal closes it with an
+  ``AuthenticationError`` kept in ``authentication_error(node)``.
 - ``send(request, now_ns)`` assigns the correlation id, frames the request (a
   message object is encoded by the generic codec; pre-encoded body bytes get a
   cached header with the correlation id spliced in) and writes what the socket
@@ -49,6 +58,7 @@ import random as _random
 import select
 import selectors
 import socket
+import ssl
 import struct
 import time
 from collections import deque
@@ -63,8 +73,11 @@ from kctl.engine.blocking_client import (
 from kctl.engine.clock import Clock, SystemClock
 from kctl.engine.connection_states import NEVER_NS, ClusterConnectionStates, ConnectionState
 from kctl.engine.inflight import CorrelationIdMismatchError, InFlightRequests
+from kctl.engine.sasl import SASL_AUTHENTICATE, SASL_HANDSHAKE, SaslAuthenticator
+from kctl.engine.tls import context_for, tls_failure
 from kctl.errors import (
-    BrokerUnavailableError, DecodeError, KctlError, RemoteProtocolError, UnsupportedVersionError)
+    AuthenticationError, BrokerUnavailableError, ConfigError, DecodeError, KctlError,
+    RemoteProtocolError, UnsupportedVersionError)
 from kctl.protocol import messages, schema
 from kctl.protocol.frames import DEFAULT_MAX_FRAME_BYTES, FrameDecoder
 
@@ -173,7 +186,8 @@ class _Connection:
     """One socket and its buffers. ``out`` holds the unsent part of one request."""
 
     __slots__ = ("node", "sock", "address", "decoder", "out", "out_request", "events",
-                 "connected", "closed", "api_versions_version", "last_active_ns", "unanswered")
+                 "connected", "closed", "api_versions_version", "last_active_ns", "unanswered",
+                 "host", "tls", "handshaking", "sasl")
 
     def __init__(self, node: int, sock: socket.socket, address: str, max_frame_bytes: int,
                  now_ns: int) -> None:
@@ -192,6 +206,10 @@ class _Connection:
         # A real broker never answers them; Tansu does, in order. Such an answer
         # is dropped instead of breaking the connection.
         self.unanswered: deque[int] = deque(maxlen=_MAX_UNANSWERED)
+        self.host = ""
+        self.tls = False          # the socket is an SSLSocket
+        self.handshaking = False  # TCP connected, TLS handshake not finished
+        self.sasl: SaslAuthenticator | None = None
 
 
 def _address_of(value: tuple[str, int] | BrokerAddress | str) -> tuple[str, int]:
@@ -243,6 +261,7 @@ class NetworkClient:
         self._correlation_id = 0
         self._headers: dict[tuple[int, int], bytes] = {}
         self._recv_buf = memoryview(bytearray(_RECV_CHUNK))
+        self._auth_errors: dict[int, AuthenticationError] = {}
         self.metrics = NetworkMetrics()
 
         self._selector = selectors.DefaultSelector()
@@ -307,6 +326,13 @@ class NetworkClient:
     def connection_error(self, node: int) -> str | None:
         """Why the node's last connection ended (``None`` once it is READY again)."""
         return self._states.last_error(node)
+
+    def authentication_error(self, node: int | None = None) -> AuthenticationError | None:
+        """The last TLS or SASL failure of ``node`` (any node when ``None``); cleared
+        when the node becomes READY. Retrying cannot fix it: callers should stop."""
+        if node is None:
+            return next(iter(self._auth_errors.values()), None)
+        return self._auth_errors.get(node)
 
     def api_versions(self, node: int) -> Any:
         """The ``NegotiatedVersions`` of a READY node, else ``None``."""
@@ -461,6 +487,9 @@ class NetworkClient:
             if not conn.connected:
                 self._finish_connect(conn, now, responses)
                 continue
+            if conn.handshaking:
+                self._handshake(conn, now, responses)
+                continue
             if mask & selectors.EVENT_WRITE and conn.out:
                 self._write(conn, now, responses)
             if mask & selectors.EVENT_READ and not conn.closed:
@@ -541,6 +570,7 @@ class NetworkClient:
             self._connect_failed(node, now_ns, f"cannot connect to broker {address}: {_strerror(err)}")
             return
         conn = _Connection(node, sock, address, self._max_frame_bytes, now_ns)
+        conn.host = host
         self._conns[node] = conn
         # Connect completion shows as writability; _finish_connect checks SO_ERROR.
         conn.events = selectors.EVENT_WRITE
@@ -562,6 +592,54 @@ class NetworkClient:
             return
         conn.connected = True
         conn.last_active_ns = now_ns
+        security = self.config.security
+        if security.uses_tls:
+            try:
+                context = context_for(security)
+            except ConfigError as e:
+                self._disconnect(conn, now_ns, responses, str(e), error=AuthenticationError(str(e)))
+                return
+            self._selector.unregister(conn.sock)
+            # wrap_socket detaches the plain socket; the SSLSocket has the same fd.
+            conn.sock = context.wrap_socket(conn.sock, server_hostname=conn.host,
+                                            do_handshake_on_connect=False)
+            conn.tls = conn.handshaking = True
+            conn.events = selectors.EVENT_READ | selectors.EVENT_WRITE
+            self._selector.register(conn.sock, conn.events, conn)
+            self._handshake(conn, now_ns, responses)
+            return
+        self._connection_established(conn, now_ns, responses)
+
+    def _handshake(self, conn: _Connection, now_ns: int, responses: list[ClientResponse]) -> None:
+        """One step of the TLS handshake; waits for whatever the TLS layer wants."""
+        try:
+            conn.sock.do_handshake()
+        except ssl.SSLWantReadError:
+            self._set_events(conn, selectors.EVENT_READ)
+            return
+        except ssl.SSLWantWriteError:
+            self._set_events(conn, selectors.EVENT_WRITE)
+            return
+        except (ssl.SSLError, ssl.CertificateError) as e:
+            self._auth_failed(conn, now_ns, responses, tls_failure(conn.address, e))
+            return
+        except OSError as e:
+            self._disconnect(conn, now_ns, responses,
+                             f"connection to broker {conn.address} broke during the TLS handshake: "
+                             f"{e.strerror or e}")
+            return
+        conn.handshaking = False
+        conn.last_active_ns = now_ns
+        log.debug("node %s: TLS established with %s (%s)", conn.node, conn.address, conn.sock.version())
+        self._connection_established(conn, now_ns, responses)
+
+    def _auth_failed(self, conn: _Connection, now_ns: int, responses: list[ClientResponse],
+                     error: AuthenticationError) -> None:
+        self._auth_errors[conn.node] = error
+        self._disconnect(conn, now_ns, responses, str(error), error=error)
+
+    def _connection_established(self, conn: _Connection, now_ns: int,
+                                responses: list[ClientResponse]) -> None:
         self._set_events(conn, selectors.EVENT_READ)
         self._states.checking_api_versions(conn.node)
         self._send_api_versions(conn, now_ns, responses)
@@ -583,8 +661,50 @@ class NetworkClient:
             self._send_api_versions(conn, now_ns, responses)
             return
         self._versions[conn.node] = answer.versions
+        if self.config.security.uses_sasl:
+            handshake = answer.versions.version_for(SASL_HANDSHAKE)
+            if (handshake is None or handshake < 1
+                    or answer.versions.version_for(SASL_AUTHENTICATE) is None):
+                self._auth_failed(conn, now_ns, responses, AuthenticationError(
+                    f"broker {conn.address} does not offer SaslHandshake v1 and SaslAuthenticate "
+                    "(KIP-152, Kafka 1.0+): kctl cannot authenticate with SASL there"))
+                return
+            self._states.authenticating(conn.node)
+            conn.sasl = SaslAuthenticator(self.config.security, conn.address)
+            self._send_sasl(conn, now_ns, responses)
+            return
+        self._connection_ready(conn)
+
+    def _connection_ready(self, conn: _Connection) -> None:
         self._states.ready(conn.node)
+        self._auth_errors.pop(conn.node, None)
         log.debug("node %s at %s is ready", conn.node, conn.address)
+
+    def _send_sasl(self, conn: _Connection, now_ns: int, responses: list[ClientResponse]) -> None:
+        step = conn.sasl.next_request()
+        if step is None:
+            return
+        api_key, body = step
+        req = ClientRequest(node=conn.node, api_key=api_key, body=body,
+                            api_version=self._versions[conn.node].require(api_key), internal=True)
+        self._do_send(conn, req, now_ns, responses)
+
+    def _on_sasl(self, conn: _Connection, req: ClientRequest, frame: bytes, now_ns: int,
+                 responses: list[ClientResponse]) -> None:
+        try:
+            body = messages.decode_response(frame, req.api_key, req.api_version).body
+            conn.sasl.on_response(req.api_key, body)
+        except AuthenticationError as e:
+            self._auth_failed(conn, now_ns, responses, e)
+            return
+        except RemoteProtocolError as e:
+            self._disconnect(conn, now_ns, responses, f"broker {conn.address}: {e}", error=e)
+            return
+        if conn.sasl.done:
+            conn.sasl = None
+            self._connection_ready(conn)
+        else:
+            self._send_sasl(conn, now_ns, responses)
 
     # -- I/O ---------------------------------------------------------------------------------
     def _set_events(self, conn: _Connection, events: int) -> None:
@@ -595,12 +715,16 @@ class NetworkClient:
     def _write(self, conn: _Connection, now_ns: int, responses: list[ClientResponse]) -> None:
         out = conn.out
         try:
-            if _HAS_SENDMSG and len(out) > 1:
+            if _HAS_SENDMSG and len(out) > 1 and not conn.tls:
                 n = conn.sock.sendmsg(out)
             else:
                 n = conn.sock.send(out[0])
-        except (BlockingIOError, InterruptedError):
+        except (BlockingIOError, InterruptedError, ssl.SSLWantWriteError, ssl.SSLWantReadError):
+            # TLS: retry later with the same bytes (Python allows a moved buffer).
             n = 0
+        except ssl.SSLError as e:
+            self._auth_failed(conn, now_ns, responses, tls_failure(conn.address, e))
+            return
         except OSError as e:
             self._disconnect(conn, now_ns, responses,
                              f"connection to broker {conn.address} broke while sending: {e.strerror or e}")
@@ -636,11 +760,20 @@ class NetworkClient:
         sock = conn.sock
         decoder = conn.decoder
         broken: str | None = None
+        tls_error: AuthenticationError | None = None
         total = 0
+        tls = conn.tls
         while True:
             try:
                 n = sock.recv_into(buf)
-            except (BlockingIOError, InterruptedError):
+            except (BlockingIOError, InterruptedError, ssl.SSLWantReadError, ssl.SSLWantWriteError):
+                break
+            except ssl.SSLZeroReturnError:
+                broken = f"broker {conn.address} closed the TLS connection"
+                break
+            except ssl.SSLError as e:
+                tls_error = tls_failure(conn.address, e)
+                broken = str(tls_error)
                 break
             except OSError as e:
                 broken = f"connection to broker {conn.address} broke: {e.strerror or e}"
@@ -650,7 +783,9 @@ class NetworkClient:
                 break
             total += n
             decoder.feed(buf[:n])
-            if n < size:
+            # TLS hands out one record per call and may hold decrypted bytes the
+            # selector cannot see: read until it wants more from the socket.
+            if n < size and not tls:
                 break
         if total:
             self.metrics.incoming_bytes_total += total
@@ -665,7 +800,9 @@ class NetworkClient:
             self._disconnect(conn, now_ns, responses,
                              f"broker {conn.address} broke the framing: {e}", error=e)
             return
-        if broken is not None:
+        if tls_error is not None and not conn.closed:
+            self._auth_failed(conn, now_ns, responses, tls_error)
+        elif broken is not None:
             self._disconnect(conn, now_ns, responses, broken)
 
     def _on_frame(self, conn: _Connection, frame: bytes, now_ns: int,
@@ -697,7 +834,10 @@ class NetworkClient:
             self._disconnect(conn, now_ns, responses, str(err), error=err)
             return
         if req.internal:
-            self._on_api_versions(conn, req, frame, now_ns, responses)
+            if req.api_key == API_VERSIONS:
+                self._on_api_versions(conn, req, frame, now_ns, responses)
+            else:
+                self._on_sasl(conn, req, frame, now_ns, responses)
             return
         try:
             body = messages.decode_response(frame, req.api_key, req.api_version).body

@@ -124,11 +124,36 @@ def test_unknown_property_suggests_the_right_name():
         ProducerConfig.from_properties({"group.id": "g"})
 
 
-def test_unsupported_security_protocols_are_named_as_such():
-    with pytest.raises(ConfigError, match="SASL_SSL is a Kafka security protocol but kctl does not support it yet"):
+def test_security_protocols_and_unknown_ones():
+    cfg = ProducerConfig.from_properties({"security.protocol": "ssl"})
+    assert cfg.security.uses_tls and not cfg.security.uses_sasl
+    with pytest.raises(ConfigError, match="needs a user name and a password"):
         ProducerConfig.from_properties({"security.protocol": "sasl_ssl"})
-    with pytest.raises(ConfigError, match="expected PLAINTEXT"):
+    with pytest.raises(ConfigError, match="expected PLAINTEXT, SSL, SASL_PLAINTEXT or SASL_SSL"):
         ProducerConfig.from_properties({"security.protocol": "TLS"})
+    with pytest.raises(ConfigError, match="GSSAPI is a Kafka SASL mechanism but kctl does not support it"):
+        ProducerConfig.from_properties({"sasl.mechanism": "GSSAPI"})
+
+
+def test_secrets_from_file_env_and_jaas_never_shown(tmp_path, monkeypatch):
+    secret = tmp_path / "pw"
+    secret.write_text("canary-7f3\n")
+    cfg = ProducerConfig.load(overrides=["security.protocol=SASL_SSL", "sasl.username=alice",
+                                         f"sasl.password=@{secret}", "sasl.mechanism=scram-sha-256"])
+    assert cfg.security.sasl_password == "canary-7f3"
+    assert "canary" not in repr(cfg) + repr(cfg.security) + repr(cfg.settings)
+    assert cfg.to_properties()["sasl.password"] == "[redacted]"
+    monkeypatch.setenv("KCTL_SASL_PASSWORD", "from-env")
+    cfg = ProducerConfig.from_properties({"security.protocol": "SASL_PLAINTEXT", "sasl.username": "bob"})
+    assert cfg.security.sasl_password == "from-env"
+    monkeypatch.delenv("KCTL_SASL_PASSWORD")
+    jaas = ('org.apache.kafka.common.security.plain.PlainLoginModule required '
+            'username="carol" password="p@ss word";')
+    cfg = ProducerConfig.from_properties({"security.protocol": "SASL_PLAINTEXT", "sasl.jaas.config": jaas})
+    assert (cfg.security.sasl_username, cfg.security.sasl_password) == ("carol", "p@ss word")
+    with pytest.raises(ConfigError) as info:
+        ProducerConfig.from_properties({"sasl.password": "@/nonexistent/pw"})
+    assert "/nonexistent/pw" in str(info.value)
 
 
 def test_java_only_properties_are_accepted_with_a_warning():
