@@ -87,6 +87,13 @@ class Sender:
     # -- one turn ------------------------------------------------------------------------
     def run_once(self, now_ns: int) -> int:
         wake = now_ns + 1_000 * NS_PER_MS
+        auth_error = self.network.authentication_error()
+        if auth_error is not None:
+            # TLS or SASL refused: retrying with the same settings cannot help (Java fails
+            # the pending sends with the AuthenticationException).
+            self.fatal_error = str(auth_error)
+            self._fail_everything(self.fatal_error, now_ns)
+            return wake
         wake = min(wake, self._maybe_update_metadata(now_ns))
         if self.idempotence is not None and not self.idempotence.has_producer_id():
             self._expire(now_ns)

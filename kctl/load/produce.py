@@ -23,6 +23,7 @@ from kctl.config import (
     Setting,
     load_properties_file,
     parse_assignment,
+    redact_properties,
 )
 from kctl.engine import admin
 from kctl.engine.blocking_client import BlockingClient
@@ -199,7 +200,8 @@ def execute(plan: ProducePlan, *, on_event: Callable[[str], None] = lambda _m: N
             on_event(f"no --bootstrap-server given: started the embedded broker (Tansu) at {bootstrap}; "
                      "it stops when the run ends")
         first = bootstrap.split(",")[0]
-        with BlockingClient(first, client_id="kctl-produce-admin") as client:
+        security = plan.config.security
+        with BlockingClient(first, client_id="kctl-produce-admin", security=security) as client:
             partitions = ensure_topic(client, plan)
         on_event(f"producing to {plan.options.topic} ({partitions} partitions) on {bootstrap} "
                  f"with {plan.spec_args['workers']} worker(s)")
@@ -215,7 +217,7 @@ def execute(plan: ProducePlan, *, on_event: Callable[[str], None] = lambda _m: N
             "payload": "file" if plan.options.payload_file else plan.options.payload,
             "compressibility": plan.options.compressibility, "keys": plan.options.keys,
             "headers": plan.options.headers, "id_headers": spec.id_headers,
-            "verify": spec.verify, "producer": props}
+            "verify": spec.verify, "producer": redact_properties(props)}
         run = LoadRun(spec, config_for_summary=summary_config, hdr_out=hdr_out, on_round=on_round)
         if on_start is not None:
             on_start(run)
@@ -223,7 +225,7 @@ def execute(plan: ProducePlan, *, on_event: Callable[[str], None] = lambda _m: N
         checked = None
         if spec.verify and not result.failures:
             on_event("verifying: reading the produced range back")
-            with BlockingClient(first, client_id="kctl-verify") as client:
+            with BlockingClient(first, client_id="kctl-verify", security=security) as client:
                 checked = verify(client, spec.topic, spec.run_id, result.acked_runs)
         summary = dict(result.summary)
         if checked is not None:

@@ -31,6 +31,9 @@ class FakeNetwork:
         self.wire_bodies: dict[int, object] = {}
 
     # -- the NetworkClient surface the sender uses --------------------------------
+    def authentication_error(self, node=None):
+        return None
+
     def set_nodes(self, nodes):
         self.node_ids = sorted(nodes)
 
