@@ -1,0 +1,106 @@
+"""SASL PLAIN and SCRAM against a proxy running scramp's server side in front of the broker."""
+
+from __future__ import annotations
+
+import re
+import time
+
+import pytest
+
+from kctl.config import ProducerConfig
+from kctl.engine import admin
+from kctl.engine.blocking_client import BlockingClient
+from kctl.engine.connection_states import ConnectionState
+from kctl.engine.network import NetworkClient
+from kctl.errors import AuthenticationError
+from kctl.protocol.sasl import SaslError, ScramMechanism
+from tests.security.kafka_proxy import KafkaProxy
+
+pytestmark = pytest.mark.broker
+
+USERS = {"alice": "wonder-land", "bob": "b0b=,pw"}
+
+
+def _security(mechanism: str, user: str, password: str):
+    return ProducerConfig.from_properties({
+        "security.protocol": "SASL_PLAINTEXT", "sasl.mechanism": mechanism,
+        "sasl.username": user, "sasl.password": password}).security
+
+
+@pytest.fixture(scope="module")
+def proxy(broker):
+    with KafkaProxy(broker.bootstrap, users=USERS) as p:
+        yield p
+
+
+@pytest.mark.parametrize("mechanism", ["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"])
+def test_right_password_logs_in_and_requests_flow(proxy, mechanism):
+    with BlockingClient(proxy.address, security=_security(mechanism, "bob", USERS["bob"])) as c:
+        md = admin.fetch_metadata(c)
+    assert md.brokers[0].port == proxy.port
+    assert proxy.logins[-1] == (mechanism, "bob", True)
+
+
+@pytest.mark.parametrize("mechanism", ["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"])
+@pytest.mark.parametrize("user,password", [("alice", "wrong"), ("mallory", "anything")])
+def test_wrong_password_or_unknown_user_is_one_clear_line(proxy, mechanism, user, password):
+    with pytest.raises(AuthenticationError) as info:
+        BlockingClient(proxy.address, security=_security(mechanism, user, password)).connect()
+    text = str(info.value)
+    assert "\n" not in text
+    assert text.startswith(f"SASL {mechanism} authentication as {user!r} failed at broker {proxy.address}: ")
+    assert "invalid credentials" in text
+    assert password not in text
+
+
+def test_unsupported_mechanism_names_what_the_broker_offers(broker):
+    with KafkaProxy(broker.bootstrap, users=USERS, mechanisms=("PLAIN",)) as p:
+        with pytest.raises(AuthenticationError, match=r"does not enable SCRAM-SHA-512 \(it offers: PLAIN\)"):
+            BlockingClient(p.address, security=_security("SCRAM-SHA-512", "alice", USERS["alice"])).connect()
+
+
+@pytest.mark.parametrize("hook,reason", [
+    (lambda first: re.sub(r"i=\d+", "i=1000", first), "1000 iterations, fewer than the minimum 4096"),
+    (lambda first: re.sub(r"r=[^,]+", "r=forged-nonce-from-elsewhere", first),
+     "nonce does not extend the client's nonce"),
+])
+def test_a_weak_or_forged_server_first_message_is_rejected(broker, hook, reason):
+    with KafkaProxy(broker.bootstrap, users=USERS, server_first_hook=hook) as p:
+        with pytest.raises(AuthenticationError, match=reason):
+            BlockingClient(p.address, security=_security("SCRAM-SHA-256", "alice", USERS["alice"])).connect()
+        assert not any(ok for _, _, ok in p.logins)  # the client never sent its proof
+
+
+def test_the_server_signature_is_verified():
+    client = ScramMechanism("SCRAM-SHA-256", "alice", "pw", nonce="abc")
+    client.initial_response()
+    client.respond(b"r=abcdef,s=c2FsdA==,i=4096")
+    with pytest.raises(SaslError, match="signature is wrong"):
+        client.respond(b"v=" + b"AAAA" * 11)
+
+
+def _wait_ready(net: NetworkClient, node: int, timeout_s: float = 5.0) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        now = time.monotonic_ns()
+        if net.ready(node, now):
+            return True
+        net.poll(50_000_000, time.monotonic_ns())
+        if net.authentication_error(node) is not None:
+            return False
+    return False
+
+
+@pytest.mark.parametrize("mechanism", ["PLAIN", "SCRAM-SHA-512"])
+def test_network_client_authenticates_before_ready(proxy, mechanism):
+    cfg = ProducerConfig.from_properties({
+        "bootstrap.servers": proxy.address, "security.protocol": "SASL_PLAINTEXT",
+        "sasl.mechanism": mechanism, "sasl.username": "alice", "sasl.password": USERS["alice"]})
+    with NetworkClient(cfg.network) as net:
+        assert _wait_ready(net, -1)
+        assert net.connection_state(-1) is ConnectionState.READY
+    bad = cfg.with_properties({"sasl.password": "nope"})
+    with NetworkClient(bad.network) as net:
+        assert not _wait_ready(net, -1, 3.0)
+        err = net.authentication_error(-1)
+        assert err is not None and "invalid credentials" in str(err) and "nope" not in str(err)
