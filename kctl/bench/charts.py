@@ -1,0 +1,202 @@
+"""Charts of bench and report results: PNG through matplotlib (Agg), one self-contained
+HTML page through plotly (its JavaScript inlined, so the page opens offline).
+
+Two charts, the same in both forms:
+
+* percentile distribution: latency (ms) against percentile, the percentile axis on a
+  log scale of ``1 / (1 - p)`` so 90, 99, 99.9, 99.99 % are evenly spaced (as
+  HdrHistogram's plotter draws it); one curve per cell, from the cell's histogram merged
+  over repetitions (intended clock; the send clock in max-throughput mode);
+* over time: throughput (records/s) and p99 (ms) per interval, one line per cell and
+  repetition (a cell's repetitions share its colour), seconds from the end of the warm-up.
+
+matplotlib and plotly are the ``kctl[bench]`` extra; they are imported here only.
+"""
+
+from __future__ import annotations
+
+import html
+from collections.abc import Sequence
+from pathlib import Path
+
+from kctl.bench.results import METRICS, CellResult
+from kctl.errors import ConfigError
+
+__all__ = ["percentile_curve", "write_charts", "write_html", "write_pngs"]
+
+_TICKS = (0.0, 90.0, 99.0, 99.9, 99.99, 99.999, 99.9999)
+_COLOURS = ("#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2",
+            "#7f7f7f", "#bcbd22", "#17becf")
+
+
+def _colour(i: int) -> str:
+    return _COLOURS[i % len(_COLOURS)]
+
+
+def percentile_curve(cell: CellResult) -> list[tuple[float, float]]:
+    """``[(1/(1-p), ms)]`` for the cell: from its histogram, else its summary's percentiles."""
+    h = cell.latency_histogram()
+    if h is None:
+        return [(1.0 / (1.0 - p / 100.0), ms) for p, ms in cell.percentile_points]
+    n = h.get_total_count()
+    out = []
+    # Up to the percentile where one record remains: beyond that the curve is just max.
+    p = 0.0
+    while True:
+        out.append((1.0 / (1.0 - p / 100.0), h.get_value_at_percentile(p) / 1000.0))
+        if (100.0 - p) / 100.0 * n <= 1 or p >= 99.9999:
+            break
+        # 20 points per decade of the tail.
+        p = 100.0 - (100.0 - p) * 10 ** (-1 / 20)
+    out.append((1.0 / (1.0 - min(p, 99.9999) / 100.0) * 1.0001, h.get_max_value() / 1000.0))
+    return out
+
+
+def _tick_label(p: float) -> str:
+    return f"{p:g}%"
+
+
+def _mpl():
+    try:
+        import matplotlib
+    except ImportError:
+        raise ConfigError("charts need matplotlib and plotly: pip install 'kctl[bench]'") from None
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    return plt
+
+
+def write_pngs(cells: Sequence[CellResult], out_dir: str | Path, *, title: str = "kctl bench") -> list[Path]:
+    """``percentiles.png`` and ``timeline.png`` in ``out_dir``; returns their paths."""
+    plt = _mpl()
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    paths = []
+
+    fig, ax = plt.subplots(figsize=(10, 6), dpi=100)
+    for i, cell in enumerate(cells):
+        pts = percentile_curve(cell)
+        if pts:
+            ax.plot([x for x, _ in pts], [y for _, y in pts], label=cell.label, color=_colour(i),
+                    linewidth=2)
+    ax.set_xscale("log")
+    ax.set_xticks([1.0 / (1.0 - p / 100.0) for p in _TICKS])
+    ax.set_xticklabels([_tick_label(p) for p in _TICKS])
+    ax.set_xlabel("percentile")
+    ax.set_ylabel("latency (ms)")
+    ax.set_title(f"{title}: latency by percentile")
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(loc="upper left", fontsize="small")
+    fig.tight_layout()
+    paths.append(out / "percentiles.png")
+    fig.savefig(paths[-1])
+    plt.close(fig)
+
+    fig, (top, bottom) = plt.subplots(2, 1, figsize=(10, 7), dpi=100, sharex=True)
+    for i, cell in enumerate(cells):
+        for j, rep in enumerate(cell.reps):
+            t = [row["t_s"] for row in rep.timeline]
+            label = cell.label if j == 0 else None
+            style = "-" if j == 0 else "--"
+            top.plot(t, [row["records_per_s"] for row in rep.timeline], style, color=_colour(i),
+                     label=label, marker=".")
+            bottom.plot(t, [row["p99_ms"] for row in rep.timeline], style, color=_colour(i),
+                        marker=".")
+    top.set_ylabel("records/s")
+    top.set_title(f"{title}: throughput and p99 over time (one line per repetition)")
+    top.grid(True, alpha=0.3)
+    top.legend(loc="lower right", fontsize="small")
+    bottom.set_ylabel("p99 (ms)")
+    bottom.set_xlabel("seconds since the measurement started")
+    bottom.grid(True, alpha=0.3)
+    fig.tight_layout()
+    paths.append(out / "timeline.png")
+    fig.savefig(paths[-1])
+    plt.close(fig)
+    return paths
+
+
+def _plotly():
+    try:
+        import plotly.graph_objects as go
+        import plotly.io as pio
+        from plotly.subplots import make_subplots
+    except ImportError:
+        raise ConfigError("charts need matplotlib and plotly: pip install 'kctl[bench]'") from None
+    return go, pio, make_subplots
+
+
+def _table_html(cells: Sequence[CellResult], best: dict[str, str | None]) -> str:
+    head = "".join(f"<th>{html.escape(m.label)}</th>" for m in METRICS)
+    rows = []
+    for cell in cells:
+        tds = []
+        for m in METRICS:
+            s = cell.stat(m.key)
+            mark = " class='best'" if best.get(m.key) == cell.name else ""
+            tds.append(f"<td{mark}>{m.fmt.format(s.median)}<br><small>{m.fmt.format(s.min)}–"
+                       f"{m.fmt.format(s.max)}</small></td>")
+        rows.append(f"<tr><th>{html.escape(cell.label)}</th>{''.join(tds)}</tr>")
+    return (f"<table><thead><tr><th>cell</th>{head}</tr></thead><tbody>{''.join(rows)}</tbody></table>"
+            "<p><small>median over repetitions, min–max below; best per column in bold green; "
+            "svc = service time (from hand-over to the engine), the others from the intended "
+            "send time</small></p>")
+
+
+def write_html(cells: Sequence[CellResult], path: str | Path, *, title: str = "kctl bench",
+               best: dict[str, str | None] | None = None) -> Path:
+    """One self-contained page: the comparison table and both charts (plotly JS inlined)."""
+    go, pio, make_subplots = _plotly()
+    fig1 = go.Figure()
+    for i, cell in enumerate(cells):
+        pts = percentile_curve(cell)
+        fig1.add_trace(go.Scatter(x=[x for x, _ in pts], y=[y for _, y in pts], mode="lines",
+                                  name=cell.label, line={"color": _colour(i), "width": 2}))
+    fig1.update_xaxes(type="log", title="percentile",
+                      tickvals=[1.0 / (1.0 - p / 100.0) for p in _TICKS],
+                      ticktext=[_tick_label(p) for p in _TICKS])
+    fig1.update_yaxes(title="latency (ms)")
+    fig1.update_layout(title="latency by percentile", height=500)
+
+    fig2 = make_subplots(rows=2, cols=1, shared_xaxes=True, vertical_spacing=0.08)
+    for i, cell in enumerate(cells):
+        for j, rep in enumerate(cell.reps):
+            t = [row["t_s"] for row in rep.timeline]
+            common = {"mode": "lines+markers", "legendgroup": cell.name,
+                      "line": {"color": _colour(i), "dash": "solid" if j == 0 else "dash"}}
+            fig2.add_trace(go.Scatter(x=t, y=[r["records_per_s"] for r in rep.timeline],
+                                      name=f"{cell.label} #{rep.repetition}", **common), row=1, col=1)
+            fig2.add_trace(go.Scatter(x=t, y=[r["p99_ms"] for r in rep.timeline], showlegend=False,
+                                      name=f"{cell.label} #{rep.repetition}", **common), row=2, col=1)
+    fig2.update_yaxes(title="records/s", row=1, col=1)
+    fig2.update_yaxes(title="p99 (ms)", row=2, col=1)
+    fig2.update_xaxes(title="seconds since the measurement started", row=2, col=1)
+    fig2.update_layout(title="throughput and p99 over time", height=650)
+
+    div1 = pio.to_html(fig1, full_html=False, include_plotlyjs=True, div_id="percentiles")
+    div2 = pio.to_html(fig2, full_html=False, include_plotlyjs=False, div_id="timeline")
+    page = f"""<!DOCTYPE html>
+<html lang="en"><head><meta charset="utf-8"><title>{html.escape(title)}</title>
+<style>body{{font-family:sans-serif;margin:1.5em}} table{{border-collapse:collapse;font-size:13px}}
+td,th{{border:1px solid #ccc;padding:3px 6px;text-align:right}} td.best{{font-weight:bold;color:#070}}</style>
+</head><body>
+<h1>{html.escape(title)}</h1>
+{_table_html(cells, best or {})}
+<h2>Latency by percentile</h2>
+{div1}
+<h2>Throughput and p99 over time</h2>
+{div2}
+</body></html>
+"""
+    p = Path(path)
+    p.parent.mkdir(parents=True, exist_ok=True)
+    p.write_text(page, encoding="utf-8")
+    return p
+
+
+def write_charts(cells: Sequence[CellResult], out_dir: str | Path, *, title: str = "kctl bench",
+                 best: dict[str, str | None] | None = None) -> list[Path]:
+    """Both PNGs and ``report.html`` in ``out_dir``."""
+    paths = write_pngs(cells, out_dir, title=title)
+    paths.append(write_html(cells, Path(out_dir) / "report.html", title=title, best=best))
+    return paths

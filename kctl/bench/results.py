@@ -1,0 +1,336 @@
+"""The results of a bench run (``results.json``) and of anything ``kctl report`` reads.
+
+How this works: every source becomes a list of ``CellResult`` — a named cell with one
+``RepResult`` per repetition (the figures of ``METRICS``, a throughput/p99 timeline) and
+its latency histograms merged over the repetitions (for the percentile chart). A bench
+run writes them as ``results.json``; ``load_run`` reads one back, or builds the same
+shape from a ``kctl produce`` summary JSON (one repetition; no histogram, so the
+percentile curve is drawn through the summary's percentiles) or from an HdrHistogram
+interval log (kctl's or another tool's; one repetition; figures from the histograms).
+
+``CellResult.stat(metric)`` is the median with its min and max over repetitions; the
+comparison table and the regression gate use nothing else.
+
+Latency columns: "intended" is the coordinated-omission-safe clock (from the record's
+place on the schedule); "service" is the ``send`` clock (from when kctl handed the record
+to the engine). Without a rate there is no schedule and the two are the same figure.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from hdrh.histogram import HdrHistogram
+
+from kctl.errors import ConfigError
+from kctl.stats.hlog import LoggedInterval, read_interval_log
+from kctl.stats.latency import decode_histogram, encode_histogram, new_histogram
+
+__all__ = ["METRICS", "RESULTS_SCHEMA", "BenchResults", "best_cells", "CellResult", "Metric", "RepResult",
+           "Stat", "load_run", "merge_intervals", "metrics_from_summary", "timeline_from_intervals"]
+
+RESULTS_SCHEMA = "kctl.bench.results/1"
+
+
+@dataclass(frozen=True)
+class Metric:
+    key: str
+    label: str
+    #: +1: higher is better; -1: lower is better; 0: neither (not marked, not gated).
+    better: int
+    fmt: str = "{:.2f}"
+
+
+METRICS: tuple[Metric, ...] = (
+    Metric("records_per_s", "records/s", +1, "{:,.0f}"),
+    Metric("mb_per_s", "MB/s", +1, "{:.2f}"),
+    Metric("p50_ms", "p50 ms", -1),
+    Metric("p99_ms", "p99 ms", -1),
+    Metric("p999_ms", "p99.9 ms", -1),
+    Metric("max_ms", "max ms", -1),
+    Metric("service_p50_ms", "svc p50 ms", -1),
+    Metric("service_p99_ms", "svc p99 ms", -1),
+    Metric("service_p999_ms", "svc p99.9 ms", -1),
+    Metric("service_max_ms", "svc max ms", -1),
+    Metric("records_per_batch", "rec/batch", +1, "{:.1f}"),
+    # More requests per second is neither good nor bad on its own (it follows throughput
+    # and linger), so it is shown but never marked best or gated by default.
+    Metric("requests_per_s", "req/s", 0, "{:,.0f}"),
+    Metric("throttle_ms", "throttle ms", -1, "{:,.0f}"),
+    Metric("errors", "errors", -1, "{:,.0f}"),
+)
+METRIC_BY_KEY = {m.key: m for m in METRICS}
+
+
+@dataclass(frozen=True)
+class Stat:
+    median: float
+    min: float
+    max: float
+
+    @classmethod
+    def of(cls, values: Sequence[float]) -> Stat:
+        if not values:
+            return cls(0.0, 0.0, 0.0)
+        return cls(float(statistics.median(values)), float(min(values)), float(max(values)))
+
+    @property
+    def spread(self) -> float:
+        return self.max - self.min
+
+    def to_dict(self) -> dict[str, float]:
+        return {"median": self.median, "min": self.min, "max": self.max}
+
+
+@dataclass
+class RepResult:
+    repetition: int
+    metrics: dict[str, float]
+    #: ``[{"t_s": seconds from the first measured interval's start, "records_per_s", "p99_ms"}]``
+    timeline: list[dict[str, float]] = field(default_factory=list)
+    summary: dict[str, Any] | None = None
+    topic: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"repetition": self.repetition, "topic": self.topic, "metrics": self.metrics,
+                "timeline": self.timeline, "summary": self.summary}
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> RepResult:
+        return cls(int(d["repetition"]), {k: float(v) for k, v in d["metrics"].items()},
+                   list(d.get("timeline") or []), d.get("summary"), d.get("topic"))
+
+
+@dataclass
+class CellResult:
+    name: str
+    label: str
+    properties: dict[str, str] = field(default_factory=dict)
+    reps: list[RepResult] = field(default_factory=list)
+    #: clock -> histogram merged over the repetitions ("intended", "send", "request")
+    histograms: dict[str, HdrHistogram] = field(default_factory=dict)
+    #: percentile curve when there is no histogram (a produce summary): [(percentile, ms)]
+    percentile_points: list[tuple[float, float]] = field(default_factory=list)
+    hlog: str | None = None
+
+    def stat(self, key: str) -> Stat:
+        return Stat.of([r.metrics[key] for r in self.reps if key in r.metrics])
+
+    def stats(self) -> dict[str, Stat]:
+        return {m.key: self.stat(m.key) for m in METRICS}
+
+    def latency_histogram(self) -> HdrHistogram | None:
+        """The intended clock's histogram, or the send clock's in max-throughput mode."""
+        for clock in ("intended", "send", None):
+            h = self.histograms.get(clock)  # type: ignore[arg-type]
+            if h is not None and h.get_total_count():
+                return h
+        return None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"name": self.name, "label": self.label, "properties": self.properties,
+                "hlog": self.hlog,
+                "stats": {k: s.to_dict() for k, s in self.stats().items()},
+                "histograms": {str(c): encode_histogram(h).decode("ascii")
+                               for c, h in self.histograms.items()},
+                "repetitions": [r.to_dict() for r in self.reps]}
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> CellResult:
+        return cls(d["name"], d.get("label") or d["name"], dict(d.get("properties") or {}),
+                   [RepResult.from_dict(r) for r in d.get("repetitions") or []],
+                   {c: decode_histogram(h) for c, h in (d.get("histograms") or {}).items()},
+                   hlog=d.get("hlog"))
+
+
+@dataclass
+class BenchResults:
+    cells: list[CellResult]
+    workload: dict[str, Any] = field(default_factory=dict)
+    environment: dict[str, Any] = field(default_factory=dict)
+    started: str | None = None
+    ended: str | None = None
+    #: interleaving actually used: ["rep/cell", ...]
+    order: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"schema": RESULTS_SCHEMA, "started": self.started, "ended": self.ended,
+                "workload": self.workload, "environment": self.environment,
+                "order": self.order, "cells": [c.to_dict() for c in self.cells]}
+
+    def write(self, path: str | Path) -> None:
+        Path(path).write_text(json.dumps(self.to_dict(), indent=1) + "\n", encoding="utf-8")
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> BenchResults:
+        return cls([CellResult.from_dict(c) for c in d.get("cells") or []], dict(d.get("workload") or {}),
+                   dict(d.get("environment") or {}), d.get("started"), d.get("ended"),
+                   list(d.get("order") or []))
+
+
+# -- figures from a produce summary or from interval logs ---------------------------------------
+def metrics_from_summary(s: Mapping[str, Any]) -> dict[str, float]:
+    """The ``METRICS`` of one ``kctl produce`` summary (docs/produce-summary.md)."""
+    lat = s.get("latency", {})
+    intended, send = lat.get("intended", {}), lat.get("send", {})
+    measured = s.get("run", {}).get("measured_s") or 0.0
+    counts = s.get("counts", {})
+    out = {
+        "records_per_s": float(s.get("rates", {}).get("records_per_s", 0.0)),
+        "mb_per_s": float(s.get("rates", {}).get("mb_per_s", 0.0)),
+        "records_per_batch": float(s.get("batching", {}).get("records_per_batch", 0.0)),
+        "requests_per_s": counts.get("requests_sent", 0) / measured if measured else 0.0,
+        "throttle_ms": float(s.get("throttle", {}).get("time_ms", 0)),
+        "errors": float(counts.get("failed", 0) + sum(s.get("errors_by_name", {}).values())),
+    }
+    for k in ("p50_ms", "p99_ms", "p999_ms", "max_ms"):
+        out[k] = float(intended.get(k, 0.0))
+        out[f"service_{k}"] = float(send.get(k, 0.0))
+    return out
+
+
+def merge_intervals(intervals: Sequence[LoggedInterval]) -> dict[str | None, HdrHistogram]:
+    out: dict[str | None, HdrHistogram] = {}
+    for iv in intervals:
+        h = out.get(iv.tag)
+        if h is None:
+            h = out[iv.tag] = new_histogram()
+        h.add(iv.histogram)
+    return out
+
+
+def _main_tag(intervals: Sequence[LoggedInterval]) -> str | None:
+    tags = {iv.tag for iv in intervals}
+    for t in ("intended", "send"):
+        if t in tags:
+            return t
+    return sorted(tags, key=lambda t: (t is not None, t or ""))[0] if tags else None
+
+
+def timeline_from_intervals(intervals: Sequence[LoggedInterval], *, unit_ms: float = 1e-3,
+                            t0_s: float | None = None) -> list[dict[str, float]]:
+    """Throughput (values recorded per second) and p99 per interval of the main tag."""
+    tag = _main_tag(intervals)
+    rows = [iv for iv in intervals if iv.tag == tag]
+    if not rows:
+        return []
+    t0 = min(iv.start_s for iv in rows) if t0_s is None else t0_s
+    out = []
+    for iv in rows:
+        length = iv.end_s - iv.start_s
+        n = iv.histogram.get_total_count()
+        out.append({"t_s": round(iv.end_s - t0, 3),
+                    "records_per_s": round(n / length, 3) if length > 0 else 0.0,
+                    "p99_ms": iv.histogram.get_value_at_percentile(99.0) * unit_ms if n else 0.0})
+    return out
+
+
+def _metrics_from_intervals(intervals: Sequence[LoggedInterval], unit_ms: float) -> dict[str, float]:
+    merged = merge_intervals(intervals)
+    tag = _main_tag(intervals)
+    main = merged.get(tag)
+    rows = [iv for iv in intervals if iv.tag == tag]
+    span = (max(iv.end_s for iv in rows) - min(iv.start_s for iv in rows)) if rows else 0.0
+    out: dict[str, float] = {}
+    n = main.get_total_count() if main is not None else 0
+    out["records_per_s"] = n / span if span > 0 else 0.0
+    service = merged.get("send", main)
+    for prefix, h in (("", main), ("service_", service)):
+        if h is None or not h.get_total_count():
+            continue
+        out[f"{prefix}p50_ms"] = h.get_value_at_percentile(50.0) * unit_ms
+        out[f"{prefix}p99_ms"] = h.get_value_at_percentile(99.0) * unit_ms
+        out[f"{prefix}p999_ms"] = h.get_value_at_percentile(99.9) * unit_ms
+        out[f"{prefix}max_ms"] = h.get_max_value() * unit_ms
+    return out
+
+
+_UNIT_MS = {"ns": 1e-6, "us": 1e-3, "ms": 1.0, "s": 1e3}
+
+
+def _read_json(p: Path) -> Any:
+    try:
+        return json.loads(p.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise ConfigError(f"cannot read {p}: {e}") from None
+
+
+def load_run(path: str | Path, *, hlog_unit: str = "us") -> list[CellResult]:
+    """The cells of one earlier run: a bench ``results.json`` (or its directory), a
+    ``kctl produce`` summary JSON, or an HdrHistogram interval log (values in
+    ``hlog_unit``: kctl writes microseconds; other tools often nanoseconds)."""
+    p = Path(path)
+    if p.is_dir():
+        p = p / "results.json"
+    if not p.exists():
+        raise ConfigError(f"{path}: no such file (expected results.json, a produce summary or an .hlog)")
+    if hlog_unit not in _UNIT_MS:
+        raise ConfigError(f"--hlog-unit must be one of {', '.join(_UNIT_MS)}, not {hlog_unit!r}")
+    head = p.read_bytes()[:4096].lstrip()
+    if head.startswith(b"{"):
+        doc = _read_json(p)
+        schema = doc.get("schema") if isinstance(doc, dict) else None
+        if schema == RESULTS_SCHEMA:
+            try:
+                return BenchResults.from_dict(doc).cells
+            except (KeyError, TypeError, ValueError) as e:
+                raise ConfigError(f"{p}: malformed bench results ({e})") from None
+        if isinstance(schema, str) and schema.startswith("kctl.produce.summary/"):
+            name = p.stem
+            lat = doc.get("latency", {}).get("intended", {})
+            points = [(p_, float(lat[k])) for p_, k in ((50.0, "p50_ms"), (90.0, "p90_ms"), (99.0, "p99_ms"),
+                                                         (99.9, "p999_ms"), (99.99, "p9999_ms"))
+                      if k in lat]
+            props = {k: str(v) for k, v in (doc.get("config", {}).get("producer") or {}).items()
+                     if k != "bootstrap.servers"}
+            return [CellResult(name, name, props, [RepResult(1, metrics_from_summary(doc), summary=doc)],
+                               percentile_points=points)]
+        raise ConfigError(f"{p}: a JSON file that is neither bench results ({RESULTS_SCHEMA}) "
+                          "nor a kctl produce summary")
+    try:
+        intervals = read_interval_log(p)
+    except Exception as e:  # hdrh raises assorted errors on foreign input
+        raise ConfigError(f"{p}: not an HdrHistogram interval log ({type(e).__name__}: {e})") from None
+    if not intervals:
+        raise ConfigError(f"{p}: no histogram intervals found (is it an HdrHistogram interval log?)")
+    unit_ms = _UNIT_MS[hlog_unit]
+    merged = merge_intervals(intervals)
+    hists = {(t if t is not None else "intended"): h for t, h in merged.items()}
+    if unit_ms != 1e-3:
+        # Charts read histograms in kctl's microseconds: rescale foreign units once.
+        hists = {t: _rescale(h, unit_ms / 1e-3) for t, h in hists.items()}
+    rep = RepResult(1, _metrics_from_intervals(intervals, unit_ms),
+                    timeline_from_intervals(intervals, unit_ms=unit_ms))
+    return [CellResult(p.stem, p.stem, {}, [rep], hists, hlog=str(p))]
+
+
+def _rescale(h: HdrHistogram, factor: float) -> HdrHistogram:
+    out = new_histogram()
+    for item in h.get_recorded_iterator():
+        v = max(1, int(round(item.value_iterated_to * factor)))
+        out.record_value(min(v, out.get_highest_trackable_value()), item.count_at_value_iterated_to)
+    return out
+
+
+def best_cells(cells: Sequence[CellResult]) -> dict[str, str | None]:
+    """Per metric, the name of the cell with the best median (``None`` when there is one
+    cell, the metric has no direction, or every cell has the same median: a tie marks
+    nobody)."""
+    out: dict[str, str | None] = {}
+    for m in METRICS:
+        out[m.key] = None
+        if m.better == 0 or len(cells) < 2:
+            continue
+        medians = [(c.stat(m.key).median, c.name) for c in cells]
+        values = {v for v, _ in medians}
+        if len(values) < 2:
+            continue
+        v, name = max(medians, key=lambda x: x[0] * m.better)
+        if sum(1 for x, _ in medians if x == v) == 1:
+            out[m.key] = name
+    return out

@@ -1,0 +1,61 @@
+"""kctl report: compare earlier runs (bench results.json, produce summary JSON, HdrHistogram
+interval logs); no broker needed (thin: files -> kctl.bench.results -> render)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Optional
+
+import typer
+from rich.console import Console
+
+from kctl.bench.charts import write_charts
+from kctl.bench.gate import DEFAULT_MAX_REGRESSION, parse_bounds
+from kctl.bench.results import CellResult, best_cells, load_run
+from kctl.commands._gate import run_gate
+from kctl.errors import ConfigError
+from kctl.ui.bench_view import comparison_table
+
+
+def _run_name(path: Path) -> str:
+    p = path if path.is_dir() else path.parent if path.name == "results.json" else path
+    return p.name if p.is_dir() else p.stem
+
+
+def report(
+    runs: list[Path] = typer.Argument(..., help="results.json (or its directory), produce summary JSON, or .hlog files."),
+    out_dir: Optional[Path] = typer.Option(None, "--out", help="Write the PNG charts and report.html here."),
+    hlog_unit: str = typer.Option("us", "--hlog-unit", help="Unit of the values in .hlog files: ns, us (kctl's), ms, s."),
+    baseline: Optional[Path] = typer.Option(None, "--baseline", help="Gate one RUN against this earlier run."),
+    max_regression: str = typer.Option(DEFAULT_MAX_REGRESSION, "--max-regression", help="Bounds per metric beyond the repetitions' spread."),
+    junit_xml: Optional[Path] = typer.Option(None, "--junit-xml", help="Write the gate's checks as JUnit XML (with --baseline)."),
+) -> None:
+    """Compare earlier runs: the comparison table and the charts, no broker needed."""
+    if baseline is not None:
+        parse_bounds(max_regression)
+        if len(runs) != 1:
+            raise ConfigError("--baseline gates one run: give exactly one RUN")
+    if junit_xml and baseline is None:
+        raise ConfigError("--junit-xml reports the regression gate: give --baseline too")
+    cells: list[CellResult] = []
+    for path in runs:
+        loaded = load_run(path, hlog_unit=hlog_unit)
+        if len(runs) > 1:
+            prefix = _run_name(path)
+            for c in loaded:
+                c.label = f"{prefix}: {c.label}" if c.label != prefix else prefix
+        cells.extend(loaded)
+    out = Console() if sys.stdout.isatty() else Console(width=240)
+    out.print(comparison_table(cells, title="kctl report"))
+    if out_dir is not None:
+        if out_dir.exists() and not out_dir.is_dir():
+            raise ConfigError(f"--out {out_dir} exists and is not a directory")
+        paths = write_charts(cells, out_dir, title="kctl report", best=best_cells(cells))
+        Console(stderr=True).print("wrote " + ", ".join(str(p) for p in paths), highlight=False)
+    if baseline is not None and not run_gate(cells, baseline, max_regression, junit_xml, out):
+        raise typer.Exit(1)
+
+
+def register(app: typer.Typer) -> None:
+    app.command("report")(report)

@@ -1,0 +1,71 @@
+"""Rich tables for ``kctl bench`` and ``kctl report``: the comparison and the gate.
+
+``comparison_table``: one row per cell, one column per figure of ``METRICS``; each figure
+is the median over repetitions with its min–max below it; the best cell per column is
+bold green and starred. ``gate_table``: every gated check, or only the regressions.
+Nothing here computes a statistic: the figures come from kctl/bench/results.py and gate.py.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from rich.table import Table
+from rich.text import Text
+
+from kctl.bench.gate import Check, GateResult
+from kctl.bench.results import METRIC_BY_KEY, METRICS, CellResult, Stat, best_cells
+
+__all__ = ["comparison_table", "gate_table", "run_line"]
+
+
+def _fig(key: str, v: float) -> str:
+    return METRIC_BY_KEY[key].fmt.format(v)
+
+
+def comparison_table(cells: Sequence[CellResult], *, title: str = "kctl bench") -> Table:
+    best = best_cells(cells)
+    reps = max((len(c.reps) for c in cells), default=0)
+    t = Table(title=f"{title}: median (min–max) over {reps} repetition(s); * best per column",
+              title_justify="left", show_lines=True)
+    t.add_column("cell", no_wrap=True)
+    for m in METRICS:
+        t.add_column(m.label, justify="right", no_wrap=True)
+    for cell in cells:
+        row: list[Text | str] = [cell.label]
+        for m in METRICS:
+            s = cell.stat(m.key)
+            is_best = best.get(m.key) == cell.name
+            head = _fig(m.key, s.median) + ("*" if is_best else "")
+            text = Text(head, style="bold green" if is_best else "")
+            if len(cell.reps) > 1:
+                text.append(f"\n{_fig(m.key, s.min)}–{_fig(m.key, s.max)}", style="dim")
+            row.append(text)
+        t.add_row(*row)
+    return t
+
+
+def _stat(key: str, s: Stat) -> str:
+    return f"{_fig(key, s.median)} ({_fig(key, s.min)}–{_fig(key, s.max)})"
+
+
+def gate_table(result: GateResult, *, only_regressions: bool = False) -> Table:
+    checks: Sequence[Check] = result.regressions if only_regressions else result.checks
+    title = ("regressions beyond --max-regression (bound plus the repetitions' spread)"
+             if only_regressions else "regression gate")
+    t = Table(title=title, title_justify="left")
+    for col, just in (("cell", "left"), ("metric", "left"), ("baseline", "right"), ("now", "right"),
+                      ("change", "right"), ("allowed", "right"), ("", "left")):
+        t.add_column(col, justify=just, no_wrap=True)
+    for c in checks:
+        verdict = Text("REGRESSED", style="bold red") if c.regressed else Text("ok", style="green")
+        t.add_row(c.cell, c.metric, _stat(c.metric, c.baseline), _stat(c.metric, c.current),
+                  f"{c.change_pct:+.1f}%", f"{'-' if METRIC_BY_KEY[c.metric].better > 0 else '+'}"
+                  f"{c.allowed_pct:.1f}%", verdict)
+    return t
+
+
+def run_line(label: str, repetition: int, metrics: dict[str, float]) -> str:
+    return (f"  repetition {repetition} {label}: {metrics.get('records_per_s', 0):,.0f} records/s, "
+            f"{metrics.get('mb_per_s', 0):.2f} MB/s, p50 {metrics.get('p50_ms', 0):.2f} ms, "
+            f"p99 {metrics.get('p99_ms', 0):.2f} ms, max {metrics.get('max_ms', 0):.2f} ms")
