@@ -10,8 +10,9 @@ cd "$(dirname "$0")/.."
 
 extras="${KCTL_EXTRAS:-broker,test}"
 
-# System packages needed by the tests (packet capture tools, TLS terminator, ...).
-apt_packages=(tcpdump tshark stunnel4)
+# System packages needed by the tests (packet capture tools, TLS terminator, ...;
+# chromium opens kctl bench's HTML report headless).
+apt_packages=(tcpdump tshark stunnel4 chromium)
 need_apt=()
 for p in "${apt_packages[@]}"; do
     dpkg -s "$p" >/dev/null 2>&1 || need_apt+=("$p")
