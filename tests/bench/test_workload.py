@@ -1,0 +1,66 @@
+"""Workload TOML, command-line matrix, cell expansion and the checks that fail early."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from kctl.bench.workload import Workload, load_workload, parse_matrix_option
+from kctl.errors import ConfigError
+
+EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "bench.toml"
+
+
+def test_example_workload_parses_into_two_cells():
+    w = load_workload(EXAMPLE).validate()
+    assert w.repetitions == 2 and w.duration == "2s" and w.rate == 5000
+    assert [c.label for c in w.cells()] == ["acks=1", "acks=all"]
+    assert [c.name for c in w.cells()] == ["acks-1", "acks-all"]
+    assert dict(w.properties)["batch.size"] == "16384"
+
+
+def test_matrix_expands_every_combination_in_order(tmp_path):
+    f = tmp_path / "w.toml"
+    f.write_text('[workload]\nrate = "max"\nduration = 3\n[matrix]\nacks = ["1", "all"]\n'
+                 '"linger.ms" = [0, 5, 50]\n"enable.idempotence" = false\n')
+    w = load_workload(f).validate()
+    assert w.rate == 0 and w.duration == "3s"
+    cells = w.cells()
+    assert len(cells) == 6
+    assert cells[0].label == "acks=1 linger.ms=0 enable.idempotence=false"
+    assert cells[-1].name == "acks-all_linger.ms-50_enable.idempotence-false"
+
+
+def test_command_line_matrix_and_overrides():
+    assert parse_matrix_option("linger.ms=0, 5,50") == ("linger.ms", ("0", "5", "50"))
+    w = Workload().with_overrides(matrix=(parse_matrix_option("acks=1,all"),), repetitions=4, topic=None)
+    assert w.repetitions == 4 and w.topic == "kctl-bench" and len(w.cells()) == 2
+    assert Workload().cells()[0].name == "default"
+
+
+@pytest.mark.parametrize("text, message", [
+    ("[workload]\nrepetitions = 0\n", "repetitions must be at least 1"),
+    ("[workload]\nduraton = \"2s\"\n", "unknown key(s) in [workload]: duraton"),
+    ("[workload]\nduration = \"2 parsecs\"\n", "duration must be a duration"),
+    ("[workload]\nrate = \"fast\"\n", "rate must be records/s or \"max\""),
+    ("[matrix]\nacks = [\"1\", \"2\"]\n", "cell acks=2"),
+    ("[matrix]\n\"linger.mss\" = [0]\n", "linger.mss"),
+    ("[matrix]\nacks = []\n", "matrix acks has no values"),
+    ("[wrkload]\n", "unknown table(s) wrkload"),
+    ("[workload\n", "not valid TOML"),
+])
+def test_bad_workloads_fail_naming_the_problem(tmp_path, text, message):
+    f = tmp_path / "w.toml"
+    f.write_text(text)
+    with pytest.raises(ConfigError) as e:
+        load_workload(f).validate()
+    assert message in str(e.value)
+    assert "\n" not in str(e.value)
+
+
+def test_bad_matrix_option_and_missing_file(tmp_path):
+    with pytest.raises(ConfigError, match="--matrix expects name=value1,value2"):
+        parse_matrix_option("acks")
+    with pytest.raises(ConfigError, match="does not exist"):
+        load_workload(tmp_path / "nope.toml")
