@@ -1,0 +1,150 @@
+"""`kctl bench` end to end on the embedded broker: the example workload (2 cells x 2
+repetitions of 2 s), its outputs (results.json, one .hlog per cell, PNGs, HTML opened in
+headless Chromium), and the regression gate both ways. Runs the real command in a
+subprocess."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import pytest
+
+from kctl.stats.hlog import read_interval_log
+
+pytestmark = pytest.mark.broker
+
+ROOT = Path(__file__).resolve().parents[2]
+EXAMPLE = ROOT / "examples" / "bench.toml"
+
+
+def kctl(*args, timeout=120):
+    return subprocess.run([sys.executable, "-m", "kctl", *args], capture_output=True, text=True,
+                          timeout=timeout, env={**os.environ, "COLUMNS": "240"})
+
+
+def ok(run):
+    assert run.returncode == 0, f"exit {run.returncode}\nstdout:\n{run.stdout}\nstderr:\n{run.stderr}"
+    return run
+
+
+@pytest.fixture(scope="module")
+def baseline_run(broker, tmp_path_factory):
+    out = tmp_path_factory.mktemp("bench") / "base"
+    run = ok(kctl("bench", str(EXAMPLE), "-b", broker.bootstrap, "--topic", "bench-base", "--out", str(out)))
+    return out, run
+
+
+def test_example_workload_writes_results_hlogs_and_table(baseline_run):
+    out, run = baseline_run
+    res = json.loads((out / "results.json").read_text())
+    assert res["schema"] == "kctl.bench.results/1"
+    assert [c["name"] for c in res["cells"]] == ["acks-1", "acks-all"]
+    assert res["order"] == ["1/acks-1", "1/acks-all", "2/acks-1", "2/acks-all"]   # interleaved
+    env = res["environment"]
+    assert env["kctl"] and env["python"] and env["versions"]["hdrhistogram"] and env["cpus"]
+    for c in res["cells"]:
+        assert len(c["repetitions"]) == 2
+        for rep in c["repetitions"]:
+            assert rep["topic"] == f"bench-base-{c['name']}"
+            assert rep["summary"]["counts"]["acked"] > 0 and rep["summary"]["counts"]["failed"] == 0
+            assert abs(rep["metrics"]["records_per_s"] - 5000) / 5000 < 0.05
+            assert rep["summary"]["config"]["producer"]["acks"] == c["properties"]["acks"]
+            assert len(rep["timeline"]) >= 4
+        stat = c["stats"]["records_per_s"]
+        assert stat["min"] <= stat["median"] <= stat["max"]
+        ivs = read_interval_log(out / c["hlog"])
+        assert {i.tag for i in ivs} == {"intended", "send", "request"}
+        assert sum(i.histogram.get_total_count() for i in ivs if i.tag == "intended") == sum(
+            r["summary"]["counts"]["acked"] for r in c["repetitions"])
+    # The table: both cells, every column, medians with their ranges, a best mark.
+    table = run.stdout
+    for word in ("records/s", "MB/s", "p50 ms", "p99 ms", "p99.9 ms", "max ms", "svc p99 ms",
+                 "rec/batch", "req/s", "throttle ms", "errors", "acks=1", "acks=all"):
+        assert word in table
+    assert "*" in table and re.search(r"\d–\d", table)
+
+
+def _image_check(path: Path, colours: list[str]):
+    import matplotlib.image as mpimg
+    import numpy as np
+    from matplotlib.colors import to_rgb
+
+    assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    img = mpimg.imread(path)[..., :3]
+    assert img.shape[0] >= 400 and img.shape[1] >= 800
+    assert len(np.unique((img * 255).astype(np.uint8).reshape(-1, 3), axis=0)) > 50
+    for colour in colours:   # each cell's curve is drawn in its colour
+        near = np.all(np.abs(img - np.array(to_rgb(colour))) < 0.03, axis=-1)
+        assert near.sum() > 300, f"no {colour} curve in {path.name}"
+
+
+def test_pngs_have_the_curves(baseline_run):
+    out, _ = baseline_run
+    from kctl.bench.charts import _COLOURS
+    _image_check(out / "percentiles.png", list(_COLOURS[:2]))
+    _image_check(out / "timeline.png", list(_COLOURS[:2]))
+
+
+@pytest.mark.skipif(shutil.which("chromium") is None, reason="chromium not installed (tools/setup.sh)")
+def test_html_report_renders_in_headless_chromium(baseline_run, tmp_path):
+    out, _ = baseline_run
+    page = (out / "report.html").read_text()
+    assert "<script src=" not in page and "acks=all" in page   # self-contained
+    dom = subprocess.run(
+        ["chromium", "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+         "--disable-component-update", "--disable-sync", "--no-first-run",
+         f"--user-data-dir={tmp_path / 'profile'}", "--virtual-time-budget=5000", "--dump-dom",
+         (out / "report.html").as_uri()], capture_output=True, text=True, timeout=60).stdout
+    # plotly drew both charts: 2 percentile curves + (2 cells x 2 repetitions x 2 panels).
+    assert dom.count('class="main-svg"') >= 2
+    assert len(re.findall(r'class="js-line"[^>]*d="M[^"]{20,}', dom)) >= 10
+    assert "latency by percentile" in dom and "throughput and p99 over time" in dom
+
+
+def test_gate_passes_against_a_baseline_from_the_same_code(baseline_run, broker, tmp_path):
+    out, _ = baseline_run
+    junit = tmp_path / "junit.xml"
+    run = ok(kctl("bench", str(EXAMPLE), "-b", broker.bootstrap, "--topic", "bench-again", "--quiet",
+                  "--baseline", str(out / "results.json"), "--junit-xml", str(junit)))
+    assert "gate: passed: 4 check(s)" in run.stdout
+    suite = ET.parse(junit).getroot().find("testsuite")
+    assert suite.get("tests") == "4" and suite.get("failures") == "0"
+
+
+def test_gate_fails_with_the_table_against_a_doctored_baseline(baseline_run, tmp_path):
+    out, _ = baseline_run
+    doc = json.loads((out / "results.json").read_text())
+    cell = doc["cells"][1]                     # acks=all: baseline twice as fast, p99 a quarter
+    for rep in cell["repetitions"]:
+        rep["metrics"]["records_per_s"] *= 2
+        rep["metrics"]["p99_ms"] /= 4
+    doctored = tmp_path / "doctored.json"
+    doctored.write_text(json.dumps(doc))
+    junit = tmp_path / "junit.xml"
+    run = kctl("report", str(out / "results.json"), "--baseline", str(doctored), "--junit-xml", str(junit))
+    assert run.returncode == 1, run.stdout + run.stderr
+    assert "regressions beyond --max-regression" in run.stdout
+    lines = [line for line in run.stdout.splitlines() if "REGRESSED" in line]
+    assert len(lines) == 2 and all("acks-all" in line for line in lines)
+    rps = next(line for line in lines if "records_per_s" in line)
+    assert "-50.0%" in rps
+    p99 = next(line for line in lines if "p99_ms" in line)
+    assert "+300.0%" in p99
+    assert "gate: FAILED: 2 of 4 check(s) regressed" in run.stdout
+    assert ET.parse(junit).getroot().find("testsuite").get("failures") == "2"
+
+
+def test_report_reads_results_and_charts_without_a_broker(baseline_run, tmp_path):
+    out, _ = baseline_run
+    hlog = out / "hlog" / "acks-1.hlog"
+    run = ok(kctl("report", str(out), str(hlog), "--out", str(tmp_path / "r")))
+    assert "base: acks=1" in run.stdout and "acks-1" in run.stdout
+    for name in ("percentiles.png", "timeline.png", "report.html"):
+        assert (tmp_path / "r" / name).stat().st_size > 10_000
