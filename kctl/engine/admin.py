@@ -15,6 +15,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from kctl.engine.blocking_client import BlockingClient
+from kctl.engine.metadata import ALLOW_AUTO_CREATE_MIN_VERSION
 from kctl.errors import BrokerError, KctlError
 from kctl.protocol import messages
 from kctl.protocol.error_codes import broker_error, error_for
@@ -84,8 +85,15 @@ def fetch_metadata(client: BlockingClient, topics: Iterable[str] | None = None,
                    *, allow_auto_topic_creation: bool = False) -> ClusterMetadata:
     """Brokers and the given topics (all topics when ``topics`` is None)."""
     req_cls = messages.message_class("MetadataRequest")
-    wanted = None if topics is None else [req_cls.MetadataRequestTopic(name=t) for t in topics]
-    resp = client.request(req_cls(topics=wanted, allow_auto_topic_creation=allow_auto_topic_creation))
+    version = client.version_for(req_cls())
+    if topics is None:
+        wanted = [] if version == 0 else None  # "all topics": an empty array in v0, null since v1
+    else:
+        wanted = [req_cls.MetadataRequestTopic(name=t) for t in topics]
+    req = req_cls(topics=wanted)
+    if version >= ALLOW_AUTO_CREATE_MIN_VERSION:  # older brokers decide by their own config
+        req.allow_auto_topic_creation = allow_auto_topic_creation
+    resp = client.request(req, version=version)
     brokers = tuple(BrokerInfo(b.node_id, b.host, b.port, b.rack) for b in resp.brokers)
     out: dict[str, TopicInfo] = {}
     for t in resp.topics:

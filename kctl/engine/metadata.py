@@ -54,6 +54,12 @@ class MetadataUpdate:
     leaders_changed: bool = False
 
 
+# Metadata v0-v3 has no allow_auto_topic_creation: such brokers decide by their own
+# auto.create.topics.enable, and a request cannot ask otherwise (Java's builder refuses
+# to send false there; kctl sends the version's only meaning instead).
+ALLOW_AUTO_CREATE_MIN_VERSION = 4
+
+
 class Metadata:
     def __init__(self, config: MetadataConfig) -> None:
         self.config = config
@@ -128,13 +134,15 @@ class Metadata:
         allowed = self._last_attempt_ns + self._backoff_ns()
         return max(due - now_ns, allowed - now_ns, 0)
 
-    def build_request(self, now_ns: int):
-        """The Metadata request to send now; marks a refresh in progress."""
+    def build_request(self, now_ns: int, version: int | None = None):
+        """The Metadata request to send now (at ``version`` when known); marks a refresh in progress."""
         self._in_progress = True
         self._last_attempt_ns = now_ns
         cls = messages.message_class("MetadataRequest")
-        return cls(topics=[cls.MetadataRequestTopic(name=t) for t in sorted(self.topics)],
-                   allow_auto_topic_creation=False)
+        req = cls(topics=[cls.MetadataRequestTopic(name=t) for t in sorted(self.topics)])
+        if version is None or version >= ALLOW_AUTO_CREATE_MIN_VERSION:
+            req.allow_auto_topic_creation = False
+        return req
 
     def failed_update(self, now_ns: int) -> None:
         self._in_progress = False

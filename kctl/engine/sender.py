@@ -132,7 +132,7 @@ class Sender:
         if node is None or not self.network.ready(node, now_ns):
             return now_ns + max(NS_PER_MS, self.network.connection_delay_ns(node, now_ns)
                                 if node is not None else 50 * NS_PER_MS)
-        req = self.metadata.build_request(now_ns)
+        req = self.metadata.build_request(now_ns, self.network.api_version(node, METADATA))
         self._metadata_in_flight = True
         self.network.send(ClientRequest(node, METADATA, req, callback=self._on_metadata), now_ns)
         return now_ns + 1_000 * NS_PER_MS
