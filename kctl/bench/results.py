@@ -313,7 +313,7 @@ def _rescale(h: HdrHistogram, factor: float) -> HdrHistogram:
     out = new_histogram()
     for item in h.get_recorded_iterator():
         v = max(1, int(round(item.value_iterated_to * factor)))
-        out.record_value(min(v, out.get_highest_trackable_value()), item.count_at_value_iterated_to)
+        out.record_value(min(v, out.highest_trackable_value), item.count_at_value_iterated_to)
     return out
 
 

@@ -1,0 +1,97 @@
+"""`kctl report` on inputs it did not write itself: a produce summary JSON and an
+HdrHistogram log written by hdrh's own writer (nanoseconds, no tags); bad input."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+from hdrh.histogram import HdrHistogram
+from hdrh.log import HistogramLogWriter
+
+from kctl.bench.results import load_run
+
+
+def kctl(*args):
+    return subprocess.run([sys.executable, "-m", "kctl", *args], capture_output=True, text=True,
+                          timeout=60, env={**os.environ, "COLUMNS": "240"})
+
+
+def foreign_hlog(path):
+    """Three 1-second intervals of 1000 values each, in nanoseconds, as hdrh writes them."""
+    with open(path, "w") as f:
+        w = HistogramLogWriter(f)
+        w.output_log_format_version()
+        w.output_legend()
+        for i in range(3):
+            h = HdrHistogram(1, 3_600_000_000_000, 3)
+            for v in range(1, 1001):
+                h.record_value(v * 10_000 * (i + 1))      # 0.01 .. 10 ms (x i+1)
+            h.set_start_time_stamp(1_700_000_000_000 + i * 1000)
+            h.set_end_time_stamp(1_700_000_000_000 + (i + 1) * 1000)
+            w.output_interval_histogram(h)
+
+
+SUMMARY = {"schema": "kctl.produce.summary/1", "run": {"measured_s": 2.0},
+           "config": {"producer": {"acks": "all", "bootstrap.servers": "x:1"}},
+           "counts": {"acked": 10000, "failed": 0, "requests_sent": 400},
+           "rates": {"records_per_s": 5000.0, "mb_per_s": 0.6},
+           "latency": {"intended": {"p50_ms": 1.0, "p90_ms": 2.0, "p99_ms": 4.0, "p999_ms": 8.0,
+                                    "p9999_ms": 9.0, "max_ms": 10.0},
+                       "send": {"p50_ms": 0.5, "p99_ms": 2.0, "p999_ms": 3.0, "max_ms": 5.0}},
+           "batching": {"records_per_batch": 25.0}, "throttle": {"time_ms": 0}, "errors_by_name": {}}
+
+
+def test_foreign_hlog_in_nanoseconds(tmp_path):
+    foreign_hlog(tmp_path / "other.hlog")
+    [cell] = load_run(tmp_path / "other.hlog", hlog_unit="ns")
+    m = cell.reps[0].metrics
+    assert abs(m["records_per_s"] - 1000) < 1
+    assert abs(m["max_ms"] - 30.0) / 30 < 0.01 and 7.0 < m["p50_ms"] < 10.0
+    assert len(cell.reps[0].timeline) == 3
+    assert abs(cell.latency_histogram().get_max_value() / 1000 - 30.0) / 30 < 0.01   # rescaled to µs
+
+
+def test_report_compares_a_summary_and_a_foreign_log_with_charts(tmp_path):
+    foreign_hlog(tmp_path / "other.hlog")
+    (tmp_path / "run1.json").write_text(json.dumps(SUMMARY))
+    run = kctl("report", str(tmp_path / "run1.json"), str(tmp_path / "other.hlog"), "--hlog-unit", "ns",
+               "--out", str(tmp_path / "out"))
+    assert run.returncode == 0, run.stderr
+    assert "run1" in run.stdout and "other" in run.stdout and "5,000*" in run.stdout
+    for name in ("percentiles.png", "timeline.png", "report.html"):
+        assert (tmp_path / "out" / name).stat().st_size > 5_000
+
+
+def test_bad_input_is_one_line_and_no_traceback(tmp_path, capsys, monkeypatch):
+    """In-process through cli.main (a subprocess per case costs a second of imports)."""
+    import pytest
+
+    from kctl import cli
+
+    (tmp_path / "junk.json").write_text('{"hello": 1}')
+    (tmp_path / "bad.toml").write_text("[workload]\nrepetitions = 0\n")
+    (tmp_path / "junk.hlog").write_text("not a log\n")
+    cases = [
+        (("report", str(tmp_path / "missing.json")), "no such file"),
+        (("report", str(tmp_path / "junk.json")), "neither bench results"),
+        (("report", str(tmp_path / "junk.hlog")), "no histogram intervals"),
+        (("bench", str(tmp_path / "bad.toml")), "repetitions must be at least 1"),
+        (("bench", "--matrix", "acks"), "--matrix expects name=value1,value2"),
+        (("bench", "--matrix", "acks=1,2"), "cell acks=2"),
+        (("bench", "--max-regression", "speed=5%"), "unknown metric 'speed'"),
+        (("bench", "--junit-xml", str(tmp_path / "j.xml")), "give --baseline too"),
+    ]
+    for args, message in cases:
+        monkeypatch.setattr(sys, "argv", ["kctl", *args])
+        with pytest.raises(SystemExit) as e:
+            cli.main()
+        err = capsys.readouterr().err
+        assert e.value.code == 2, (args, err)
+        assert "Traceback" not in err
+        lines = err.strip().splitlines()
+        assert len(lines) == 1 and message in lines[0], (args, err)
+    run = kctl("bench", "--matrix", "acks")       # and once as a real process
+    assert run.returncode == 2 and run.stderr.startswith("kctl: error: --matrix") and "Traceback" not in run.stderr
