@@ -31,6 +31,13 @@ class ApiStats:
     request_bytes: int = 0
     response_bytes: int = 0
     latency_us: HdrHistogram = field(default_factory=lambda: HdrHistogram(1, _MAX_LATENCY_US, 3))
+    # The mean is kept exactly: HdrHistogram.get_mean_value() walks every bucket of
+    # this 1 µs..1 h range (about 0.4 s per API, most of a small capture's decode time).
+    latency_sum_us: int = 0
+
+    def record_latency_us(self, value_us: int) -> None:
+        self.latency_us.record_value(value_us)
+        self.latency_sum_us += value_us
 
     def to_dict(self) -> dict[str, Any]:
         h = self.latency_us
@@ -40,7 +47,7 @@ class ApiStats:
                              "latency_count": h.get_total_count()}
         if h.get_total_count():
             d["latency_ms"] = {f"p{p:g}": h.get_value_at_percentile(p) / 1000 for p in PERCENTILES}
-            d["latency_ms"]["mean"] = round(h.get_mean_value() / 1000, 3)
+            d["latency_ms"]["mean"] = round(self.latency_sum_us / h.get_total_count() / 1000, 3)
         return d
 
 
@@ -93,7 +100,7 @@ class CaptureSummary:
             st.responses += 1
             st.response_bytes += f.size + 4
             if f.latency_ns is not None:
-                st.latency_us.record_value(min(max(1, f.latency_ns // 1000), _MAX_LATENCY_US))
+                st.record_latency_us(min(max(1, f.latency_ns // 1000), _MAX_LATENCY_US))
             if f.body is not None:
                 for c in error_codes(f.body):
                     if c:

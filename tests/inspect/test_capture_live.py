@@ -30,7 +30,7 @@ def _start_tcpdump(path: Path, port: int) -> subprocess.Popen:
     exe = shutil.which("tcpdump")
     if exe is None:
         pytest.skip("tcpdump is not installed (tools/setup.sh installs it)")
-    proc = subprocess.Popen([exe, "-i", "lo", "-U", "-n", "-w", str(path), f"tcp port {port}"],
+    proc = subprocess.Popen([exe, "-i", "lo", "-U", "--immediate-mode", "-n", "-w", str(path), f"tcp port {port}"],
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     line = proc.stderr.readline().decode(errors="replace")
     if "listening on" not in line:
