@@ -1,18 +1,18 @@
 #!/usr/bin/env bash
 # Installs everything kctl's tests need on a clean machine, idempotently:
 # system packages (when a test needs one) and a virtual environment at .venv
-# with kctl and its broker and test extras.
+# with kctl and its broker, test and spark extras.
 #
-#   bash tools/setup.sh            # broker + test extras
+#   bash tools/setup.sh            # broker + test + spark extras
 #   KCTL_EXTRAS=broker bash tools/setup.sh   # just enough for `kctl produce`
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-extras="${KCTL_EXTRAS:-broker,test}"
+extras="${KCTL_EXTRAS:-broker,test,spark}"
 
 # System packages needed by the tests (packet capture tools, TLS terminator, ...;
 # chromium opens kctl bench's HTML report headless).
-apt_packages=(tcpdump tshark stunnel4 chromium)
+apt_packages=(tcpdump tshark stunnel4 chromium openjdk-17-jre-headless)
 need_apt=()
 for p in "${apt_packages[@]}"; do
     dpkg -s "$p" >/dev/null 2>&1 || need_apt+=("$p")

@@ -46,6 +46,9 @@ def produce(
     quiet: bool = typer.Option(False, "--quiet", help="Print only the summary."),
     no_id_headers: bool = typer.Option(False, "--no-id-headers", help="Do not add kctl-run/-worker/-seq/-ts-ns headers."),
     seed: int = typer.Option(0, "--seed", help="Seed for payloads and keys."),
+    spark: bool = typer.Option(False, "--spark", help="Run the workers as Spark tasks (needs kctl[spark])."),
+    master: Optional[str] = typer.Option(None, "--master", help="Spark master URL with --spark (default local[*])."),
+    tasks: Optional[int] = typer.Option(None, "--tasks", help="Spark tasks with --spark (default: --workers, else the cluster's slots)."),
 ) -> None:
     """Load-test a cluster: open-loop rate schedule, three latency clocks, live stats."""
     plan = prepare(ProduceOptions(
@@ -55,10 +58,15 @@ def produce(
         record_size=record_size, payload=payload, payload_file=payload_file,
         payload_delimiter=payload_delimiter, compressibility=compressibility, keys=keys,
         headers=headers, properties=tuple(properties), producer_config=tuple(producer_config),
-        workers=workers, interval=interval, verify=verify, id_headers=not no_id_headers, seed=seed))
+        workers=tasks if spark and tasks is not None else workers, interval=interval, verify=verify,
+        id_headers=not no_id_headers, seed=seed))
+    run_factory = None
+    if spark or master or tasks is not None:
+        from kctl.spark.load import spark_run_factory   # imports pyspark only here
+        run_factory = spark_run_factory(master, explicit_tasks=tasks is not None or workers is not None)
     out = Console()
     err = Console(stderr=True)
-    live_view = out.is_terminal and not quiet
+    live_view = out.is_terminal and not quiet and run_factory is None
     for w in plan.warnings:
         err.print(f"[yellow]warning:[/] {w}", highlight=False)
 
@@ -82,7 +90,8 @@ def produce(
 
     try:
         outcome = execute(plan, on_event=on_event, on_round=on_round, on_start=on_start,
-                          hdr_out=str(hdr_out) if hdr_out else None)
+                          hdr_out=str(hdr_out) if hdr_out else None,
+                          **({"run_factory": run_factory} if run_factory else {}))
     finally:
         if live is not None:
             live.stop()

@@ -189,7 +189,10 @@ def ensure_topic(client: BlockingClient, plan: ProducePlan) -> int:
 def execute(plan: ProducePlan, *, on_event: Callable[[str], None] = lambda _m: None,
             on_round: Callable[[RunStats, int], None] | None = None,
             on_start: Callable[[LoadRun], None] | None = None,
-            hdr_out: str | None = None) -> ProduceOutcome:
+            hdr_out: str | None = None,
+            run_factory: Callable[..., LoadRun] = LoadRun) -> ProduceOutcome:
+    """``run_factory``: what runs the load (``LoadRun``: local worker processes;
+    ``kctl.spark.load.SparkLoadRun``: Spark tasks), called like ``LoadRun``."""
     with ExitStack() as stack:
         bootstrap = _bootstrap_from(plan)
         embedded = bootstrap is None
@@ -218,7 +221,7 @@ def execute(plan: ProducePlan, *, on_event: Callable[[str], None] = lambda _m: N
             "compressibility": plan.options.compressibility, "keys": plan.options.keys,
             "headers": plan.options.headers, "id_headers": spec.id_headers,
             "verify": spec.verify, "producer": redact_properties(props)}
-        run = LoadRun(spec, config_for_summary=summary_config, hdr_out=hdr_out, on_round=on_round)
+        run = run_factory(spec, config_for_summary=summary_config, hdr_out=hdr_out, on_round=on_round)
         if on_start is not None:
             on_start(run)
         result = run.run()

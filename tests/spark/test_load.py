@@ -1,0 +1,108 @@
+"""``kctl produce --spark``: load workers as Spark barrier tasks, merged like a local run."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import replace
+
+import pytest
+
+from kctl.engine import admin
+from kctl.engine.blocking_client import BlockingClient
+from kctl.errors import KctlError
+from kctl.load.run import LoadSpec
+from kctl.load.verify import verify
+from kctl.stats.hlog import read_interval_log
+from kctl.stats.latency import decode_histogram, new_histogram
+from kctl.stats.report import WorkerInterval
+
+pytestmark = pytest.mark.spark
+
+
+def _topic(broker, name: str, partitions: int = 3) -> None:
+    with BlockingClient(broker.bootstrap) as c:
+        admin.create_topics(c, [name], partitions=partitions)
+
+
+def _read_back(broker, topic: str, partitions: int, run_id: str) -> int:
+    n = 0
+    with BlockingClient(broker.bootstrap) as c:
+        for p in range(partitions):
+            for b in admin.read_partition(c, topic, p):
+                for r in b.records:
+                    if any(h.key == "kctl-run" and h.value == run_id.encode() for h in r.headers):
+                        n += 1
+    return n
+
+
+def test_distributed_run_merges_like_a_local_run(spark, broker, tmp_path):
+    from kctl.spark.load import SparkLoadRun
+    topic = "spark-load"
+    _topic(broker, topic)
+    spec = LoadSpec(topic=topic, properties={"bootstrap.servers": broker.bootstrap, "linger.ms": "5"},
+                    rate=3000, duration_s=2.0, workers=3, interval_s=0.5, verify=True)
+    hlog = tmp_path / "run.hlog"
+    rounds = []
+    run = SparkLoadRun(spec, config_for_summary={"topic": topic}, hdr_out=str(hlog),
+                       on_round=lambda stats, n: rounds.append(n))
+    result = run.run()
+    assert not result.failures and not result.interrupted
+    acked = result.summary["counts"]["acked"]
+    assert acked == result.summary["counts"]["sent"] > 5000
+    # Every acknowledged record is in the topic (counted by reading it back).
+    assert _read_back(broker, topic, 3, spec.run_id) == acked
+    with BlockingClient(broker.bootstrap) as c:
+        assert verify(c, topic, spec.run_id, result.acked_runs).ok
+    # Merged histogram == the sum of the tasks' own histograms (HdrHistogram add).
+    assert {w for w, _, _ in run.reports} == {0, 1, 2}
+    for clock in ("intended", "send", "request"):
+        total = new_histogram()
+        for _w, _i, msg in run.reports:
+            assert isinstance(msg, WorkerInterval)
+            if not msg.warmup and clock in msg.histograms:
+                total.add(decode_histogram(msg.histograms[clock]))
+        merged = run.stats.cumulative_histograms()[clock]
+        assert merged.get_total_count() == total.get_total_count()
+        for pct in (50, 99, 99.9, 100):
+            assert merged.get_value_at_percentile(pct) == total.get_value_at_percentile(pct)
+        logged = new_histogram()
+        for iv in read_interval_log(hlog):
+            if iv.tag == clock:
+                logged.add(iv.histogram)
+        assert logged.get_total_count() == total.get_total_count()
+    assert sum(rounds) >= 3        # intervals were merged while the job ran (live lines)
+
+
+def test_a_failed_task_fails_the_run_with_its_error(spark, broker):
+    from kctl.spark.load import SparkLoadRun
+    from kctl.spark.session import SparkJobError
+    topic = "spark-load-fail"
+    _topic(broker, topic, 1)
+    spec = LoadSpec(topic=topic, properties={"bootstrap.servers": broker.bootstrap},
+                    rate=200, duration_s=30.0, workers=2)
+    run = SparkLoadRun(spec, config_for_summary={})
+    good = run.worker_specs()
+    # Task 1 gets a producer property that does not validate.
+    run.worker_specs = lambda: [good[0], replace(good[1], properties={**good[1].properties,
+                                                                        "acks": "sometimes"})]
+    t = time.monotonic()
+    with pytest.raises(SparkJobError, match=r"task 1 failed: .*acks"):
+        run.run()
+    assert time.monotonic() - t < 25      # the other task was stopped, not waited for
+
+
+def test_more_tasks_than_slots_fails_clearly(spark):
+    from kctl.spark.load import SparkLoadRun
+    spec = LoadSpec(topic="x", properties={"bootstrap.servers": "127.0.0.1:1"}, rate=10,
+                    duration_s=1.0, workers=64)
+    with pytest.raises(KctlError, match="--tasks 64 needs 64 task slots"):
+        SparkLoadRun(spec, config_for_summary={}).run()
+
+
+def test_local_produce_does_not_import_pyspark():
+    import subprocess
+    import sys
+    code = ("import sys, kctl.cli, kctl.load.produce, kctl.load.run, kctl.commands.produce;"
+            "bad = [m for m in sys.modules if m.startswith(('pyspark', 'py4j', 'kctl.spark'))];"
+            "assert not bad, bad")
+    subprocess.run([sys.executable, "-c", code], check=True)
