@@ -176,7 +176,10 @@ class EmbeddedBroker:
 
     def __init__(self, port: int | None = None, *, cluster_id: str = "kctl-embedded",
                  startup_timeout_s: float = 10.0, stop_grace_s: float = 5.0,
-                 keep_log: bool = False) -> None:
+                 keep_log: bool = False, advertised: str | None = None) -> None:
+        # ``advertised``: host:port put in Metadata answers instead of the listener's own
+        # address (a TLS terminator or proxy in front of the broker).
+        self.advertised = advertised
         self._requested_port = port
         self.port: int | None = port
         self.cluster_id = cluster_id
@@ -269,7 +272,8 @@ class EmbeddedBroker:
     # -- internals -----------------------------------------------------------
     def _launch(self, binary: Path, port: int) -> None:
         url = f"tcp://{HOST}:{port}"
-        cmd = [str(binary), "broker", "--listener-url", url, "--advertised-listener-url", url,
+        advertised = f"tcp://{self.advertised}" if self.advertised else url
+        cmd = [str(binary), "broker", "--listener-url", url, "--advertised-listener-url", advertised,
                "--storage-engine", "memory://tansu/", "--cluster-id", self.cluster_id]
         fd, log_name = tempfile.mkstemp(prefix=f"kctl-tansu-{port}-", suffix=".log")
         self.log_path = Path(log_name)

@@ -148,6 +148,10 @@ class BlockingClient:
         payload = messages.encode_request(api_key, version, self._correlation_id, self.client_id, body)
         try:
             self._sock.sendall(frame(payload))
+        except ssl.SSLError as e:
+            self.close()
+            from kctl.engine.tls import tls_failure
+            raise tls_failure(self.address, e) from None
         except OSError as e:
             self.close()
             raise BrokerUnavailableError(f"connection to {self.address} broke while sending: {e}") from None

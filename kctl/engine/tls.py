@@ -50,13 +50,19 @@ def tls_failure(address: str, error: BaseException) -> AuthenticationError:
     """One line: which broker, and why TLS failed, with the setting that fixes it."""
     if isinstance(error, ssl.SSLCertVerificationError):
         detail = error.verify_message or error.reason or str(error)
-        if error.verify_code == 62 or "Hostname mismatch" in (detail or ""):
+        # 62: X509_V_ERR_HOSTNAME_MISMATCH, 64: X509_V_ERR_IP_ADDRESS_MISMATCH
+        if error.verify_code in (62, 64) or "mismatch" in (detail or ""):
             reason = (f"its certificate does not match the host name ({detail}); connect by a name "
                       "the certificate lists, or set ssl.endpoint.identification.algorithm= (empty) "
                       "to skip the host name check")
         else:
             reason = (f"its certificate is not trusted ({detail}); set ssl.ca.location to the CA "
                       "that signed it")
+    elif isinstance(error, ssl.SSLEOFError) or "UNEXPECTED_EOF" in (getattr(error, "reason", "") or ""):
+        # TLS 1.3: the client's handshake ends before the broker checks the client's
+        # certificate, so a refusal shows up as the connection closing at the first request.
+        reason = ("the broker closed the TLS connection; it probably requires a client certificate "
+                  "(set ssl.certificate.location and ssl.key.location) or rejected the one sent")
     elif isinstance(error, ssl.SSLError):
         code = (error.reason or "").upper()
         if "CERTIFICATE_REQUIRED" in code or "HANDSHAKE_FAILURE" in code and "ALERT" in code:
