@@ -64,6 +64,7 @@ def decode(
     summary: bool = typer.Option(False, "--summary", help="Totals per API, topic/partition, errors and throttling."),
     hex_in: bool = typer.Option(False, "--hex", help="Decode one frame given as hex on stdin."),
     version: int = typer.Option(None, "--version", help="With --hex: the API version of the response's request."),
+    show_secrets: bool = typer.Option(False, "--show-secrets", help="Show SaslAuthenticate credentials (redacted by default)."),
     max_pending_mb: int = typer.Option(4, "--max-pending-mb", min=1,
                                        help="Out-of-order bytes held per stream before a gap is declared."),
 ) -> None:
@@ -73,7 +74,7 @@ def decode(
     api_keys = _api_keys(api)
 
     if hex_in:
-        _decode_hex(api_keys, version, json_out, verbose, records, fmt, out)
+        _decode_hex(api_keys, version, json_out, verbose, records, fmt, out, show_secrets)
         return
     if not files:
         raise ConfigError("give capture files to decode (or --hex with a frame on stdin)")
@@ -83,7 +84,8 @@ def decode(
     summ = CaptureSummary() if summary else None
     failures: list[CaptureNotice] = []
 
-    for item in decode_files(files, ports, max_pending_bytes=max_pending_mb << 20):
+    for item in decode_files(files, ports, max_pending_bytes=max_pending_mb << 20,
+                             show_secrets=show_secrets):
         if isinstance(item, CaptureNotice):
             if summ is not None:
                 summ.add(item)
@@ -148,7 +150,7 @@ def _emit(f: DecodedFrame, json_out: bool, verbose: bool, records: bool, fmt: st
 
 
 def _decode_hex(api_keys: set[int], version: int | None, json_out: bool, verbose: bool,
-                records: bool, fmt: str, out: Console) -> None:
+                records: bool, fmt: str, out: Console, show_secrets: bool = False) -> None:
     text = "".join(sys.stdin.read().split())
     try:
         data = binascii.unhexlify(text)
@@ -162,7 +164,7 @@ def _decode_hex(api_keys: set[int], version: int | None, json_out: bool, verbose
             raise ConfigError("--hex with --api (a response) needs --version")
         if key not in API_BY_KEY:
             raise ConfigError(f"--api {key}: no such API")
-    f = decode_frame_bytes(data, api_key=key, api_version=version)
+    f = decode_frame_bytes(data, api_key=key, api_version=version, show_secrets=show_secrets)
     _emit(f, json_out, verbose or not json_out, records, fmt, set(), out)
     if f.error is not None:
         raise f.error

@@ -275,9 +275,17 @@ class StreamNotice:
     direction: Direction
     offset: int
     ts_ns: int
-    kind: Literal["gap", "framing", "skipped", "incomplete", "retransmission"]
+    kind: Literal["gap", "framing", "skipped", "incomplete", "retransmission", "tls"]
     message: str
     length: int = 0
+
+
+def _looks_like_tls(data: bytes) -> bool:
+    """A TLS record header at a stream start: handshake (22), version 3.0-3.4 (SSL 3 .. TLS 1.3's legacy field).
+
+    A Kafka frame can never start so: its size would be at least 0x16030000 (369 MB),
+    far above any frame limit."""
+    return len(data) >= 3 and data[0] == 0x16 and data[1] == 0x03 and data[2] <= 0x04
 
 
 def plausible_request_start(buf: bytes | bytearray, i: int, max_frame_bytes: int) -> bool | None:
@@ -314,7 +322,7 @@ class FrameSplitter:
 
     __slots__ = ("conn", "direction", "max_frame_bytes", "_buf", "_buf_offset", "synced",
                  "_first_ts", "_resynced_next", "_candidate", "_verify", "max_resync_frame_bytes",
-                 "_scan", "_cands", "_skipped", "_skipped_at")
+                 "_scan", "_cands", "_skipped", "_skipped_at", "tls")
 
     def __init__(self, conn: ConnectionId, direction: Direction, *, synced: bool,
                  max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES,
@@ -343,6 +351,7 @@ class FrameSplitter:
         self._cands: list[tuple[int, int]] = []     # (index in _buf, size): held candidates
         self._skipped = 0                           # bytes discarded by the current resync
         self._skipped_at = 0
+        self.tls = False                            # the stream is TLS: its bytes are dropped
 
     @property
     def buffered(self) -> int:
@@ -350,6 +359,17 @@ class FrameSplitter:
 
     def feed(self, chunk: StreamData) -> list[Frame | StreamNotice]:
         out: list[Frame | StreamNotice] = []
+        if self.tls:
+            return out
+        if chunk.offset == 0 and not self._buf and _looks_like_tls(chunk.data):
+            # A TLS handshake record at the stream start: encrypted Kafka (SSL / SASL_SSL
+            # listener). Say so once and drop the stream, instead of "decoding" ciphertext.
+            self.tls = True
+            out.append(StreamNotice(
+                self.conn, self.direction, 0, chunk.ts_ns, "tls",
+                "TLS on a Kafka port: this connection is encrypted and cannot be decoded "
+                "(capture between the TLS terminator and the broker, or put kctl inspect in front)"))
+            return out
         if not self._buf:
             self._buf_offset = chunk.offset
             self._first_ts = chunk.ts_ns
@@ -361,6 +381,8 @@ class FrameSplitter:
 
     def gap(self, gap: StreamGap) -> list[Frame | StreamNotice]:
         out: list[Frame | StreamNotice] = []
+        if self.tls:
+            return out
         out.append(StreamNotice(self.conn, self.direction, gap.offset, gap.ts_ns, "gap",
                                 f"{gap.length} bytes missing ({gap.reason})", gap.length))
         if self._buf and self.synced:

@@ -57,9 +57,22 @@ MAX_OUTSTANDING_PER_CONNECTION: Final = 4096
 PRODUCE_KEY: Final = 0
 FETCH_KEY: Final = 1
 METADATA_KEY: Final = 3
+SASL_AUTHENTICATE_KEY: Final = 36
+#: What replaces SaslAuthenticate's auth_bytes (a PLAIN password, a SCRAM proof) in output.
+REDACTED_AUTH_BYTES: Final = b"<redacted: SASL credentials; --show-secrets shows them>"
+
+
+def _redact_auth_bytes(df: DecodedFrame) -> None:
+    """SaslAuthenticate carries credentials: keep them out of decoded output."""
+    if df.body is not None and getattr(df.body, "auth_bytes", None):
+        df.body.auth_bytes = REDACTED_AUTH_BYTES
+        df.marks += ("redacted",)
+    elif df.raw_body:
+        df.raw_body = REDACTED_AUTH_BYTES
+        df.marks += ("redacted",)
 
 #: What a frame's ``marks`` may hold.
-MARKS: Final = ("unmatched", "unknown_api", "decode_error", "resynced")
+MARKS: Final = ("unmatched", "unknown_api", "decode_error", "resynced", "redacted")
 
 
 @dataclass(frozen=True, slots=True)
@@ -162,9 +175,10 @@ class CaptureDecoder:
     def __init__(self, broker_ports: Collection[int], *, file: str = "",
                  max_pending_bytes: int = DEFAULT_MAX_PENDING_BYTES,
                  max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES,
-                 decode_records: bool = True) -> None:
+                 decode_records: bool = True, show_secrets: bool = False) -> None:
         self.file = file
         self.decode_records = decode_records
+        self.show_secrets = show_secrets
         self._outstanding: dict[ConnectionId, OrderedDict[int, _Pending]] = {}
         self.topic_names: dict[Any, str] = {}      # topic id (UUID) -> name, from Metadata
         self.reassembler = Reassembler(broker_ports, expects_response=self._expects,
@@ -214,6 +228,8 @@ class CaptureDecoder:
         if fr.resynced:
             df.marks += ("resynced",)
         df.packet = fr.packet
+        if df.api_key == SASL_AUTHENTICATE_KEY and not self.show_secrets:
+            _redact_auth_bytes(df)
         return df
 
     # -- requests -------------------------------------------------------
@@ -369,7 +385,8 @@ def _best_effort_client_id(data: bytes) -> tuple[str | None, int]:
 def decode_files(paths: Iterable[str | Path], broker_ports: Collection[int], *,
                  max_pending_bytes: int = DEFAULT_MAX_PENDING_BYTES,
                  max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES,
-                 decode_records: bool = True) -> Iterator[DecodedFrame | CaptureNotice]:
+                 decode_records: bool = True,
+                 show_secrets: bool = False) -> Iterator[DecodedFrame | CaptureNotice]:
     """Every frame and notice of each capture file, file by file, in capture order.
 
     A file that is not a capture, or whose structure breaks, ends with a
@@ -379,7 +396,8 @@ def decode_files(paths: Iterable[str | Path], broker_ports: Collection[int], *,
     for path in paths:
         name = str(path)
         dec = CaptureDecoder(broker_ports, file=name, max_pending_bytes=max_pending_bytes,
-                             max_frame_bytes=max_frame_bytes, decode_records=decode_records)
+                             max_frame_bytes=max_frame_bytes, decode_records=decode_records,
+                             show_secrets=show_secrets)
         try:
             with open(path, "rb") as f:
                 reader = CaptureReader(f, name=name)
@@ -437,7 +455,7 @@ def guess_broker_ports(paths: Iterable[str | Path], *, max_segments: int = 200_0
 
 
 def decode_frame_bytes(data: bytes, *, api_key: int | None = None,
-                       api_version: int | None = None) -> DecodedFrame:
+                       api_version: int | None = None, show_secrets: bool = False) -> DecodedFrame:
     """``--hex``: one frame (with or without its 4-byte size prefix).
 
     Without ``api_key`` the frame is a request; with it, a response to that
@@ -446,7 +464,7 @@ def decode_frame_bytes(data: bytes, *, api_key: int | None = None,
     if len(data) >= 4 and struct.unpack_from(">i", data, 0)[0] == len(data) - 4:
         data = data[4:]
     conn = ConnectionId(Endpoint("-", 0), Endpoint("-", 0))
-    dec = CaptureDecoder((0,), file="<stdin>")
+    dec = CaptureDecoder((0,), file="<stdin>", show_secrets=show_secrets)
     if api_key is None:
         return dec.decode(Frame(conn, "request", 0, data, 0, 0))
     if api_version is None:
