@@ -42,7 +42,7 @@ class TlsCluster:
         self.port, self.mtls_port = free_port(), free_port()
 
     def start(self):
-        self.broker = EmbeddedBroker(advertised=f"localhost:{self.port}").start()
+        self.broker = EmbeddedBroker(advertised=f"localhost:{self.port}", stop_grace_s=1.0).start()
         conf = self.tmp / "stunnel.conf"
         conf.write_text(
             f"foreground = yes\npid =\ndebug = 3\noutput = {self.tmp / 'stunnel.log'}\n"

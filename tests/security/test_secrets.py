@@ -1,0 +1,99 @@
+"""A canary password given to kctl appears nowhere: not in stdout, stderr, the summary
+JSON, the interval log, decoded frames, nor any process's command line."""
+
+from __future__ import annotations
+
+import binascii
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from kctl.inspect.reassembly import ConnectionId, Endpoint, FrameSplitter, StreamData
+from kctl.protocol import messages
+from kctl.protocol.frames import frame
+from tests.security.kafka_proxy import KafkaProxy
+
+pytestmark = pytest.mark.broker
+
+CANARY = "canary-pw-5d1e9b"
+
+
+def _cmdlines_of_tree(root: int) -> list[str]:
+    out = []
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            stat = (proc / "stat").read_text()
+            ppid = int(stat.rsplit(")", 1)[1].split()[1])
+            if int(proc.name) == root or ppid == root:
+                out.append((proc / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace"))
+        except (OSError, ValueError, IndexError):
+            continue
+    return out
+
+
+@pytest.mark.parametrize("via", ["file", "env"])
+def test_canary_password_never_shows(broker, tmp_path, via):
+    users = {"alice": CANARY}
+    pw_file = tmp_path / "pw"
+    pw_file.write_text(CANARY + "\n")
+    env = {**os.environ, "COLUMNS": "200"}
+    args = ["-X", "security.protocol=SASL_PLAINTEXT", "-X", "sasl.mechanism=SCRAM-SHA-256",
+            "-X", "sasl.username=alice"]
+    if via == "file":
+        args += ["-X", f"sasl.password=@{pw_file}"]
+    else:
+        env["KCTL_SASL_PASSWORD"] = CANARY
+    out, hlog = tmp_path / "s.json", tmp_path / "run.hlog"
+    with KafkaProxy(broker.bootstrap, users=users) as proxy:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "kctl", "produce", "-b", proxy.address, "-t", f"canary-{via}",
+             "--num-records", "2000", "--rate", "1000", "--workers", "2", "--interval", "0.5",
+             "--json-out", str(out), "--hdr-out", str(hlog), "--verify", *args],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+        cmdlines = []
+        deadline = time.monotonic() + 60
+        while proc.poll() is None and time.monotonic() < deadline:
+            cmdlines += _cmdlines_of_tree(proc.pid)
+            time.sleep(0.2)
+        stdout, stderr = proc.communicate(timeout=30)
+        assert proc.returncode == 0, stderr
+        assert any(ok for _, _, ok in proxy.logins)
+    assert any("spawn" in c or "multiprocessing" in c for c in cmdlines), cmdlines  # workers seen
+    summary = out.read_text()
+    assert json.loads(summary)["counts"]["acked"] == 2000
+    assert json.loads(summary)["config"]["producer"].get("sasl.password", "[redacted]") == "[redacted]"
+    for where, text in [("stdout", stdout), ("stderr", stderr), ("summary", summary),
+                        ("hlog", hlog.read_text()), ("cmdline", "\n".join(cmdlines))]:
+        assert CANARY not in text, where
+
+
+def _sasl_plain_frame() -> bytes:
+    body = messages.message_class("SaslAuthenticateRequest")(auth_bytes=b"\0alice\0" + CANARY.encode())
+    return frame(messages.encode_request(36, 1, 7, "kctl", body))
+
+
+def test_decode_redacts_sasl_credentials_unless_asked():
+    data = binascii.hexlify(_sasl_plain_frame()).decode()
+    run = lambda *a: subprocess.run([sys.executable, "-m", "kctl", "decode", "--hex", "-v", *a],  # noqa: E731
+                                    input=data, capture_output=True, text=True, timeout=60)
+    hidden = run()
+    assert hidden.returncode == 0, hidden.stderr
+    assert CANARY not in hidden.stdout + hidden.stderr and "redacted" in hidden.stdout
+    shown = run("--show-secrets")
+    assert binascii.b2a_base64(b"\0alice\0" + CANARY.encode(), newline=False).decode() in shown.stdout
+
+
+def test_tls_at_a_stream_start_is_named_not_decoded():
+    conn = ConnectionId(Endpoint("10.0.0.1", 50000), Endpoint("10.0.0.2", 9093))
+    splitter = FrameSplitter(conn, "request", synced=True)
+    hello = bytes.fromhex("160301020001") + b"\x00" * 600
+    out = splitter.feed(StreamData(0, hello, 0))
+    assert [n.kind for n in out] == ["tls"] and "TLS on a Kafka port" in out[0].message
+    assert splitter.feed(StreamData(len(hello), b"\x17\x03\x03" + b"\x01" * 100, 1)) == []
