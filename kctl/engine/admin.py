@@ -226,6 +226,50 @@ def read_partition(client: BlockingClient, topic: str, partition: int, *, start:
 
 __all__ = [
     "BrokerError", "BrokerInfo", "ClusterMetadata", "FetchedPartition", "PartitionInfo",
-    "ProduceResult", "TopicInfo", "create_topics", "fetch", "fetch_metadata", "produce",
+    "BrokerApis", "ProduceResult", "TopicInfo", "cluster_overview", "create_topics", "fetch",
+    "fetch_metadata", "produce",
     "read_partition",
 ]
+
+
+@dataclass(frozen=True, slots=True)
+class BrokerApis:
+    """What one broker offers per API (name, min, max) and what kctl will use."""
+
+    broker: BrokerInfo
+    apis: tuple[tuple[str, int, int, int | None], ...]   # (API name, broker min, broker max, kctl's choice)
+    error: str | None = None
+
+
+def cluster_overview(bootstrap: str, *, security=None, topics: Iterable[str] | None = None,
+                     client_id: str = "kctl-metadata", timeout_s: float = 10.0
+                     ) -> tuple[ClusterMetadata, tuple[BrokerApis, ...]]:
+    """``kctl metadata``: the cluster's metadata from the first bootstrap broker that
+    answers, then each broker's ApiVersions over its own connection."""
+    from kctl.protocol import schema
+    errors = []
+    md = None
+    for address in [a.strip() for a in bootstrap.split(",") if a.strip()]:
+        try:
+            with BlockingClient(address, client_id=client_id, timeout_s=timeout_s, security=security) as c:
+                md = fetch_metadata(c, topics)
+            break
+        except KctlError as e:
+            errors.append(str(e))
+    if md is None:
+        raise KctlError("; ".join(errors) or "no bootstrap server given")
+    per_broker = []
+    for b in md.brokers:
+        try:
+            with BlockingClient(f"{b.host}:{b.port}", client_id=client_id, timeout_s=timeout_s,
+                                security=security) as c:
+                v = c.versions
+        except KctlError as e:
+            per_broker.append(BrokerApis(b, (), str(e)))
+            continue
+        rows = tuple(
+            (schema.API_BY_KEY[k].name if k in schema.API_BY_KEY else f"api-{k}", r.min_version,
+             r.max_version, v.version_for(k))
+            for k, r in sorted(v.broker.items()))
+        per_broker.append(BrokerApis(b, rows))
+    return md, tuple(per_broker)

@@ -52,3 +52,21 @@ def test_produce_and_verify_through_an_old_broker(old):
         if key == API_VERSIONS:
             continue
         assert version <= CAPS.get(key, 99), (key, version)
+
+
+def test_kctl_metadata_lists_brokers_topics_and_api_versions(old):
+    import json
+    import subprocess
+    import sys
+    run = subprocess.run([sys.executable, "-m", "kctl", "metadata", "-b", old.address, "--json"],
+                         capture_output=True, text=True, timeout=60)
+    assert run.returncode == 0, run.stderr
+    doc = json.loads(run.stdout)
+    (b,) = doc["brokers"]
+    assert b["port"] == old.port and b["error"] is None
+    apis = {a["api"]: a for a in b["apis"]}
+    assert apis["Produce"]["max"] == 3 and apis["Produce"]["kctl_uses"] == 3
+    assert apis["Metadata"]["kctl_uses"] == 1
+    text = subprocess.run([sys.executable, "-m", "kctl", "metadata", "-b", old.address],
+                          capture_output=True, text=True, timeout=60).stdout
+    assert "broker" in text and "Produce" in text and "v0-v3" in text
