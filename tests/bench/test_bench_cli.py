@@ -111,8 +111,12 @@ def test_html_report_renders_in_headless_chromium(baseline_run, tmp_path):
 def test_gate_passes_against_a_baseline_from_the_same_code(baseline_run, broker, tmp_path):
     out, _ = baseline_run
     junit = tmp_path / "junit.xml"
+    # p99 of a 2 s run at 5000 records/s is a few ms on this shared 2-core machine and jumps
+    # by more than 20 % + the spread now and then: the absolute term (+5ms) is the bound
+    # syntax for such sub-10-ms figures (README); throughput keeps the plain 10 %.
     run = ok(kctl("bench", str(EXAMPLE), "-b", broker.bootstrap, "--topic", "bench-again", "--quiet",
-                  "--baseline", str(out / "results.json"), "--junit-xml", str(junit)))
+                  "--baseline", str(out / "results.json"), "--junit-xml", str(junit),
+                  "--max-regression", "records_per_s=10%,p99_ms=20%+5ms"))
     assert "gate: passed: 4 check(s)" in run.stdout
     suite = ET.parse(junit).getroot().find("testsuite")
     assert suite.get("tests") == "4" and suite.get("failures") == "0"
@@ -121,10 +125,16 @@ def test_gate_passes_against_a_baseline_from_the_same_code(baseline_run, broker,
 def test_gate_fails_with_the_table_against_a_doctored_baseline(baseline_run, tmp_path):
     out, _ = baseline_run
     doc = json.loads((out / "results.json").read_text())
-    cell = doc["cells"][1]                     # acks=all: baseline twice as fast, p99 a quarter
-    for rep in cell["repetitions"]:
-        rep["metrics"]["records_per_s"] *= 2
-        rep["metrics"]["p99_ms"] /= 4
+    # acks=all's baseline: every repetition twice the best throughput and a quarter of the
+    # best p99 measured, so no spread of the measured runs can cover the difference (the
+    # median of two is at most the best plus half the spread).
+    cell = doc["cells"][1]
+    reps = cell["repetitions"]
+    best_rps = max(r["metrics"]["records_per_s"] for r in reps)
+    best_p99 = min(r["metrics"]["p99_ms"] for r in reps)
+    for rep in reps:
+        rep["metrics"]["records_per_s"] = best_rps * 2
+        rep["metrics"]["p99_ms"] = best_p99 / 4
     doctored = tmp_path / "doctored.json"
     doctored.write_text(json.dumps(doc))
     junit = tmp_path / "junit.xml"
@@ -134,9 +144,10 @@ def test_gate_fails_with_the_table_against_a_doctored_baseline(baseline_run, tmp
     lines = [line for line in run.stdout.splitlines() if "REGRESSED" in line]
     assert len(lines) == 2 and all("acks-all" in line for line in lines)
     rps = next(line for line in lines if "records_per_s" in line)
-    assert "-50.0%" in rps
+    change = float(re.search(r"([-+]\d+\.\d)%", rps).group(1))
+    assert -75.0 < change <= -50.0
     p99 = next(line for line in lines if "p99_ms" in line)
-    assert "+300.0%" in p99
+    assert float(re.search(r"([-+]\d+\.\d)%", p99).group(1)) >= 300.0
     assert "gate: FAILED: 2 of 4 check(s) regressed" in run.stdout
     assert ET.parse(junit).getroot().find("testsuite").get("failures") == "2"
 
