@@ -108,13 +108,21 @@ def produce(
     if failures:
         first = sorted(failures.items())[0]
         raise KctlError(f"worker {first[0]} failed: {first[1].splitlines()[0]}")
+    status = 0
     if outcome.verify is not None:
         v = outcome.verify
         line = (f"verify: {v.expected} acknowledged, {v.found} found, {v.lost} lost, "
                 f"{v.duplicated} duplicated, {v.reordered} reordered, {v.misplaced} misplaced")
         print(line)
-        if not v.ok:
-            sys.exit(1)
+        if not v.ok or v.expected == 0:
+            status = 1
+    counts = summary.get("counts", {})
+    if counts.get("failed"):
+        by_error = ", ".join(f"{name} x{n}" for name, n in counts.get("failed_by_error", {}).items())
+        err.print(f"{counts['failed']} record(s) failed: {by_error}", highlight=False)
+        status = 1
+    if status:
+        sys.exit(status)
 
 
 def register(app: typer.Typer) -> None:

@@ -24,13 +24,15 @@ from typing import Any
 from kctl.errors import KctlError
 from kctl.load.payload import KeySpec, PayloadPool
 from kctl.load.schedule import split
-from kctl.load.worker import WorkerSpec, run_worker
+from kctl.load.worker import StartGate, WorkerSpec, run_worker
 from kctl.stats.aggregate import RunStats
 from kctl.stats.hlog import IntervalLogWriter
-from kctl.stats.report import WorkerFailed, WorkerInterval
+from kctl.stats.report import WorkerFailed, WorkerInterval, WorkerReady
 
-#: Workers start together this long after they are spawned (process start-up, imports).
-START_DELAY_S = 1.5
+#: Workers start together this long after the last one said it is ready.
+START_MARGIN_S = 0.2
+#: How long workers may take to start (spawn, imports, metadata, connections).
+READY_TIMEOUT_S = 120.0
 
 
 @dataclass(frozen=True)
@@ -65,7 +67,8 @@ class LoadResult:
 class LoadRun:
     def __init__(self, spec: LoadSpec, *, config_for_summary: dict[str, Any],
                  hdr_out: str | None = None,
-                 on_round: Callable[[RunStats, int], None] | None = None) -> None:
+                 on_round: Callable[[RunStats, int], None] | None = None,
+                 on_start: Callable[[LoadRun], None] | None = None) -> None:
         if spec.workers < 1:
             raise KctlError("--workers must be at least 1")
         if spec.num_records is None and spec.duration_s is None:
@@ -74,6 +77,7 @@ class LoadRun:
         self.config_for_summary = config_for_summary
         self.hdr_out = hdr_out
         self.on_round = on_round
+        self.on_start = on_start
         self.stats: RunStats | None = None
 
     def run(self) -> LoadResult:
@@ -81,30 +85,46 @@ class LoadRun:
         ctx = mp.get_context("spawn")
         reports = ctx.Queue()
         stop = ctx.Event()
-        start_wall = time.time_ns() + int(START_DELAY_S * 1e9)
+        gate = StartGate(ctx.Event(), ctx.Value("q", 0))
         duration_ns = int(spec.duration_s * 1e9) if spec.duration_s is not None else None
         schedules = split(spec.rate, spec.workers, 0, num_records=spec.num_records,
                           duration_ns=duration_ns)
         warm_each = -(-spec.warmup_records // spec.workers) if spec.warmup_records else 0
-        hlog = IntervalLogWriter.open(self.hdr_out, start_wall) if self.hdr_out else None
-        self.stats = stats = RunStats(
-            workers=spec.workers, start_wall_ns=start_wall, target_rate=spec.rate or None,
-            config=self.config_for_summary, run_id=spec.run_id, duration_s=spec.duration_s,
-            num_records=spec.num_records, hlog=hlog)
         procs = []
         for w, sched in enumerate(schedules):
             ws = WorkerSpec(
                 worker=w, run_id=spec.run_id, topic=spec.topic, properties=spec.properties,
                 schedule_rate=sched.rate, schedule_phase_ns=sched.phase_ns,
-                num_records=sched.num_records, duration_ns=duration_ns, start_wall_ns=start_wall,
+                num_records=sched.num_records, duration_ns=duration_ns, start_wall_ns=0,
                 warmup_records=warm_each, warmup_ns=int(spec.warmup_s * 1e9),
                 payload=spec.payload, keys=spec.keys, extra_headers=spec.extra_headers,
                 id_headers=spec.id_headers, interval_s=spec.interval_s,
                 stop_grace_s=spec.stop_grace_s, seed=spec.seed, verify=spec.verify)
-            proc = ctx.Process(target=run_worker, args=(ws, reports, stop), name=f"kctl-worker-{w}",
-                               daemon=True)
+            proc = ctx.Process(target=run_worker, args=(ws, reports, stop, gate),
+                               name=f"kctl-worker-{w}", daemon=True)
             proc.start()
             procs.append(proc)
+        try:
+            early = self._await_ready(reports, procs)
+        except BaseException:
+            stop.set()
+            for p in procs:
+                p.join(timeout=5)
+                if p.is_alive():
+                    p.terminate()
+            raise
+        start_wall = time.time_ns() + int(START_MARGIN_S * 1e9)
+        gate.start_wall_ns.value = start_wall
+        gate.go.set()
+        hlog = IntervalLogWriter.open(self.hdr_out, start_wall) if self.hdr_out else None
+        self.stats = stats = RunStats(
+            workers=spec.workers, start_wall_ns=start_wall, target_rate=spec.rate or None,
+            config=self.config_for_summary, run_id=spec.run_id, duration_s=spec.duration_s,
+            num_records=spec.num_records, hlog=hlog)
+        if self.on_start is not None:
+            self.on_start(self)
+        for msg in early:
+            stats.add(msg)
         acked: dict[int, dict[int, list[tuple[int, int, int]]]] = {}
         failures: dict[int, str] = {}
         finished: set[int] = set()
@@ -154,6 +174,30 @@ class LoadRun:
         if hlog is not None:
             hlog.close()
         return LoadResult(summary, acked, interrupted, failures)
+
+    def _await_ready(self, reports, procs) -> list:
+        """Waits until every worker is ready; a worker that fails first fails the run.
+        Returns messages that are not readiness (none, normally)."""
+        ready: set[int] = set()
+        other = []
+        deadline = time.monotonic() + READY_TIMEOUT_S
+        while len(ready) < len(procs):
+            if time.monotonic() > deadline:
+                raise KctlError(f"workers not ready after {READY_TIMEOUT_S:g} s")
+            try:
+                msg = reports.get(timeout=0.2)
+            except queue.Empty:
+                for i, p in enumerate(procs):
+                    if not p.is_alive() and i not in ready and reports.empty():
+                        raise KctlError(f"worker {i} exited with code {p.exitcode} before starting")
+                continue
+            if isinstance(msg, WorkerReady):
+                ready.add(msg.worker)
+            elif isinstance(msg, WorkerFailed):
+                raise KctlError(f"worker {msg.worker} failed: {msg.error.splitlines()[0]}")
+            else:
+                other.append(msg)
+        return other
 
     def _drain_after_stop(self, reports, stats: RunStats, acked, failures, finished) -> None:
         deadline = time.monotonic() + self.spec.stop_grace_s + 10

@@ -49,7 +49,7 @@ from kctl.protocol.batch_builder import BatchTemplate
 from kctl.protocol.compression import Compression
 from kctl.protocol.records import Header
 from kctl.stats.latency import LatencyRecorder
-from kctl.stats.report import WorkerFailed, WorkerInterval
+from kctl.stats.report import WorkerFailed, WorkerInterval, WorkerReady
 
 SLICE_MAX = 256
 ID_HEADERS = ("kctl-seq", "kctl-ts-ns")
@@ -105,9 +105,29 @@ def const_headers(spec: WorkerSpec) -> tuple[Header, ...]:
     return tuple(hdrs)
 
 
+class StartGate:
+    """The common start of a run: each worker says it is ready, then waits until the
+    parent has heard from every worker and published the start time. Starting from
+    a fixed delay instead would let a slow process start (a loaded machine) turn the
+    first seconds of the schedule into one burst."""
+
+    def __init__(self, go: Any, start_wall_ns: Any) -> None:
+        self.go = go                        # multiprocessing Event
+        self.start_wall_ns = start_wall_ns  # multiprocessing Value('q')
+
+    def wait(self, worker: int, reports: Any, stop: Any) -> int | None:
+        reports.put(WorkerReady(worker))
+        while not self.go.wait(0.05):
+            if stop.is_set():
+                return None
+        return int(self.start_wall_ns.value)
+
+
 class Worker:
-    def __init__(self, spec: WorkerSpec, reports: Any, stop: Any) -> None:
+    def __init__(self, spec: WorkerSpec, reports: Any, stop: Any,
+                 start_gate: StartGate | None = None) -> None:
         self.spec = spec
+        self.start_gate = start_gate
         self.reports = reports
         self.stop = stop
         self.clock = SystemClock()
@@ -115,16 +135,20 @@ class Worker:
         self.acked = AckedRuns()
         self.config = ProducerConfig.from_properties(spec.properties)
         self.producer = Producer(self.config, clock=self.clock, on_batch_done=self._on_batch_done)
+        self._set_start(spec.start_wall_ns)
+        self.seq = 0
+        self.rng = random.Random(spec.seed * 1000 + spec.worker)
+        self._interval_start_wall = self.clock.wall_ns()
+        self._interval_warmup = False
+        self.abandoned = 0
+
+    def _set_start(self, start_wall_ns: int) -> None:
+        spec = self.spec
         now_mono, now_wall = self.clock.now_ns(), self.clock.wall_ns()
-        start_mono = now_mono + (spec.start_wall_ns - now_wall)
+        start_mono = now_mono + (start_wall_ns - now_wall)
         self.schedule = Schedule(spec.schedule_rate, start_mono, spec.schedule_phase_ns,
                                  spec.num_records, spec.duration_ns)
         self.warmup_end_ns = start_mono + spec.warmup_ns
-        self.seq = 0
-        self.rng = random.Random(spec.seed * 1000 + spec.worker)
-        self._interval_start_wall = now_wall
-        self._interval_warmup = False
-        self.abandoned = 0
 
     # -- completions ---------------------------------------------------------------------
     def _in_warmup(self, now_ns: int) -> bool:
@@ -155,6 +179,12 @@ class Worker:
                                  id_headers=ID_HEADERS if spec.id_headers else None)
         value_size = pool.value_size
         record_bytes = template.record_size(value_size if value_size is not None else round(pool.mean_size))
+        if self.start_gate is not None:
+            start = self.start_gate.wait(spec.worker, self.reports, self.stop)
+            if start is None:       # stopped before the start
+                self._finish()
+                return
+            self._set_start(start)
         sched = self.schedule
         step = sched.interval_ns
         part_i = self.rng.randrange(len(partitions))
@@ -243,14 +273,14 @@ class Worker:
         self._interval_warmup = self._in_warmup(self.clock.now_ns())
 
 
-def run_worker(spec: WorkerSpec, reports: Any, stop: Any) -> None:
+def run_worker(spec: WorkerSpec, reports: Any, stop: Any, start_gate: StartGate | None = None) -> None:
     """Process entry point: every failure reaches the parent as ``WorkerFailed``.
 
     Ctrl-C reaches every process of the terminal's group; workers ignore it and
     stop through ``stop``, set by the parent, so they still flush and report."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     try:
-        Worker(spec, reports, stop).run()
+        Worker(spec, reports, stop, start_gate).run()
     except KctlError as e:
         reports.put(WorkerFailed(spec.worker, str(e)))
     except KeyboardInterrupt:

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 
 from kctl.engine.metrics import MetricsSnapshot
 
-__all__ = ["WorkerFailed", "WorkerInterval"]
+__all__ = ["WorkerFailed", "WorkerInterval", "WorkerReady"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,3 +43,10 @@ class WorkerInterval:
 class WorkerFailed:
     worker: int
     error: str                    # one line: exception type and message
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerReady:
+    """The worker has its metadata and connections and waits for the common start."""
+
+    worker: int

@@ -34,14 +34,21 @@ def summary_of(path: Path) -> dict:
 
 def test_rate_run_with_outputs_and_verify(broker, tmp_path):
     out, hlog = tmp_path / "s.json", tmp_path / "run.hlog"
-    r = kctl("produce", "-b", broker.bootstrap, "-t", "cli-rate", "--rate", "4000", "--duration", "3s",
+    r = kctl("produce", "-b", broker.bootstrap, "-t", "cli-rate", "--rate", "4000", "--duration", "5s",
              "--workers", "2", "--interval", "1", "--json-out", str(out), "--hdr-out", str(hlog),
              "--verify")
     s = summary_of(out)
-    assert s["counts"]["acked"] == s["counts"]["sent"] > 0 and s["counts"]["failed"] == 0
-    # Within 1% of the target over the measured span.
-    assert abs(s["rates"]["records_per_s"] - 4000) / 4000 < 0.01
+    assert s["counts"]["acked"] == s["counts"]["sent"] == 20_000 and s["counts"]["failed"] == 0
     assert s["rates"]["target_records_per_s"] == 4000
+    # The whole run's rate includes the wait for the last acknowledgements (as
+    # kafka-producer-perf-test counts it); in the steady state, interval by interval,
+    # the achieved rate is within 1% of the target.
+    assert abs(s["rates"]["records_per_s"] - 4000) / 4000 < 0.05
+    intervals = [i for i in read_interval_log(hlog) if i.tag == "send"]
+    steady = intervals[1:-1]
+    assert steady, "a 5 s run at 1 s intervals has steady-state intervals"
+    achieved = sum(i.histogram.get_total_count() for i in steady) / sum(i.end_s - i.start_s for i in steady)
+    assert abs(achieved - 4000) / 4000 < 0.01
     for clock in ("intended", "send", "request"):
         lat = s["latency"][clock]
         assert set(lat) >= {"p50_ms", "p90_ms", "p99_ms", "p999_ms", "p9999_ms", "max_ms", "mean_ms", "count"}
