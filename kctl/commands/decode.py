@@ -113,7 +113,7 @@ def decode(
     if summ is not None:
         s = summ.to_dict()
         if json_out:
-            out.print(report.dumps(s), markup=False)
+            _line(out, report.dumps(s))
         else:
             for t in _summary_tables(s):
                 out.print(t)
@@ -136,17 +136,24 @@ def _emit(f: DecodedFrame, json_out: bool, verbose: bool, records: bool, fmt: st
             if topics and rv.topic not in topics:
                 continue
             if json_out:
-                out.print(report.dumps(report.record_json(rv)), markup=False)
+                _line(out, report.dumps(report.record_json(rv)))
             else:
-                out.print(report.format_record(fmt, rv), markup=False)
+                _line(out, report.format_record(fmt, rv))
         return
     if json_out:
-        out.print(report.dumps(report.frame_json(f)), markup=False)
+        _line(out, report.dumps(report.frame_json(f)))
     elif verbose:
         from kctl.ui.decode_view import frame_tree
         out.print(frame_tree(f))
     else:
-        out.print(report.frame_line(f), markup=False)
+        _line(out, report.frame_line(f))
+
+
+def _line(out: Console, text: str) -> None:
+    """Plain text straight to the console's file: Rich's print scans every line
+    for emoji codes and wraps it (most of --json's time on captures with big
+    record sets), and these lines are already final."""
+    out.file.write(text + "\n")
 
 
 def _decode_hex(api_keys: set[int], version: int | None, json_out: bool, verbose: bool,

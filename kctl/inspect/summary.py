@@ -92,7 +92,9 @@ class CaptureSummary:
         for m in f.marks:
             self.marks[m] += 1
         name = f.api_name or ("unmatched" if "unmatched" in f.marks else f"api{f.api_key}")
-        st = self.apis.setdefault(name, ApiStats())
+        st = self.apis.get(name)
+        if st is None:      # not setdefault: an ApiStats allocates a histogram
+            st = self.apis[name] = ApiStats()
         if f.direction == "request":
             st.requests += 1
             st.request_bytes += f.size + 4
