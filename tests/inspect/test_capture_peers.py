@@ -203,6 +203,7 @@ def _confluent(broker, path: Path) -> Capture:
         new = [NewTopic(t, len(PER_PARTITION), 1) for t in (*topics.values(), txn_topic, doomed)]
         for f in admin.create_topics(new, operation_timeout=10).values():
             f.result(10)
+        facts["created"], facts["doomed"] = sorted(t.topic for t in new), doomed
         (node,) = admin.describe_cluster().result(10).nodes
         for f in admin.describe_configs([ConfigResource("topic", topics["none"]),
                                          ConfigResource("broker", str(node.id))]).values():
@@ -387,3 +388,16 @@ def test_consumer_group_rebalance_on_the_wire(confluent_capture: Capture) -> Non
     assert len(syncs) >= 3 and all(f.body.assignment for f in syncs)
     leaves = _frames(capture, "LeaveGroup", "request")
     assert len(leaves) == 2
+
+
+def test_admin_calls_on_the_wire(confluent_capture: Capture) -> None:
+    capture = confluent_capture
+    (create,) = _frames(capture, "CreateTopics", "response")
+    assert sorted(t.name for t in create.body.topics) == capture.facts["created"]
+    assert {t.error_code for t in create.body.topics} == {0}
+    (delete,) = _frames(capture, "DeleteTopics", "response")
+    assert [(r.name, r.error_code) for r in delete.body.responses] == [(capture.facts["doomed"], 0)]
+    (configs,) = _frames(capture, "DescribeConfigs", "response")
+    assert sorted(r.resource_type for r in configs.body.results) == [2, 4]   # topic, broker
+    (groups,) = _frames(capture, "ListGroups", "response")
+    assert any(g.group_id.startswith("ck-group-") for g in groups.body.groups)
