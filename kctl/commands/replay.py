@@ -1,0 +1,86 @@
+"""kctl replay: produce a dataset (Parquet/JSON/CSV) from Spark executors (thin: options -> kctl.spark.replay)."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from kctl.errors import ConfigError
+
+
+def replay(
+    dataset: str = typer.Argument(..., help="Parquet, JSON or CSV file or directory."),
+    topic: str = typer.Option(..., "-t", "--topic", help="Topic; created when missing."),
+    bootstrap_server: Optional[str] = typer.Option(
+        None, "-b", "--bootstrap-server", help="Brokers (host:port,...). None: start the embedded broker."),
+    fmt: Optional[str] = typer.Option(None, "--format", help="parquet | json | csv (default: from the name)."),
+    key_col: Optional[str] = typer.Option(None, "--key-col", help="Column for the record key (default: no key)."),
+    value_col: Optional[str] = typer.Option(None, "--value-col", help="Column for the value (default: the whole row as JSON)."),
+    value_format: str = typer.Option("json", "--value-format", help="json | raw."),
+    rate: float = typer.Option(0.0, "--rate", help="Records/s over all tasks; 0 = as fast as possible."),
+    master: Optional[str] = typer.Option(None, "--master", help="Spark master URL (default local[*])."),
+    tasks: Optional[int] = typer.Option(None, "--tasks", help="Producing tasks (default: the cluster's slots)."),
+    partitions: int = typer.Option(6, "--partitions", help="Partitions for a topic kctl creates."),
+    properties: list[str] = typer.Option([], "-X", help="Producer property name=value (Kafka names; repeatable)."),
+    producer_config: list[str] = typer.Option([], "--producer-config", help="Java .properties file of producer properties."),
+    hdr_out: Optional[Path] = typer.Option(None, "--hdr-out", help="Write the HdrHistogram interval log (.hlog)."),
+    json_out: Optional[Path] = typer.Option(None, "--json-out", help="Write the summary JSON."),
+    interval: float = typer.Option(1.0, "--interval", help="Seconds between interval reports."),
+    verify: bool = typer.Option(False, "--verify", help="Read the topic back; report lost, duplicated, reordered records."),
+    quiet: bool = typer.Option(False, "--quiet", help="Print only the summary."),
+) -> None:
+    """Produce the rows of a dataset to a topic from Spark executors, reported like kctl produce."""
+    import time
+
+    from rich.console import Console
+
+    from kctl.load.produce import ProduceOptions, execute, prepare
+    from kctl.spark.replay import read_dataset, records_frame, replay_run_factory
+    from kctl.spark.session import available_slots, spark_session
+    from kctl.ui.produce_view import plain_line, summary_line
+    err = Console(stderr=True)
+    spark = spark_session(master, app_name="kctl replay")
+    records = records_frame(read_dataset(spark, dataset, fmt), key_col=key_col, value_col=value_col,
+                            value_format=value_format).cache()
+    count = records.count()
+    if count == 0:
+        raise ConfigError(f"{dataset}: no rows to replay")
+    n = min(tasks if tasks is not None else available_slots(spark), count)
+    plan = prepare(ProduceOptions(
+        bootstrap=bootstrap_server, topic=topic, partitions=partitions, rate=rate, num_records=count,
+        properties=tuple(properties), producer_config=tuple(producer_config), workers=n,
+        interval=interval, verify=verify, payload="zeros", record_size=0))
+
+    def on_event(message: str) -> None:
+        if not quiet:
+            err.print(message, highlight=False)
+
+    def on_round(stats, closed: int) -> None:
+        if not quiet:
+            print(plain_line(stats.snapshot(time.time_ns())), flush=True)
+
+    on_event(f"replaying {count} rows of {dataset} with {n} Spark task(s)")
+    outcome = execute(plan, on_event=on_event, on_round=on_round,
+                      hdr_out=str(hdr_out) if hdr_out else None,
+                      run_factory=replay_run_factory(records, keyed=key_col is not None, master=master))
+    summary = dict(outcome.summary)
+    summary["config"] = dict(summary.get("config", {}), dataset=dataset, key_col=key_col,
+                             value_col=value_col, value_format=value_format,
+                             record_size=None, payload="dataset")
+    if json_out:
+        json_out.write_text(json.dumps(summary, indent=2) + "\n")
+    print(summary_line(summary))
+    if outcome.verify is not None:
+        v = outcome.verify
+        print(f"verify: {v.expected} acknowledged, {v.found} found, {v.lost} lost, "
+              f"{v.duplicated} duplicated, {v.reordered} reordered, {v.misplaced} misplaced")
+        if not v.ok:
+            sys.exit(1)
+
+
+def register(app: typer.Typer) -> None:
+    app.command("replay")(replay)

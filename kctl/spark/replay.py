@@ -1,0 +1,139 @@
+"""``kctl replay``: a dataset (Parquet, JSON, CSV) produced to a topic from Spark executors.
+
+How this works
+--------------
+The driver reads the dataset with Spark and maps its columns to records:
+
+- key: ``--key-col`` (binary as is, anything else as UTF-8 text), or no key;
+- value: ``--value-col`` or, without it, the whole row. ``--value-format json``
+  writes struct/map/array values (and the whole row) as JSON text and takes a
+  string column to hold JSON already; ``raw`` writes the column's bytes
+  (binary as is, anything else as UTF-8 text).
+
+The records are spread over ``tasks`` partitions (a round-robin repartition:
+the dataset's row order is not kept) that run as one barrier stage, like
+``produce --spark`` (kctl/spark/load.py): each task lays its partition's
+records out as the worker's payload and key pool, in order, and runs the same
+``Worker`` loop once through them at its share of ``--rate`` (0: as fast as it
+can), with the identity headers, so ``--verify`` checks every record. Reports
+are merged by ``RunStats`` exactly as a local ``kctl produce`` run.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import replace
+from typing import Any
+
+from kctl.errors import ConfigError
+from kctl.load.payload import KeySpec, PayloadPool
+from kctl.load.run import LoadResult, LoadSpec
+from kctl.load.worker import WorkerSpec
+from kctl.spark.load import START_DELAY_S, SparkLoadRun, run_reports_job, run_worker_task
+from kctl.spark.session import check_barrier_slots, spark_session
+
+FORMATS = ("parquet", "json", "csv")
+
+
+def read_dataset(spark: Any, path: str, fmt: str | None = None) -> Any:
+    if fmt is None:
+        probe = path.rstrip("/")
+        ext = os.path.splitext(probe)[1].lstrip(".").lower()
+        if ext in ("jsonl", "ndjson"):
+            ext = "json"
+        if ext not in FORMATS and os.path.isdir(probe):
+            names = [n for n in os.listdir(probe) if not n.startswith((".", "_"))]
+            exts = {os.path.splitext(n.replace(".snappy", ""))[1].lstrip(".") for n in names}
+            ext = next((e for e in FORMATS if e in exts), ext)
+        fmt = ext
+    if fmt not in FORMATS:
+        raise ConfigError(f"cannot tell the format of {path!r}: give --format parquet, json or csv")
+    if not os.path.exists(path) and "://" not in path:
+        raise ConfigError(f"no such dataset: {path}")
+    reader = spark.read.format(fmt)
+    if fmt == "csv":
+        reader = reader.option("header", "true").option("inferSchema", "true")
+    return reader.load(path)
+
+
+def records_frame(df: Any, *, key_col: str | None, value_col: str | None, value_format: str) -> Any:
+    """The dataset as two binary columns ``k`` and ``v``."""
+    from pyspark.sql import functions as F
+    from pyspark.sql import types as T
+    if value_format not in ("json", "raw"):
+        raise ConfigError(f"--value-format must be json or raw, not {value_format!r}")
+    for c in (key_col, value_col):
+        if c is not None and c not in df.columns:
+            raise ConfigError(f"no column {c!r} in the dataset (columns: {', '.join(df.columns)})")
+
+    def as_bytes(col: Any, dtype: Any) -> Any:
+        return col if isinstance(dtype, T.BinaryType) else F.encode(col.cast("string"), "UTF-8")
+
+    if value_col is None:
+        if value_format == "raw":
+            raise ConfigError("--value-format raw needs --value-col (a whole row has no raw form)")
+        value = F.encode(F.to_json(F.struct(*[F.col(c) for c in df.columns])), "UTF-8")
+    else:
+        dtype = df.schema[value_col].dataType
+        complex_type = isinstance(dtype, (T.StructType, T.MapType, T.ArrayType))
+        if value_format == "json" and complex_type:
+            value = F.encode(F.to_json(F.col(value_col)), "UTF-8")
+        elif complex_type:
+            raise ConfigError(f"--value-format raw: column {value_col!r} is {dtype.simpleString()}, "
+                              "not bytes or text (use --value-format json)")
+        else:
+            value = as_bytes(F.col(value_col), dtype)
+    key = as_bytes(F.col(key_col), df.schema[key_col].dataType) if key_col else F.lit(None).cast("binary")
+    return df.select(key.alias("k"), value.alias("v"))
+
+
+def _replay_partition(specs: list[WorkerSpec], keyed: bool, listener: tuple[str, int] | None,
+                      start_delay_s: float) -> Callable[[int, Iterable[Any]], Iterator[Any]]:
+    def run(index: int, rows: Iterable[Any]) -> Iterator[Any]:
+        keys: list[bytes | None] = []
+        values: list[bytes] = []
+        for k, v in rows:
+            keys.append(bytes(k) if k is not None else None)
+            values.append(bytes(v) if v is not None else b"")
+        spec = specs[index]
+        if values:
+            sizes = {len(v) for v in values}
+            spec = replace(spec, num_records=len(values),
+                           payload=PayloadPool(tuple(values), sizes.pop() if len(sizes) == 1 else None),
+                           keys=KeySpec("file", keys=tuple(keys)) if keyed else KeySpec("none"))
+        yield from run_worker_task(spec, listener, start_delay_s)
+    return run
+
+
+class ReplayRun(SparkLoadRun):
+    """``SparkLoadRun`` whose tasks take their records from the dataset."""
+
+    def __init__(self, spec: LoadSpec, records: Any, *, keyed: bool, **kwargs: Any) -> None:
+        super().__init__(spec, **kwargs)
+        self.records = records
+        self.keyed = keyed
+
+    def run(self) -> LoadResult:
+        spark = spark_session(self.master)
+        check_barrier_slots(spark, self.spec.workers)
+        specs = self.worker_specs()
+        n = len(specs)
+
+        def job(listener: tuple[str, int] | None) -> list:
+            rdd = self.records.rdd.map(lambda r: (r[0], r[1])).repartition(n).barrier()
+            fn = _replay_partition(specs, self.keyed, listener, self.start_delay_s)
+            self.reports = rdd.mapPartitionsWithIndex(fn).collect()
+            return self.reports
+
+        return run_reports_job(spark, self.spec, job, config_for_summary=self.config_for_summary,
+                               hdr_out=self.hdr_out, on_round=self.on_round, live=self.live,
+                               owner=self, description=f"kctl replay ({n} tasks)")
+
+
+def replay_run_factory(records: Any, *, keyed: bool, master: str | None,
+                       start_delay_s: float = START_DELAY_S) -> Callable[..., ReplayRun]:
+    def make(spec: LoadSpec, **kwargs: Any) -> ReplayRun:
+        return ReplayRun(spec, records, keyed=keyed, master=master, start_delay_s=start_delay_s,
+                         **kwargs)
+    return make
