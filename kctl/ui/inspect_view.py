@@ -18,18 +18,11 @@ from rich.text import Text
 
 from kctl.inspect.proxy import FrameEvent
 from kctl.inspect.proxy_stats import StatsSnapshot
+from kctl.ui.units import human_bytes
 
 
 def _ms(us: float) -> str:
     return f"{us / 1000:.1f}"
-
-
-def _bytes(n: float) -> str:
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if abs(n) < 1024 or unit == "GiB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1024
-    return f"{n:.1f} GiB"
 
 
 class InspectView:
@@ -55,7 +48,7 @@ class InspectView:
         for name in sorted(s.apis):
             a = s.apis[name]
             rps, bps = rates.get(name, (0.0, 0.0))
-            apis.add_row(name, f"{rps:.1f}", _bytes(bps) + "/s", str(a.requests), str(a.responses),
+            apis.add_row(name, f"{rps:.1f}", human_bytes(bps) + "/s", str(a.requests), str(a.responses),
                          _ms(a.latency_us[50.0]), _ms(a.latency_us[99.0]), _ms(a.latency_us[99.9]),
                          _ms(a.latency_max_us), str(a.throttled), str(a.throttle_ms_max))
         conns = Table(title="connections", expand=False)
@@ -83,7 +76,7 @@ def stats_lines(snapshot: StatsSnapshot, previous: StatsSnapshot | None = None) 
     for name in sorted(snapshot.apis):
         a = snapshot.apis[name]
         rps, bps = rates.get(name, (0.0, 0.0))
-        yield (f"{name}: {rps:.1f} req/s {_bytes(bps)}/s requests={a.requests} responses={a.responses} "
+        yield (f"{name}: {rps:.1f} req/s {human_bytes(bps)}/s requests={a.requests} responses={a.responses} "
                f"p50={_ms(a.latency_us[50.0])}ms p99={_ms(a.latency_us[99.0])}ms "
                f"max={_ms(a.latency_max_us)}ms throttled={a.throttled}")
     yield (f"connections open={len(snapshot.connections)} total={snapshot.connections_total} "

@@ -21,6 +21,7 @@ from rich.text import Text
 
 from kctl.stats.aggregate import DashboardState
 from kctl.stats.latency import CLOCKS, LatencyFigures
+from kctl.ui.units import human_bytes
 
 __all__ = ["ProduceDashboard", "plain_line", "summary_line", "summary_renderable"]
 
@@ -43,14 +44,6 @@ def _ms(v: float) -> str:
 
 def _rate(v: float | None) -> str:
     return "max" if v is None else f"{v:,.0f}"
-
-
-def _bytes(n: float) -> str:
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if abs(n) < 1024 or unit == "GiB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1024
-    return f"{n:.1f} GiB"
 
 
 def _counts(d: Mapping[str, int], limit: int = 4) -> str:
@@ -151,7 +144,7 @@ class ProduceDashboard:
         b.add_row("batch fill", f"{100 * s.batch_fill:.0f}%")
         b.add_row("accumulator time", f"{s.queue_time_ms:.2f} ms")
         used_pct = 100 * s.buffer_used / s.buffer_total if s.buffer_total else 0.0
-        b.add_row("buffer pool", f"{_bytes(s.buffer_used)} / {_bytes(s.buffer_total)} ({used_pct:.0f}%)")
+        b.add_row("buffer pool", f"{human_bytes(s.buffer_used)} / {human_bytes(s.buffer_total)} ({used_pct:.0f}%)")
         b.add_row("throttled", f"{s.throttle_time_ms:,} ms in {s.throttled_requests:,} requests")
         b.add_row("retries", f"{s.retries:,}")
 

@@ -20,29 +20,16 @@ from kctl.inspect.session import DecodedFrame  # noqa: E402
 from tests.protocol.test_messages_kio import _kio_entity, compare as _compare  # noqa: E402
 
 
+def _minus_one_timestamp(kio_obj, kctl_obj, path: str) -> bool:
+    """A representation difference real traffic shows and random messages did not:
+    kio reads a -1 timestamp (``log_append_time_ms`` when the broker did not assign
+    one) as None."""
+    return kio_obj is None and kctl_obj == -1 and path.endswith(("_ms", "timestamp"))
+
+
 def compare(kio_obj, kctl_obj, path: str) -> None:
-    """tests/protocol/test_messages_kio.py's comparison, plus one representation
-    difference real traffic shows and random messages did not: kio reads a -1
-    timestamp (``log_append_time_ms`` when the broker did not assign one) as None."""
-    import dataclasses
-    if dataclasses.is_dataclass(kio_obj):
-        for f in dataclasses.fields(kio_obj):
-            name = f.name
-            if not hasattr(kctl_obj, name) and hasattr(kctl_obj, name + "_ms"):
-                name += "_ms"
-            elif not hasattr(kctl_obj, name) and name.endswith("_"):
-                name = name[:-1]
-            assert hasattr(kctl_obj, name), f"{path}.{f.name}: kctl has no such field"
-            compare(getattr(kio_obj, f.name), getattr(kctl_obj, name), f"{path}.{name}")
-        return
-    if isinstance(kio_obj, tuple):
-        assert kctl_obj is not None and len(kio_obj) == len(kctl_obj), path
-        for i, (a, b) in enumerate(zip(kio_obj, kctl_obj)):
-            compare(a, b, f"{path}[{i}]")
-        return
-    if kio_obj is None and kctl_obj == -1 and path.endswith(("_ms", "timestamp")):
-        return
-    _compare(kio_obj, kctl_obj, path)
+    """tests/protocol/test_messages_kio.py's comparison, tolerating kio's None for -1."""
+    _compare(kio_obj, kctl_obj, path, _minus_one_timestamp)
 
 
 def kio_knows(f: DecodedFrame) -> bool:

@@ -56,7 +56,9 @@ def _kio_to_plain(value, kctl_value):
     return value
 
 
-def compare(kio_obj, kctl_obj, path: str) -> None:
+def compare(kio_obj, kctl_obj, path: str, tolerate=None) -> None:
+    """Field-by-field equality; ``tolerate(kio, kctl, path)`` may accept a known
+    representation difference at a leaf."""
     if dataclasses.is_dataclass(kio_obj):
         for f in dataclasses.fields(kio_obj):
             kv = getattr(kio_obj, f.name)
@@ -66,12 +68,14 @@ def compare(kio_obj, kctl_obj, path: str) -> None:
             elif not hasattr(kctl_obj, name) and name.endswith("_"):
                 name = name[:-1]  # kio escapes builtins: id -> id_
             assert hasattr(kctl_obj, name), f"{path}.{f.name}: kctl has no such field"
-            compare(kv, getattr(kctl_obj, name), f"{path}.{name}")
+            compare(kv, getattr(kctl_obj, name), f"{path}.{name}", tolerate)
         return
     if isinstance(kio_obj, tuple):
         assert kctl_obj is not None and len(kio_obj) == len(kctl_obj), path
         for i, (a, b) in enumerate(zip(kio_obj, kctl_obj)):
-            compare(a, b, f"{path}[{i}]")
+            compare(a, b, f"{path}[{i}]", tolerate)
+        return
+    if tolerate is not None and tolerate(kio_obj, kctl_obj, path):
         return
     got = _kio_to_plain(kio_obj, kctl_obj)
     if isinstance(got, float) and isinstance(kctl_obj, float):
