@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import queue
 import signal
+import ssl
 import sys
 import time
 from types import FrameType
 
 import typer
 
+from kctl.config import ProducerConfig, Setting, parse_assignment
 from kctl.errors import ConfigError
 from kctl.inspect.faults import ErrorRewrite, FaultPlan
 from kctl.inspect.proxy import FrameEvent, InspectorProxy, parse_hostport
@@ -42,6 +44,31 @@ def _describe(plan: FaultPlan) -> str:
     return ", ".join(parts)
 
 
+def upstream_context(properties: list[str], *, tls: bool, ca: str | None, cert: str | None,
+                     key: str | None) -> ssl.SSLContext | None:
+    """The upstream TLS context from ``-X`` client properties (security.protocol, ssl.*), read
+    as every kctl client reads them (``engine.tls.context_for``); the ``--upstream-*`` flags
+    are shorthands for those properties and win over them."""
+    settings = [parse_assignment(x, "-X") for x in properties]
+    for flag, name, value in (("--upstream-tls", "security.protocol", "SSL" if tls else None),
+                              ("--upstream-ca", "ssl.ca.location", ca),
+                              ("--upstream-cert", "ssl.certificate.location", cert),
+                              ("--upstream-key", "ssl.key.location", key)):
+        if value is not None:
+            settings.append(Setting(name, value, flag))
+    security = ProducerConfig.from_settings(settings).security
+    if security.uses_sasl:
+        raise ConfigError("kctl inspect passes SASL through from its clients: give the upstream "
+                          "security.protocol as SSL or PLAINTEXT, and SASL settings to the client")
+    if not security.uses_tls:
+        if any(x.split("=", 1)[0].strip().startswith("ssl.") for x in properties) or ca or cert or key:
+            raise ConfigError("upstream ssl.* settings given without TLS: add --upstream-tls "
+                              "(or -X security.protocol=SSL)")
+        return None
+    from kctl.engine.tls import context_for
+    return context_for(security)
+
+
 def inspect(
     listen: str = typer.Option("127.0.0.1:9092", "--listen", help="HOST:PORT of the first listener."),
     upstream: list[str] = typer.Option(..., "--upstream", help="Broker HOST:PORT to front (repeatable)."),
@@ -65,10 +92,42 @@ def inspect(
                                         help="Present the one upstream broker as N brokers."),
     show: str = typer.Option("stats", "--show", help="stats (live view) or frames (one line per frame)."),
     duration: float = typer.Option(None, "--duration", min=0.0, help="Stop after S seconds."),
+    listen_tls_cert: str = typer.Option(None, "--listen-tls-cert",
+                                        help="Terminate TLS from clients with this PEM certificate chain."),
+    listen_tls_key: str = typer.Option(None, "--listen-tls-key",
+                                       help="The listener certificate's PEM key (if not in the cert file)."),
+    upstream_tls: bool = typer.Option(False, "--upstream-tls",
+                                      help="Speak TLS to the brokers (= -X security.protocol=SSL)."),
+    upstream_ca: str = typer.Option(None, "--upstream-ca", help="CA file for the brokers' certificates "
+                                    "(= -X ssl.ca.location; default: the system's CAs)."),
+    upstream_cert: str = typer.Option(None, "--upstream-cert",
+                                      help="Client certificate for the brokers (= -X ssl.certificate.location)."),
+    upstream_key: str = typer.Option(None, "--upstream-key",
+                                     help="Its key (= -X ssl.key.location)."),
+    properties: list[str] = typer.Option([], "-X", help="Upstream client property name=value "
+                                         "(security.protocol=SSL, ssl.*; host names are checked unless "
+                                         "ssl.endpoint.identification.algorithm= is empty)."),
+    show_secrets: bool = typer.Option(False, "--show-secrets",
+                                      help="Show SaslAuthenticate credentials in --show frames "
+                                           "(redacted by default)."),
 ) -> None:
-    """Run a transparent Kafka proxy: live stats or frames, pcapng capture, fault injection."""
+    """Run a transparent Kafka proxy: live stats or frames, pcapng capture, fault injection.
+
+    With --listen-tls-cert the proxy terminates TLS from clients; with --upstream-tls it
+    speaks TLS to the brokers; either way it sees and decodes the Kafka frames. The
+    --capture file holds those frames in clear, as the proxy forwards them (no TLS),
+    SASL credentials included: treat it as a secret (kctl decode redacts them on display).
+    """
     if show not in ("stats", "frames"):
         raise ConfigError(f"--show {show!r}: expected stats or frames")
+    if listen_tls_key and not listen_tls_cert:
+        raise ConfigError("--listen-tls-key needs --listen-tls-cert")
+    listen_context = None
+    if listen_tls_cert:
+        from kctl.engine.tls import listener_context
+        listen_context = listener_context(listen_tls_cert, listen_tls_key)
+    up_context = upstream_context(properties, tls=upstream_tls, ca=upstream_ca, cert=upstream_cert,
+                                  key=upstream_key)
     host, port = parse_hostport(listen, what="--listen")
     lose_rate, lose_limit = FaultPlan.parse_lose(lose_records) if lose_records else (0.0, None)
     plan = FaultPlan(
@@ -79,12 +138,16 @@ def inspect(
     lines: queue.SimpleQueue[FrameEvent] = queue.SimpleQueue()
     proxy = InspectorProxy(upstream, host, port, faults=plan, capture=capture,
                            virtual_brokers=virtual_brokers,
-                           on_frame=lines.put if show == "frames" else None)
+                           on_frame=lines.put if show == "frames" else None,
+                           listen_ssl_context=listen_context, upstream_ssl_context=up_context,
+                           show_secrets=show_secrets)
     previous_int = signal.signal(signal.SIGINT, signal.default_int_handler)
     previous_term = signal.signal(signal.SIGTERM, _sigterm_as_interrupt)
     try:
         with proxy:
-            _run(proxy, show, lines, duration, _describe(plan))
+            _run(proxy, show, lines, duration, _describe(plan),
+                 tls=", ".join(n for n, c in (("TLS from clients", listen_context),
+                                              ("TLS upstream", up_context)) if c is not None))
     except KeyboardInterrupt:
         pass
     finally:
@@ -95,12 +158,13 @@ def inspect(
 
 
 def _run(proxy: InspectorProxy, show: str, lines: queue.SimpleQueue, duration: float | None,
-         faults: str) -> None:
+         faults: str, tls: str = "") -> None:
     from kctl.ui.inspect_view import InspectView, frame_line, stats_lines
 
     listeners = [f"{h}:{p}" for h, p in proxy.listeners]
     typer.echo(f"kctl inspect: listening on {', '.join(listeners)} -> "
                f"{', '.join(f'{h}:{p}' for h, p in proxy.upstreams)}"
+               + (f" ({tls})" if tls else "")
                + (f" (faults: {faults})" if faults else ""), err=True)
     deadline = None if duration is None else time.monotonic() + duration
 

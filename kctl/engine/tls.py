@@ -6,6 +6,9 @@ Both clients wrap their sockets with ``context_for(security)`` and
 metadata), so host name verification checks what the user or the cluster named
 (Java's ``ssl.endpoint.identification.algorithm=https``, the default; empty
 turns it off, the CA check stays).
+
+``listener_context(cert, key)`` is the server side, for ``kctl inspect`` terminating
+TLS from clients (its upstream side uses ``context_for`` like every other client).
 """
 
 from __future__ import annotations
@@ -16,7 +19,7 @@ from functools import lru_cache
 from kctl.config import SecurityConfig
 from kctl.errors import AuthenticationError, ConfigError
 
-__all__ = ["context_for", "tls_failure"]
+__all__ = ["context_for", "listener_context", "tls_failure"]
 
 
 @lru_cache(maxsize=8)
@@ -43,6 +46,21 @@ def context_for(security: SecurityConfig) -> ssl.SSLContext:
                 + " (wrong ssl.key.password?)" * (security.ssl_key_password is not None)) from None
     elif security.ssl_key_location:
         raise ConfigError("ssl.key.location is set but ssl.certificate.location is not")
+    return ctx
+
+
+def listener_context(certificate_location: str, key_location: str | None = None,
+                     key_password: str | None = None) -> ssl.SSLContext:
+    """A server context presenting ``certificate_location`` (PEM chain; the key may be in
+    the same file). Clients are not asked for a certificate."""
+    ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    try:
+        ctx.load_cert_chain(certificate_location, key_location, password=key_password)
+    except (OSError, ssl.SSLError) as e:
+        raise ConfigError(
+            f"cannot load the listener certificate {certificate_location!r}"
+            + (f" / key {key_location!r}" if key_location else "")
+            + f": {getattr(e, 'strerror', None) or getattr(e, 'reason', None) or e}") from None
     return ctx
 
 

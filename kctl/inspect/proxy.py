@@ -32,6 +32,18 @@ design (one processor per process, each binding the listeners with SO_REUSEPORT
 so the kernel spreads connections, sending ``ProxyStats.snapshot()`` to the
 parent that renders) only needs a different driver around ``Processor``.
 
+TLS: with ``listen_ssl_context`` the proxy terminates TLS from clients, with
+``upstream_ssl_context`` it speaks TLS to the brokers (host names checked against
+the upstream address as given or as the cluster advertises it), so it still sees
+Kafka frames to decode, rewrite and break. Handshakes are non-blocking steps driven
+by the selector (``_Connection.client_hs`` / ``up_hs`` hold the readiness the TLS
+layer waits for), and a TLS read drains the records the TLS layer has already
+decrypted (``pending()``), which the selector cannot see. The capture records what
+the proxy forwards, in clear: TLS is gone from it, SASL credentials are not.
+
+Secrets: ``on_frame`` sees SaslAuthenticate bodies with ``auth_bytes`` redacted
+(as ``kctl decode`` shows them) unless ``show_secrets``.
+
 Faults are per connection and reproducible: connection ``n`` (in accept order)
 draws from a ``random.Random`` seeded with ``(seed, n)``. ``set_faults()`` swaps
 the plan while running; each connection picks it up at its next request or
@@ -43,6 +55,7 @@ from __future__ import annotations
 import collections
 import errno
 import socket
+import ssl
 import struct
 import threading
 import time
@@ -59,6 +72,7 @@ from kctl.inspect.faults import (
 )
 from kctl.inspect.proxy_stats import ProxyStats, StatsSnapshot
 from kctl.inspect.rewrite import PRODUCE, ResponseRewriter
+from kctl.inspect.session import SASL_AUTHENTICATE_KEY, redact_auth_bytes
 from kctl.protocol import messages, schema
 from kctl.protocol.error_codes import error_for
 from kctl.protocol.frames import FrameDecoder
@@ -108,6 +122,7 @@ class FrameEvent:
     upstream: str
     latency_ns: int | None = None
     fault: FaultDecision | None = None
+    redacted: bool = False          # SaslAuthenticate auth_bytes taken out of ``body``
 
     @property
     def api_name(self) -> str:
@@ -149,7 +164,7 @@ class _Connection:
     __slots__ = ("id", "listener", "client", "client_addr", "up", "up_addr", "up_connected",
                  "req_dec", "resp_dec", "in_flight", "to_up", "out", "last_release_ns",
                  "injector", "plan_gen", "client_flow", "up_flow", "up_closed", "closed",
-                 "client_mask", "up_mask", "out_bytes")
+                 "client_mask", "up_mask", "out_bytes", "client_hs", "up_hs")
 
     def __init__(self, conn_id: int, listener: _Listener, client: socket.socket,
                  client_addr: Address, up: socket.socket) -> None:
@@ -178,6 +193,42 @@ class _Connection:
         self.client_mask = 0
         self.up_mask = 0
         self.out_bytes = 0      # bytes waiting in ``out``
+        # TLS handshake in progress on that side: the selector event it waits for (0: none)
+        self.client_hs = 0
+        self.up_hs = 0
+
+
+def _recv(sock: socket.socket) -> bytes | None:
+    """What a readable socket has: ``None`` if nothing yet, ``b""`` at end of stream.
+
+    A TLS socket hands out one record per call, and records it has already decrypted
+    (``pending()``) make no selector event: read until the TLS layer wants the socket,
+    past ``_RECV_BYTES`` only while decrypted bytes are pending. A TLS error is an
+    ``OSError`` like any broken connection."""
+    if not isinstance(sock, ssl.SSLSocket):
+        try:
+            return sock.recv(_RECV_BYTES)
+        except (BlockingIOError, InterruptedError):
+            return None
+    chunks: list[bytes] = []
+    total = 0
+    while True:
+        try:
+            data = sock.recv(_RECV_BYTES)
+        except (ssl.SSLWantReadError, ssl.SSLWantWriteError, BlockingIOError, InterruptedError):
+            break
+        if not data:
+            if not chunks:
+                return b""
+            break   # the end of stream is read again at the next event
+        chunks.append(data)
+        total += len(data)
+        if total >= _RECV_BYTES and not sock.pending():
+            break
+    return b"".join(chunks) if chunks else None
+
+
+_WOULD_BLOCK: Final = (BlockingIOError, InterruptedError, ssl.SSLWantWriteError, ssl.SSLWantReadError)
 
 
 def _errors_in(body: Any) -> list[str]:
@@ -256,14 +307,19 @@ class Processor:
             elif kind == "client":
                 if obj.closed:
                     continue
-                if mask & self._selectors.EVENT_READ:
+                if obj.client_hs:
+                    self._client_handshake(obj)
+                elif mask & self._selectors.EVENT_READ:
                     self._client_readable(obj)
                 if mask & self._selectors.EVENT_WRITE and not obj.closed:
                     self._flush_client(obj, time.monotonic_ns())
             elif kind == "up":
                 if obj.closed:
                     continue
-                if mask & self._selectors.EVENT_WRITE:
+                if obj.up_hs:
+                    self._up_handshake(obj)
+                    mask &= ~self._selectors.EVENT_READ   # read at the next event if still readable
+                elif mask & self._selectors.EVENT_WRITE:
                     self._up_writable(obj)
                 if mask & self._selectors.EVENT_READ and not obj.closed:
                     self._up_readable(obj)
@@ -288,6 +344,14 @@ class Processor:
         client.setblocking(False)
         client.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         proxy = self.proxy
+        if proxy.listen_ssl_context is not None:
+            try:
+                client = proxy.listen_ssl_context.wrap_socket(client, server_side=True,
+                                                              do_handshake_on_connect=False)
+            except (OSError, ValueError):
+                self._reset(client)
+                proxy.stats.on_fault("client_tls_failed")
+                return
         try:
             family, _, _, _, sockaddr = socket.getaddrinfo(
                 listener.upstream[0], listener.upstream[1], type=socket.SOCK_STREAM)[0]
@@ -299,6 +363,8 @@ class Processor:
         up.setblocking(False)
         up.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         conn = _Connection(self._next_id, listener, client, addr[:2], up)
+        if proxy.listen_ssl_context is not None:
+            conn.client_hs = self._selectors.EVENT_READ    # the ClientHello comes first
         self._next_id += 1
         err = up.connect_ex(sockaddr)
         if err not in (0, errno.EINPROGRESS, errno.EWOULDBLOCK):
@@ -366,14 +432,19 @@ class Processor:
             if conn.up_closed:
                 self._close(conn, reason="upstream closed", client_first=False)
                 return
+        if conn.client_hs:
+            cmask = conn.client_hs
         if cmask != conn.client_mask:
             self._set_mask(conn.client, conn.client_mask, cmask, ("client", conn))
             conn.client_mask = cmask
         if conn.up_closed:
             return
-        umask = R if conn.up_connected and conn.out_bytes < _HIGH_WATER else 0
-        if conn.to_up or not conn.up_connected:
-            umask |= W
+        if conn.up_hs:
+            umask = conn.up_hs
+        else:
+            umask = R if conn.up_connected and conn.out_bytes < _HIGH_WATER else 0
+            if conn.to_up or not conn.up_connected:
+                umask |= W
         if umask != conn.up_mask:
             self._set_mask(conn.up, conn.up_mask, umask, ("up", conn))
             conn.up_mask = umask
@@ -387,13 +458,31 @@ class Processor:
             self.sel.modify(sock, new, data)
 
     # -- client side ------------------------------------------------------------------------
+    def _client_handshake(self, conn: _Connection) -> None:
+        """One step of the TLS handshake with a client (the proxy is the server)."""
+        try:
+            conn.client.do_handshake()
+        except ssl.SSLWantReadError:
+            conn.client_hs = self._selectors.EVENT_READ
+            return
+        except ssl.SSLWantWriteError:
+            conn.client_hs = self._selectors.EVENT_WRITE
+            return
+        except (OSError, ValueError) as e:
+            self.proxy.stats.on_fault("client_tls_failed")
+            self._close(conn, reason=f"TLS handshake with the client failed: {e}", reset=True)
+            return
+        conn.client_hs = 0
+        # The first request may have come with the handshake's last flight.
+        self._client_readable(conn)
+
     def _client_readable(self, conn: _Connection) -> None:
         try:
-            data = conn.client.recv(_RECV_BYTES)
-        except (BlockingIOError, InterruptedError):
-            return
+            data = _recv(conn.client)
         except OSError:
             self._close(conn, reason="client connection error", reset=True)
+            return
+        if data is None:
             return
         if not data:
             self._close(conn, reason="client closed")
@@ -449,8 +538,12 @@ class Processor:
                                             synthetic=forward is None)
         proxy.stats.on_request(conn.id, api_name(api_key), size, expects_response)
         if proxy.on_frame is not None:
+            # The body is decoded for observers only (the payload is what was forwarded).
+            redacted = (api_key == SASL_AUTHENTICATE_KEY and not proxy.show_secrets
+                        and redact_auth_bytes(body))
             proxy.emit(FrameEvent(time.time_ns(), conn.id, "request", api_key, api_version, corr,
-                                  size, body, _fmt(conn.client_addr), _fmt(conn.up_addr)))
+                                  size, body, _fmt(conn.client_addr), _fmt(conn.up_addr),
+                                  redacted=redacted))
         if forward is None:
             self._answer_unforwarded(conn)
 
@@ -462,7 +555,8 @@ class Processor:
             if chunk:
                 try:
                     n = conn.client.send(chunk)
-                except (BlockingIOError, InterruptedError):
+                except _WOULD_BLOCK:
+                    # TLS: the same bytes are sent again later (a moved buffer is allowed)
                     return
                 except OSError:
                     self._close(conn, reason="client connection error", reset=True)
@@ -495,10 +589,25 @@ class Processor:
                 local = conn.up.getsockname()[:2]
                 peer = conn.up.getpeername()[:2]
                 conn.up_flow = self.proxy.capture.open_flow(local, peer, time.time_ns())
+            context = self.proxy.upstream_ssl_context
+            if context is not None:
+                # wrap_socket detaches the plain socket: the selector must forget it first.
+                self.sel.unregister(conn.up)
+                conn.up_mask = 0
+                try:
+                    conn.up = context.wrap_socket(conn.up, server_hostname=conn.up_addr[0],
+                                                  do_handshake_on_connect=False)
+                except (OSError, ValueError) as e:
+                    self.proxy.stats.on_fault("upstream_tls_failed")
+                    self._close(conn, reason=f"TLS with {_fmt(conn.up_addr)} failed: {e}", reset=True)
+                    return
+                conn.up_hs = self._selectors.EVENT_WRITE
+                self._up_handshake(conn)
+                return
         if conn.to_up:
             try:
                 n = conn.up.send(conn.to_up)
-            except (BlockingIOError, InterruptedError):
+            except _WOULD_BLOCK:
                 return
             except OSError:
                 self._close(conn, reason="upstream connection error", reset=True, client_first=False)
@@ -507,13 +616,31 @@ class Processor:
                 conn.up_flow.data(time.time_ns(), True, memoryview(conn.to_up)[:n])
             del conn.to_up[:n]
 
+    def _up_handshake(self, conn: _Connection) -> None:
+        """One step of the TLS handshake with the broker (the proxy is the client)."""
+        try:
+            conn.up.do_handshake()
+        except ssl.SSLWantReadError:
+            conn.up_hs = self._selectors.EVENT_READ
+            return
+        except ssl.SSLWantWriteError:
+            conn.up_hs = self._selectors.EVENT_WRITE
+            return
+        except (OSError, ValueError) as e:
+            # The client sees its connection reset; the reason is kept for the owner.
+            self.proxy.stats.on_fault("upstream_tls_failed")
+            self.proxy.last_upstream_tls_error = f"TLS with {_fmt(conn.up_addr)} failed: {e}"
+            self._close(conn, reason=self.proxy.last_upstream_tls_error, reset=True)
+            return
+        conn.up_hs = 0
+
     def _up_readable(self, conn: _Connection) -> None:
         try:
-            data = conn.up.recv(_RECV_BYTES)
-        except (BlockingIOError, InterruptedError):
-            return
+            data = _recv(conn.up)
         except OSError:
             data = b""
+        if data is None:
+            return
         if not data:
             conn.up_closed = True
             try:
@@ -594,9 +721,13 @@ class Processor:
             proxy.stats.on_response(conn.id, api_name(api_key), len(data), release - arrived_ns,
                                     throttle_ms, errors)
         if proxy.on_frame is not None:
+            # ``out`` is already encoded: redacting the decoded body changes nothing sent.
+            redacted = (api_key == SASL_AUTHENTICATE_KEY and not proxy.show_secrets
+                        and redact_auth_bytes(body))
             proxy.emit(FrameEvent(time.time_ns(), conn.id, "response", api_key, api_version, corr,
                                   4 + len(out), body, _fmt(conn.client_addr), _fmt(conn.up_addr),
-                                  None if release is None else release - arrived_ns, decision))
+                                  None if release is None else release - arrived_ns, decision,
+                                  redacted))
 
     def _count_faults(self, d: FaultDecision) -> None:
         stats = self.proxy.stats
@@ -634,13 +765,21 @@ class InspectorProxy:
     made per upstream at start, and one more for each further broker that a
     response names. ``virtual_brokers`` > 1 presents the single upstream as that
     many brokers (node ids 1..N, one listener each). ``on_frame`` is called in the
-    proxy's thread for every request and response (keep it quick)."""
+    proxy's thread for every request and response (keep it quick); SaslAuthenticate
+    credentials are redacted from its bodies unless ``show_secrets``.
+
+    ``listen_ssl_context`` (a server context, e.g. ``engine.tls.listener_context``)
+    makes every listener terminate TLS; ``upstream_ssl_context`` (a client context,
+    e.g. ``engine.tls.context_for``) makes the proxy speak TLS to the brokers."""
 
     def __init__(self, upstreams: Iterable[Address | str], listen_host: str = "127.0.0.1",
                  listen_port: int = 0, *, faults: FaultPlan | None = None,
                  capture: str | Path | None = None, virtual_brokers: int = 1,
                  on_frame: Callable[[FrameEvent], object] | None = None,
-                 advertised_host: str | None = None) -> None:
+                 advertised_host: str | None = None,
+                 listen_ssl_context: ssl.SSLContext | None = None,
+                 upstream_ssl_context: ssl.SSLContext | None = None,
+                 show_secrets: bool = False) -> None:
         ups = [parse_hostport(u, what="upstream") if isinstance(u, str) else (u[0], int(u[1]))
                for u in upstreams]
         if not ups:
@@ -657,6 +796,10 @@ class InspectorProxy:
             "127.0.0.1" if listen_host in ("0.0.0.0", "", "::") else listen_host)
         self.virtual_brokers = virtual_brokers
         self.on_frame = on_frame
+        self.listen_ssl_context = listen_ssl_context
+        self.upstream_ssl_context = upstream_ssl_context
+        self.show_secrets = show_secrets
+        self.last_upstream_tls_error: str | None = None
         self.capture_path = Path(capture) if capture is not None else None
         self.capture: CaptureWriter | None = None
         self.stats = ProxyStats()

@@ -62,10 +62,19 @@ SASL_AUTHENTICATE_KEY: Final = 36
 REDACTED_AUTH_BYTES: Final = b"<redacted: SASL credentials; --show-secrets shows them>"
 
 
+def redact_auth_bytes(body: Any) -> bool:
+    """Replaces a decoded SaslAuthenticate body's ``auth_bytes`` (a PLAIN password, a SCRAM
+    proof) in place; True if there was something to hide. ``kctl decode`` and the live
+    frame view of ``kctl inspect`` both use it."""
+    if body is not None and getattr(body, "auth_bytes", None):
+        body.auth_bytes = REDACTED_AUTH_BYTES
+        return True
+    return False
+
+
 def _redact_auth_bytes(df: DecodedFrame) -> None:
     """SaslAuthenticate carries credentials: keep them out of decoded output."""
-    if df.body is not None and getattr(df.body, "auth_bytes", None):
-        df.body.auth_bytes = REDACTED_AUTH_BYTES
+    if redact_auth_bytes(df.body):
         df.marks += ("redacted",)
     elif df.raw_body:
         df.raw_body = REDACTED_AUTH_BYTES

@@ -9,6 +9,7 @@ and injected faults. ``frame_line`` is one line per frame for ``--show frames``;
 
 from __future__ import annotations
 
+import base64
 from collections.abc import Iterator
 from typing import Any
 
@@ -91,6 +92,10 @@ def frame_line(e: FrameEvent) -> str:
     """One frame as a line: ``conn 3 -> Produce v9 corr=12 1234B`` / ``<- ... 2.1ms``."""
     arrow = "->" if e.direction == "request" else "<-"
     line = f"conn {e.connection_id} {arrow} {e.api_name} v{e.api_version} corr={e.correlation_id} {e.size}B"
+    if e.redacted:
+        line += " auth_bytes=<redacted>"
+    elif e.api_key == 36 and getattr(e.body, "auth_bytes", None):   # SaslAuthenticate, --show-secrets
+        line += f" auth_bytes={base64.b64encode(e.body.auth_bytes).decode()}"
     if e.direction == "response":
         if e.latency_ns is not None:
             line += f" {e.latency_ns / 1e6:.1f}ms"
