@@ -1,11 +1,13 @@
 """A canary password given to kctl appears nowhere: not in stdout, stderr, the summary
-JSON, the interval log, decoded frames, nor any process's command line."""
+JSON, the interval log, decoded frames, kctl inspect's frame view and kctl decode of its
+capture, nor any process's command line."""
 
 from __future__ import annotations
 
 import binascii
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -97,3 +99,71 @@ def test_tls_at_a_stream_start_is_named_not_decoded():
     out = splitter.feed(StreamData(0, hello, 0))
     assert [n.kind for n in out] == ["tls"] and "TLS on a Kafka port" in out[0].message
     assert splitter.feed(StreamData(len(hello), b"\x17\x03\x03" + b"\x01" * 100, 1)) == []
+
+
+def test_inspect_and_decode_of_a_sasl_session_keep_the_canary_out(broker, tmp_path):
+    """A SASL PLAIN client (the password in clear on the wire) through ``kctl inspect
+    --show frames --capture``: neither inspect's output nor ``kctl decode`` of the real
+    capture (text, -v, JSON, summary) shows the password, nor does any command line."""
+    from kctl.broker import free_port
+    from kctl.config import ProducerConfig
+    from kctl.engine import admin
+    from kctl.engine.blocking_client import BlockingClient
+    from kctl.engine.producer import Producer
+
+    port, cap = free_port(), tmp_path / "sasl.pcapng"
+    with KafkaProxy(broker.bootstrap, users={"alice": CANARY}) as sasl:
+        inspect = subprocess.Popen(
+            [sys.executable, "-m", "kctl", "inspect", "--listen", f"127.0.0.1:{port}",
+             "--upstream", sasl.address, "--show", "frames", "--capture", str(cap), "--duration", "30"],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        try:
+            props = {"bootstrap.servers": f"127.0.0.1:{port}", "security.protocol": "SASL_PLAINTEXT",
+                     "sasl.mechanism": "PLAIN", "sasl.username": "alice", "sasl.password": CANARY}
+            deadline = time.monotonic() + 20
+            while True:
+                try:
+                    with BlockingClient(props["bootstrap.servers"],
+                                        security=ProducerConfig.from_properties(props).security) as c:
+                        admin.create_topics(c, ["canary-inspect"], partitions=1)
+                    break
+                except Exception:
+                    if time.monotonic() > deadline:
+                        raise
+                    time.sleep(0.1)
+            cmdlines = _cmdlines_of_tree(inspect.pid)
+            with Producer(ProducerConfig.from_properties(props)) as p:
+                handles = [p.send("canary-inspect", b"x" * 10) for _ in range(20)]
+                assert p.flush(20)
+            assert all(h.error is None for h in handles)
+            scram = {**props, "sasl.mechanism": "SCRAM-SHA-256"}
+            with BlockingClient(scram["bootstrap.servers"],
+                                security=ProducerConfig.from_properties(scram).security) as c:
+                admin.fetch_metadata(c)
+            inspect.send_signal(signal.SIGTERM)
+            stdout, stderr = inspect.communicate(timeout=20)
+        finally:
+            inspect.kill()
+        assert ("PLAIN", "alice", True) in sasl.logins
+    assert inspect.returncode == 0, stderr
+    assert "-> SaslAuthenticate v" in stdout and "auth_bytes=<redacted>" in stdout
+    assert "-> Produce v" in stdout
+    # The capture holds the frames in clear: the password is in it, so the checks below bite.
+    assert CANARY.encode() in cap.read_bytes()
+    ports = ["--port", str(port), "--port", sasl.address.rsplit(":", 1)[1]]
+    outputs = {"inspect stdout": stdout, "inspect stderr": stderr, "cmdline": "\n".join(cmdlines)}
+    modes = ([], ["-v", "--records"], ["--json", "-v"], ["--summary", "--json"],
+             ["--json", "--show-secrets", "--api", "SaslAuthenticate"])
+    runs = [subprocess.Popen([sys.executable, "-m", "kctl", "decode", str(cap), *ports, *mode],
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            for mode in modes]   # in parallel: each start costs a second or so
+    for mode, run in zip(modes, runs):
+        out, err = run.communicate(timeout=60)
+        assert run.returncode == 0, err
+        outputs[f"decode {mode} stdout"], outputs[f"decode {mode} stderr"] = out, err
+    shown = outputs.pop(f"decode {modes[-1]} stdout")
+    assert "SaslAuthenticate" in outputs["decode [] stdout"]
+    plain_b64 = binascii.b2a_base64(b"\0alice\0" + CANARY.encode(), newline=False).decode()
+    assert plain_b64 in shown   # the JSON form of auth_bytes with --show-secrets: the checks bite
+    for where, text in outputs.items():
+        assert CANARY not in text and plain_b64 not in text, where
