@@ -37,6 +37,7 @@ from kctl.bench.results import (
     timeline_from_intervals,
 )
 from kctl.bench.workload import Cell, Workload
+from kctl.config import redact_properties
 from kctl.errors import KctlError
 from kctl.load.produce import ProduceOptions, execute, parse_duration, parse_warmup, prepare
 from kctl.stats.hlog import IntervalLogWriter, LoggedInterval, read_interval_log
@@ -133,8 +134,9 @@ class BenchRunner:
             if self.out_dir is not None and ivs:
                 hlog_name = f"hlog/{cell.name}.hlog"
                 _write_cell_log(self.out_dir / hlog_name, cell, ivs)
-            cells.append(CellResult(cell.name, cell.label, dict(cell.properties), reps[cell.name],
-                                    {str(t): h for t, h in merged.items()}, hlog=hlog_name))
+            cells.append(CellResult(cell.name, cell.label, redact_properties(dict(cell.properties)),
+                                    reps[cell.name], {str(t): h for t, h in merged.items()},
+                                    hlog=hlog_name))
         return BenchResults(cells, w.to_dict(), environment(bootstrap, embedded), started,
                             _now_iso(), order)
 

@@ -36,7 +36,7 @@ from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
-from kctl.config import ProducerConfig, Setting
+from kctl.config import REDACTED, SECRET_PROPERTIES, ProducerConfig, Setting, redact_properties
 from kctl.errors import ConfigError, KctlError
 from kctl.load.produce import parse_duration, parse_warmup
 
@@ -134,8 +134,10 @@ class Workload:
                 "compressibility": self.compressibility, "keys": self.keys,
                 "rate": self.rate or None, "duration": self.duration, "warmup": self.warmup,
                 "repetitions": self.repetitions, "workers": self.workers,
-                "properties": dict(self.properties),
-                "matrix": {k: list(v) for k, v in self.matrix}}
+                # for output (bench results): secrets such as sasl.password are redacted
+                "properties": redact_properties(dict(self.properties)),
+                "matrix": {k: [REDACTED] * len(v) if k in SECRET_PROPERTIES else list(v)
+                           for k, v in self.matrix}}
 
 
 def _value_text(v: Any, what: str) -> str:

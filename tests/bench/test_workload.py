@@ -64,3 +64,36 @@ def test_bad_matrix_option_and_missing_file(tmp_path):
         parse_matrix_option("acks")
     with pytest.raises(ConfigError, match="does not exist"):
         load_workload(tmp_path / "nope.toml")
+
+
+def test_results_workload_keeps_secrets_out():
+    w = Workload().with_overrides(properties=(("security.protocol", "SASL_SSL"), ("sasl.password", "s3cret")))
+    d = w.to_dict()
+    assert d["properties"] == {"security.protocol": "SASL_SSL", "sasl.password": "[redacted]"}
+    assert "s3cret" not in repr(d)
+    assert w.properties[1] == ("sasl.password", "s3cret")   # the runs still get it
+
+
+def test_bench_admin_client_gets_the_security_settings(monkeypatch):
+    """The topic set-up before the runs uses the same TLS/SASL settings as the producers."""
+    from kctl.bench.runner import BenchRunner
+    from kctl.errors import KctlError
+    from kctl.load import produce
+
+    seen = []
+
+    class Refuse:
+        def __init__(self, address, **kw):
+            seen.append((address, kw.get("security")))
+            raise KctlError("stop here")
+
+    monkeypatch.setattr(produce, "BlockingClient", Refuse)
+    w = Workload().with_overrides(bootstrap="broker.example:9093", duration="1s", warmup="0s",
+                                  properties=(("security.protocol", "SASL_SSL"),
+                                              ("sasl.mechanism", "SCRAM-SHA-256"),
+                                              ("sasl.username", "u"), ("sasl.password", "p")))
+    with pytest.raises(Exception, match="stop here"):
+        BenchRunner(w).run()
+    (address, security), = seen
+    assert address == "broker.example:9093"
+    assert security.uses_tls and security.uses_sasl and security.sasl_username == "u"
