@@ -56,10 +56,11 @@ def upstream_context(properties: list[str], *, tls: bool, ca: str | None, cert: 
                               ("--upstream-key", "ssl.key.location", key)):
         if value is not None:
             settings.append(Setting(name, value, flag))
-    security = ProducerConfig.from_settings(settings).security
-    if security.uses_sasl:
+    protocols = [str(x.value).strip().upper() for x in settings if x.name == "security.protocol"]
+    if protocols and protocols[-1].startswith("SASL_"):
         raise ConfigError("kctl inspect passes SASL through from its clients: give the upstream "
                           "security.protocol as SSL or PLAINTEXT, and SASL settings to the client")
+    security = ProducerConfig.from_settings(settings).security
     if not security.uses_tls:
         if any(x.split("=", 1)[0].strip().startswith("ssl.") for x in properties) or ca or cert or key:
             raise ConfigError("upstream ssl.* settings given without TLS: add --upstream-tls "
@@ -168,7 +169,15 @@ def _run(proxy: InspectorProxy, show: str, lines: queue.SimpleQueue, duration: f
                + (f" (faults: {faults})" if faults else ""), err=True)
     deadline = None if duration is None else time.monotonic() + duration
 
+    last_tls_error: str | None = None
+
     def remaining() -> float:
+        # Each wait of the loops below passes here: say why upstream TLS failed (the
+        # client only sees its connection reset), once per new reason.
+        nonlocal last_tls_error
+        if proxy.last_upstream_tls_error != last_tls_error:
+            last_tls_error = proxy.last_upstream_tls_error
+            typer.echo(f"kctl inspect: {last_tls_error}", err=True)
         return 1.0 if deadline is None else max(0.0, deadline - time.monotonic())
 
     if show == "frames":

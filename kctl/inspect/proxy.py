@@ -64,6 +64,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 
+from kctl.engine.tls import tls_failure
 from kctl.errors import ConfigError, KctlError
 from kctl.inspect.capture_writer import CaptureWriter, TcpFlow
 from kctl.inspect.faults import (
@@ -629,7 +630,8 @@ class Processor:
         except (OSError, ValueError) as e:
             # The client sees its connection reset; the reason is kept for the owner.
             self.proxy.stats.on_fault("upstream_tls_failed")
-            self.proxy.last_upstream_tls_error = f"TLS with {_fmt(conn.up_addr)} failed: {e}"
+            # The engine's one-line explanation, naming the setting that fixes it.
+            self.proxy.last_upstream_tls_error = str(tls_failure(_fmt(conn.up_addr), e))
             self._close(conn, reason=self.proxy.last_upstream_tls_error, reset=True)
             return
         conn.up_hs = 0
