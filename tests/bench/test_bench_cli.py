@@ -111,12 +111,14 @@ def test_html_report_renders_in_headless_chromium(baseline_run, tmp_path):
 def test_gate_passes_against_a_baseline_from_the_same_code(baseline_run, broker, tmp_path):
     out, _ = baseline_run
     junit = tmp_path / "junit.xml"
-    # p99 of a 2 s run at 5000 records/s is a few ms on this shared 2-core machine and jumps
-    # by more than 20 % + the spread now and then: the absolute term (+5ms) is the bound
-    # syntax for such sub-10-ms figures (README); throughput keeps the plain 10 %.
+    # p99 of a 2 s run at 5000 records/s is a few ms on this shared 2-core machine, but a
+    # stall of the whole machine (CPU steal; seen on the request clock of every client,
+    # up to ~400 ms in one CI run) lands in the p99 of a run this short now and then. The
+    # absolute term is the bound syntax for that (README); throughput keeps the plain 10 %.
+    # The doctored-baseline test below shows the gate still catches real regressions.
     run = ok(kctl("bench", str(EXAMPLE), "-b", broker.bootstrap, "--topic", "bench-again", "--quiet",
                   "--baseline", str(out / "results.json"), "--junit-xml", str(junit),
-                  "--max-regression", "records_per_s=10%,p99_ms=20%+5ms"))
+                  "--max-regression", "records_per_s=10%,p99_ms=20%+500ms"))
     assert "gate: passed: 4 check(s)" in run.stdout
     suite = ET.parse(junit).getroot().find("testsuite")
     assert suite.get("tests") == "4" and suite.get("failures") == "0"
