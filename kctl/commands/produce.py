@@ -66,7 +66,7 @@ def produce(
         run_factory = spark_run_factory(master, explicit_tasks=tasks is not None or workers is not None)
     out = Console()
     err = Console(stderr=True)
-    live_view = out.is_terminal and not quiet and run_factory is None
+    live_view = out.is_terminal and not quiet
     for w in plan.warnings:
         err.print(f"[yellow]warning:[/] {w}", highlight=False)
 

@@ -221,9 +221,9 @@ def execute(plan: ProducePlan, *, on_event: Callable[[str], None] = lambda _m: N
             "compressibility": plan.options.compressibility, "keys": plan.options.keys,
             "headers": plan.options.headers, "id_headers": spec.id_headers,
             "verify": spec.verify, "producer": redact_properties(props)}
-        run = run_factory(spec, config_for_summary=summary_config, hdr_out=hdr_out, on_round=on_round)
-        if on_start is not None:
-            on_start(run)
+        # on_start is called by the run once its stats exist (after the workers' common start).
+        run = run_factory(spec, config_for_summary=summary_config, hdr_out=hdr_out, on_round=on_round,
+                          on_start=on_start)
         result = run.run()
         checked = None
         if spec.verify and not result.failures:

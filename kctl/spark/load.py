@@ -193,7 +193,8 @@ class SparkLoadRun:
                  hdr_out: str | None = None,
                  on_round: Callable[[RunStats, int], None] | None = None,
                  master: str | None = None, live: bool = True,
-                 start_delay_s: float = START_DELAY_S) -> None:
+                 start_delay_s: float = START_DELAY_S,
+                 on_start: Callable[[Any], None] | None = None) -> None:
         if spec.num_records is None and spec.duration_s is None:
             raise KctlError("give --num-records or --duration")
         self.spec = spec
@@ -201,6 +202,7 @@ class SparkLoadRun:
         self.hdr_out = hdr_out
         self.on_round = on_round
         self.master = master
+        self.on_start = on_start
         self.live = live
         self.start_delay_s = start_delay_s
         self.stats: RunStats | None = None
@@ -267,6 +269,8 @@ def run_reports_job(spark: Any, spec: LoadSpec, job: Callable[[tuple[str, int] |
                              num_records=spec.num_records, hlog=hlog)
             state.update(stats=stats, hlog=hlog, merger=ReportMerger(stats, on_round))
             owner.stats = stats
+            if getattr(owner, "on_start", None) is not None:
+                owner.on_start(owner)   # e.g. the live dashboard, now that there are stats
         return state["merger"]
 
     def feed(items: Iterable[tuple[int, int, Any]]) -> None:
