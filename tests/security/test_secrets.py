@@ -167,3 +167,34 @@ def test_inspect_and_decode_of_a_sasl_session_keep_the_canary_out(broker, tmp_pa
     assert plain_b64 in shown   # the JSON form of auth_bytes with --show-secrets: the checks bite
     for where, text in outputs.items():
         assert CANARY not in text and plain_b64 not in text, where
+
+
+def test_bench_keeps_the_canary_out(broker, tmp_path):
+    """kctl bench over SCRAM with the password from a file: not in its output, its
+    results, hlogs and charts, nor any process's command line."""
+    pw_file = tmp_path / "pw"
+    pw_file.write_text(CANARY + "\n")
+    out = tmp_path / "bench-out"
+    with KafkaProxy(broker.bootstrap, users={"alice": CANARY}) as proxy:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "kctl", "bench", "-b", proxy.address, "--topic", "canary-bench",
+             "--matrix", "acks=1,all", "--rate", "1000", "--duration", "1s", "--warmup", "200ms",
+             "--repetitions", "1", "--workers", "1", "--out", str(out),
+             "-X", "security.protocol=SASL_PLAINTEXT", "-X", "sasl.mechanism=SCRAM-SHA-512",
+             "-X", "sasl.username=alice", "-X", f"sasl.password=@{pw_file}"],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+            env={**os.environ, "COLUMNS": "200"})
+        cmdlines = []
+        deadline = time.monotonic() + 120
+        while proc.poll() is None and time.monotonic() < deadline:
+            cmdlines += _cmdlines_of_tree(proc.pid)
+            time.sleep(0.2)
+        stdout, stderr = proc.communicate(timeout=60)
+        assert proc.returncode == 0, stderr
+        assert any(ok for _, _, ok in proxy.logins)
+    written = [p for p in out.rglob("*") if p.is_file()]
+    assert any(p.name == "results.json" for p in written)
+    texts = [("stdout", stdout), ("stderr", stderr), ("cmdline", "\n".join(cmdlines))]
+    texts += [(str(p), p.read_bytes().decode("latin-1")) for p in written]
+    for where, text in texts:
+        assert CANARY not in text, where
