@@ -43,7 +43,6 @@ from kctl.protocol.records import (
     NO_PRODUCER_ID,
     NO_SEQUENCE,
     Header,
-    Record,
     build_batch,
 )
 
@@ -87,6 +86,19 @@ FINAL_STATES = frozenset({BatchState.ACKED, BatchState.FAILED, BatchState.EXPIRE
 
 class IllegalBatchTransition(RuntimeError):
     """The engine tried a lifecycle step the table does not allow: a bug."""
+
+
+class PendingRecord(NamedTuple):
+    """A record waiting in a batch: the fields ``records.build_batch`` reads, as a
+    tuple. Why not ``records.Record``: a frozen dataclass costs about 1 µs to make,
+    a third of the general send path; a named tuple about a quarter of that."""
+
+    offset: int
+    timestamp: int
+    key: bytes | None
+    value: bytes | None
+    headers: tuple[Header, ...] = ()
+    attributes: int = 0
 
 
 class AppendSlice(NamedTuple):
@@ -195,7 +207,7 @@ class ProducerBatch:
         self.value_size = value_size
         self.compression = compression
         self.compression_level = compression_level
-        self._records: list[Record] | None = None if template is not None else []
+        self._records: list[PendingRecord] | None = None if template is not None else []
         self._handles: list[RecordHandle] | None = None if template is not None else []
         self._values: list[bytes] | None = [] if template is not None else None
         self.slices: list[AppendSlice] = []
@@ -239,7 +251,8 @@ class ProducerBatch:
             return None
         if self.record_count and self.estimated_bytes + size_estimate > self.capacity:
             return None
-        self._records.append(Record(self.record_count, timestamp_ms, key, value, tuple(headers)))
+        self._records.append(PendingRecord(self.record_count, timestamp_ms, key, value,
+                                           headers if type(headers) is tuple else tuple(headers)))
         handle = RecordHandle(self.tp, timestamp_ms)
         self._handles.append(handle)  # type: ignore[union-attr]
         self.slices.append(AppendSlice(1, now_ns, intended_ns, 0, seq))
@@ -366,8 +379,7 @@ class ProducerBatch:
                               created_wall_ms=self.created_wall_ms,
                               wall_offset_ns=self.wall_offset_ns)
             if self._records is not None:
-                b._records = [r.__class__(i, r.timestamp, r.key, r.value, r.headers)
-                              for i, r in enumerate(self._records[lo:hi])]
+                b._records = [r._replace(offset=i) for i, r in enumerate(self._records[lo:hi])]
                 b._handles = self._handles[lo:hi]  # type: ignore[index]
             else:
                 b._values = self._values[lo:hi]  # type: ignore[index]

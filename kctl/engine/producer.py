@@ -127,7 +127,7 @@ class Producer:
         schedule time and sequence number for latency accounting (-1: none)."""
         if self._closed:
             raise ProducerClosedError("send() after close()")
-        hdrs = tuple(h if isinstance(h, Header) else Header(h[0], h[1]) for h in headers)
+        hdrs = tuple(h if isinstance(h, Header) else Header(h[0], h[1]) for h in headers) if headers else ()
         num = len(self.partitions_for(topic))
         available = self.metadata.available_partitions(topic)
         part = self.partitioner.partition(topic, key, num, available, explicit=partition)
@@ -157,7 +157,10 @@ class Producer:
             self.partitioner.on_append(topic, part, size, enable_switch=result.batch_is_full)
         if callback is not None:
             handle.add_callback(callback)
-        if result.batch_is_full or result.new_batch_created or now >= self._next_wake_ns:
+        # A turn when a batch just filled (the append opened the next one) or when the
+        # sender asked to be woken by now; not on every append behind a full batch,
+        # which under backpressure would run the whole sender once per record.
+        if result.new_batch_created or now >= self._next_wake_ns:
             self._step(0)
         return handle
 

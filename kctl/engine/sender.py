@@ -107,8 +107,13 @@ class Sender:
         for node in check.ready_nodes:
             if self.network.ready(node, now_ns):
                 nodes.append(node)
-            else:
-                wake = min(wake, now_ns + max(self.network.poll_delay_ns(node, now_ns), NS_PER_MS // 10))
+                continue
+            delay = self.network.poll_delay_ns(node, now_ns)
+            if delay > 0:
+                wake = min(wake, now_ns + delay)
+            # No delay: connected but at max.in.flight.requests.per.connection, or a
+            # connect just started. A response or the socket becoming writable wakes
+            # the loop's wait on the sockets; a timer would only spin it.
         if nodes:
             drained = self.accumulator.drain(self.metadata.partitions_by_node(), nodes,
                                              self.config.max_request_size, now_ns)
