@@ -106,3 +106,27 @@ def test_local_produce_does_not_import_pyspark():
             "bad = [m for m in sys.modules if m.startswith(('pyspark', 'py4j', 'kctl.spark'))];"
             "assert not bad, bad")
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_distributed_run_over_tls(spark, tmp_path):
+    """The Spark path takes the same security settings as a local run: TLS through
+    stunnel in front of the broker, verified by reading back over TLS."""
+    import shutil
+    if shutil.which("stunnel4") is None and shutil.which("stunnel") is None:
+        pytest.skip("stunnel not installed (tools/setup.sh)")
+    from kctl.load.produce import ProduceOptions, execute, prepare
+    from kctl.spark.load import spark_run_factory
+    from tests.security.test_tls import TlsCluster
+    tls = TlsCluster(tmp_path).start()
+    try:
+        plan = prepare(ProduceOptions(
+            bootstrap=f"localhost:{tls.port}", topic="spark-tls", partitions=2, rate=2000,
+            duration="1s", workers=2, verify=True, interval=0.5,
+            properties=("security.protocol=SSL", f"ssl.ca.location={tls.ca_file}")))
+        outcome = execute(plan, run_factory=spark_run_factory(None, explicit_tasks=True))
+    finally:
+        tls.stop()
+    assert not outcome.result.failures
+    acked = outcome.summary["counts"]["acked"]
+    assert acked == outcome.summary["counts"]["sent"] >= 1900
+    assert outcome.verify is not None and outcome.verify.ok and outcome.verify.found == acked
