@@ -458,22 +458,28 @@ class Processor:
         else:
             self.sel.modify(sock, new, data)
 
+    def _handshake_step(self, sock: Any) -> int:
+        """One non-blocking TLS handshake step: 0 when it is done, else the selector
+        event it waits for. Raises OSError or ValueError when the handshake fails."""
+        try:
+            sock.do_handshake()
+        except ssl.SSLWantReadError:
+            return self._selectors.EVENT_READ
+        except ssl.SSLWantWriteError:
+            return self._selectors.EVENT_WRITE
+        return 0
+
     # -- client side ------------------------------------------------------------------------
     def _client_handshake(self, conn: _Connection) -> None:
         """One step of the TLS handshake with a client (the proxy is the server)."""
         try:
-            conn.client.do_handshake()
-        except ssl.SSLWantReadError:
-            conn.client_hs = self._selectors.EVENT_READ
-            return
-        except ssl.SSLWantWriteError:
-            conn.client_hs = self._selectors.EVENT_WRITE
-            return
+            conn.client_hs = self._handshake_step(conn.client)
         except (OSError, ValueError) as e:
             self.proxy.stats.on_fault("client_tls_failed")
             self._close(conn, reason=f"TLS handshake with the client failed: {e}", reset=True)
             return
-        conn.client_hs = 0
+        if conn.client_hs:
+            return
         # The first request may have come with the handshake's last flight.
         self._client_readable(conn)
 
@@ -620,21 +626,13 @@ class Processor:
     def _up_handshake(self, conn: _Connection) -> None:
         """One step of the TLS handshake with the broker (the proxy is the client)."""
         try:
-            conn.up.do_handshake()
-        except ssl.SSLWantReadError:
-            conn.up_hs = self._selectors.EVENT_READ
-            return
-        except ssl.SSLWantWriteError:
-            conn.up_hs = self._selectors.EVENT_WRITE
-            return
+            conn.up_hs = self._handshake_step(conn.up)
         except (OSError, ValueError) as e:
             # The client sees its connection reset; the reason is kept for the owner.
             self.proxy.stats.on_fault("upstream_tls_failed")
             # The engine's one-line explanation, naming the setting that fixes it.
             self.proxy.last_upstream_tls_error = str(tls_failure(_fmt(conn.up_addr), e))
             self._close(conn, reason=self.proxy.last_upstream_tls_error, reset=True)
-            return
-        conn.up_hs = 0
 
     def _up_readable(self, conn: _Connection) -> None:
         try:
