@@ -66,7 +66,10 @@ def test_delay_range_keeps_order(broker):
         handles = _send_all(p, topic, 200, poll_every=10)
         latency = proxy.snapshot().apis["Produce"].latency_us
     assert all(h.error is None for h in handles)
-    assert 1_000 <= latency[50.0] and latency[99.0] <= 200_000
+    # At least the smallest delay; at most about the largest delay stacked over the
+    # requests in flight (responses keep their order, so one waits for those ahead of
+    # it), with room for the whole-machine stalls of 100-400 ms seen on CI machines.
+    assert 1_000 <= latency[50.0] and latency[99.0] <= 1_000_000
 
 
 def test_throttle_is_seen_by_the_client(broker):
