@@ -45,10 +45,12 @@ def test_stall_shows_in_intended_not_request_latency(broker, tmp_path):
         t.join(timeout=5)
     s = json.loads(out.read_text())
     intended, request = s["latency"]["intended"], s["latency"]["request"]
-    # Records scheduled during the stall waited behind it: the intended clock sees ~1.5 s.
-    assert intended["max_ms"] > 1000 and intended["p99_ms"] > 500
-    # Only the one delayed request's records saw it on the request clock.
-    assert request["p99_ms"] < 200
+    # Records scheduled during the stall (about 3,000 of 10,000) waited behind it: the
+    # intended clock's p99 sees most of the 1.5 s.
+    assert intended["max_ms"] > 1000 and intended["p99_ms"] > 1000
+    # Only the one delayed request's records saw it on the request clock (a handful of
+    # records, far below 1%); the bound leaves room for a machine-wide stall.
+    assert request["p99_ms"] < 500
     # The schedule was kept: exactly rate x duration records, no catch-up extras.
     assert s["counts"]["sent"] == s["counts"]["scheduled"] == 10_000
     assert s["counts"]["acked"] == 10_000
