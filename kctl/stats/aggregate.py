@@ -35,6 +35,7 @@ Definitions (also in docs/produce-summary.md):
 from __future__ import annotations
 
 import enum
+import threading
 import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, fields
@@ -243,6 +244,9 @@ class RunStats:
         self.hlog = hlog
         self.clocks = tuple(clocks)
         self.max_lag_rounds = max(1, max_lag_rounds)
+        # The live view reads snapshots from its refresh thread while reports arrive on
+        # the main thread: every public method holds this lock.
+        self._lock = threading.RLock()
 
         self._last_metrics: dict[int, MetricsSnapshot] = {}
         self._results = zero_metrics()          # non-warm-up deltas, all workers
@@ -271,6 +275,10 @@ class RunStats:
 
     # -- input -------------------------------------------------------------------------------------
     def add(self, msg: WorkerInterval | WorkerFailed) -> int:
+        with self._lock:
+            return self._add_unlocked(msg)
+
+    def _add_unlocked(self, msg: WorkerInterval | WorkerFailed) -> int:
         """Takes one worker message; returns how many rounds it closed (print a plain
         line per closed round)."""
         if isinstance(msg, WorkerFailed):
@@ -309,6 +317,10 @@ class RunStats:
         return self._close_ready()
 
     def finish(self) -> int:
+        with self._lock:
+            return self._finish_unlocked()
+
+    def _finish_unlocked(self) -> int:
         """Closes every open round (end of run); returns how many it closed."""
         n = 0
         while self._rounds:
@@ -375,6 +387,10 @@ class RunStats:
         return max(0, self._measured_end_ns - self._measured_start_ns) / 1e9
 
     def snapshot(self, now_wall_ns: int) -> DashboardState:
+        with self._lock:
+            return self._snapshot_unlocked(now_wall_ns)
+
+    def _snapshot_unlocked(self, now_wall_ns: int) -> DashboardState:
         """The live view's state at ``now_wall_ns`` (last closed round + totals)."""
         res, wu = self._results, self._warmup
         total = metrics_sum(res, wu)
@@ -429,10 +445,18 @@ class RunStats:
         )
 
     def cumulative_histograms(self) -> dict[str, HdrHistogram]:
+        with self._lock:
+            return self._cumulative_histograms_unlocked()
+
+    def _cumulative_histograms_unlocked(self) -> dict[str, HdrHistogram]:
         """The results' merged histograms by clock (warm-up excluded); do not modify."""
         return {c: self._cumulative.get(c) or new_histogram() for c in self.clocks}
 
     def summary(self, end_wall_ns: int | None = None) -> dict[str, Any]:
+        with self._lock:
+            return self._summary_unlocked(end_wall_ns)
+
+    def _summary_unlocked(self, end_wall_ns: int | None = None) -> dict[str, Any]:
         """The summary JSON (docs/produce-summary.md). Closes any open round first."""
         self.finish()
         res, wu = self._results, self._warmup
