@@ -72,6 +72,9 @@ class IntervalLogWriter:
     def output(self, tag: str, start_wall_ns: int, end_wall_ns: int, histogram: HdrHistogram) -> None:
         if "," in tag or any(c.isspace() for c in tag):
             raise ValueError(f"hlog tag must not contain commas or spaces: {tag!r}")
+        # An interval that began a little before the log's base time (a worker whose
+        # clock read came first) starts at 0: HdrHistogram readers skip negative starts.
+        start_wall_ns = max(start_wall_ns, self.base_wall_ns)
         start_s = (start_wall_ns - self.base_wall_ns) / 1e9
         length_s = max(0, end_wall_ns - start_wall_ns) / 1e9
         max_v = histogram.get_max_value() / self.max_value_unit_ratio

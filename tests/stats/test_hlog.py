@@ -65,3 +65,15 @@ def test_hdrh_reader_sees_same_percentiles(tmp_path) -> None:
     line = next(x for x in path.read_text().splitlines() if x.startswith("Tag=intended,2.000"))
     assert float(line.split(",")[3]) == pytest.approx(750.0, rel=1e-2)
     assert S  # (fixture constant used by report())
+
+
+def test_an_interval_starting_before_the_base_time_is_not_lost(tmp_path):
+    # hdrh's reader (like other HdrHistogram tools) skips lines with a negative start.
+    h = new_histogram()
+    h.record_value(1000, 10)
+    base = 1_700_000_000_000_000_000
+    path = tmp_path / "early.hlog"
+    with IntervalLogWriter.open(path, base) as w:
+        w.output("send", base - 5_000_000, base + 500_000_000, h)
+    (iv,) = read_interval_log(path)
+    assert iv.histogram.get_total_count() == 10 and iv.start_s == base / 1e9
