@@ -332,6 +332,28 @@ class _Compiler:
     def _nullable(self, f: FieldSpec) -> bool:
         return self.version in f.nullable_versions
 
+    def _segments(self, present: list[FieldSpec]) -> list[tuple[list[FieldSpec], FieldSpec | None]]:
+        """The fields in wire order as ``(run, None)`` for each run of consecutive
+        non-nullable fixed-width fields (one ``struct`` call) and ``([], field)`` for
+        every other field."""
+        out: list[tuple[list[FieldSpec], FieldSpec | None]] = []
+        run: list[FieldSpec] = []
+        for f in present:
+            if f.type in FIXED_TYPES and not self._nullable(f):
+                run.append(f)
+                continue
+            if run:
+                out.append((run, None))
+                run = []
+            out.append(([], f))
+        if run:
+            out.append((run, None))
+        return out
+
+    @staticmethod
+    def _run_struct(run: list[FieldSpec]) -> struct.Struct:
+        return struct.Struct(">" + "".join(FIXED_TYPES[g.type][0][1:] for g in run))
+
     # -- decode ----------------------------------------------------------
     def decoder(self, fields: tuple[FieldSpec, ...], cls: type) -> str:
         """Emits ``def dN(r)`` decoding one struct; returns its name."""
@@ -341,17 +363,9 @@ class _Compiler:
         tagged = [f for f in fields if v in f.tagged_versions]
         body: list[str] = [f"def {fname}(r):"]
         # values: py_name -> local variable name
-        i = 0
-        while i < len(present):
-            f = present[i]
-            if f.type in FIXED_TYPES and not self._nullable(f):
-                run = []
-                while i < len(present) and present[i].type in FIXED_TYPES \
-                        and not self._nullable(present[i]):
-                    run.append(present[i])
-                    i += 1
-                fmt = ">" + "".join(FIXED_TYPES[g.type][0][1:] for g in run)
-                st = struct.Struct(fmt)
+        for run, f in self._segments(present):
+            if run:
+                st = self._run_struct(run)
                 layout, off = [], 0
                 for g in run:
                     layout.append((g.py_name, off, FIXED_TYPES[g.type][1]))
@@ -370,7 +384,6 @@ class _Compiler:
                         body.append(f"    v_{g.py_name} = _mkuuid(v_{g.py_name})")
                 continue
             body += ["    " + line for line in self.read_field(f, f"v_{f.py_name}")]
-            i += 1
         if self.flexible:
             if tagged:
                 readers = {}
@@ -497,17 +510,9 @@ class _Compiler:
             msg = (f"{cls.__qualname__}.{py} is not supported in version {v} "
                    f"(it exists in versions {_fmt_versions(f.versions)}); leave it at its default")
             body.append(f"    if o.{py} != {dflt}: raise EncodeError({msg!r})")
-        i = 0
-        while i < len(present):
-            f = present[i]
-            if f.type in FIXED_TYPES and not self._nullable(f):
-                run = []
-                while i < len(present) and present[i].type in FIXED_TYPES \
-                        and not self._nullable(present[i]):
-                    run.append(present[i])
-                    i += 1
-                fmt = ">" + "".join(FIXED_TYPES[g.type][0][1:] for g in run)
-                sn = self.const(struct.Struct(fmt))
+        for run, f in self._segments(present):
+            if run:
+                sn = self.const(self._run_struct(run))
                 args = ", ".join(f"o.{g.py_name}.bytes" if g.type == "uuid" else f"o.{g.py_name}"
                                  for g in run)
                 names = self.const(tuple(g.py_name for g in run))
@@ -520,7 +525,6 @@ class _Compiler:
                 ]
                 continue
             body += ["    " + ln for ln in self.write_field(f, f"o.{f.py_name}", cls)]
-            i += 1
         if self.flexible:
             tags = cls._tags_attr
             if tagged:
