@@ -380,16 +380,6 @@ class RecordAccumulator:
             dq.clear()
         return out
 
-    def abort_undrained(self, reason: str) -> list[ProducerBatch]:
-        """Fails every batch still queued (close without waiting)."""
-        out = []
-        for dq in self._deques.values():
-            while dq:
-                b = dq.popleft()
-                b.complete(BatchState.FAILED, BatchResult(-1, -1, reason))
-                out.append(b)
-        return out
-
     # -- metrics -----------------------------------------------------------------------------
     def queued_batches(self) -> int:
         return sum(len(dq) for dq in self._deques.values())

@@ -174,10 +174,6 @@ class Idempotence:
             i = unacked.index(big)
             unacked[i:i + 1] = parts
 
-    def is_oldest_unacked(self, batch: ProducerBatch) -> bool:
-        unacked = self._unacked.get(batch.tp)
-        return bool(unacked) and unacked[0] is batch
-
     def on_acked(self, batch: ProducerBatch, last_offset: int) -> None:
         self._forget(batch)
         if last_offset >= 0:

@@ -18,7 +18,7 @@ import queue
 import time
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any
 
 from kctl.errors import KctlError
@@ -216,7 +216,3 @@ class LoadRun:
                 finished.add(msg.worker)
                 if msg.acked_runs is not None:
                     acked[msg.worker] = msg.acked_runs
-
-
-def with_defaults(spec: LoadSpec, **changes: Any) -> LoadSpec:
-    return replace(spec, **changes)
