@@ -38,7 +38,7 @@ from typing import Any
 
 from kctl.config import REDACTED, SECRET_PROPERTIES, ProducerConfig, Setting, redact_properties
 from kctl.errors import ConfigError, KctlError
-from kctl.load.produce import parse_duration, parse_warmup
+from kctl.quantities import parse_duration, parse_warmup
 
 __all__ = ["Cell", "Workload", "load_workload", "parse_matrix_option"]
 

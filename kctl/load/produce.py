@@ -12,7 +12,6 @@ caller (the command) renders through the ``on_round``/``on_event`` callbacks.
 from __future__ import annotations
 
 import os
-import re
 from collections.abc import Callable, Sequence
 from contextlib import ExitStack
 from dataclasses import dataclass, field
@@ -31,29 +30,8 @@ from kctl.errors import ConfigError, KctlError
 from kctl.load.payload import KeySpec, PayloadSpec, make_pool, parse_keys
 from kctl.load.run import LoadResult, LoadRun, LoadSpec
 from kctl.load.verify import VerifyResult, verify
+from kctl.quantities import parse_duration, parse_warmup
 from kctl.stats.aggregate import RunStats
-
-_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h)?\s*$")
-_UNIT_S = {"ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0, None: 1.0}
-
-
-def parse_duration(text: str, what: str) -> float:
-    """``"90"``, ``"90s"``, ``"500ms"``, ``"2m"``, ``"1h"`` -> seconds."""
-    m = _DURATION.match(text)
-    if not m:
-        raise ConfigError(f"{what} must be a duration such as 30s, 500ms, 2m or 1h, not {text!r}")
-    return float(m.group(1)) * _UNIT_S[m.group(2)]
-
-
-def parse_warmup(text: str | None) -> tuple[int, float]:
-    """``--warmup``: a plain number is records, a number with a unit is time."""
-    if not text:
-        return 0, 0.0
-    t = text.strip()
-    if t.isdigit():
-        return int(t), 0.0
-    return 0, parse_duration(t, "--warmup")
-
 
 @dataclass(frozen=True)
 class ProduceOptions:
