@@ -16,6 +16,7 @@ from kctl.inspect.session import (
 )
 from kctl.inspect.summary import CaptureSummary
 from kctl.protocol.schema import API_BY_KEY, API_BY_NAME
+from kctl.ui.console import stderr_console, stdout_console
 
 
 def _api_keys(names: list[str]) -> set[int]:
@@ -48,7 +49,8 @@ def _ports(values: list[str], files: list[Path]) -> set[int]:
 
 
 def decode(
-    files: list[Path] = typer.Argument(None, help="pcap or pcapng capture files."),
+    files: list[Path] = typer.Argument(None, help="pcap or pcapng capture files; '-' reads one from stdin "
+                                                  "(tcpdump -w - | kctl decode -)."),
     port: list[str] = typer.Option(["9092"], "--port", "-p",
                                    help="Broker port (repeatable); 'auto' guesses from the traffic."),
     json_out: bool = typer.Option(False, "--json", help="One JSON object per frame (docs/decode-json.md)."),
@@ -63,21 +65,26 @@ def decode(
     errors_only: bool = typer.Option(False, "--errors-only", help="Only frames with non-zero error codes or decode errors."),
     summary: bool = typer.Option(False, "--summary", help="Totals per API, topic/partition, errors and throttling."),
     hex_in: bool = typer.Option(False, "--hex", help="Decode one frame given as hex on stdin."),
-    version: int = typer.Option(None, "--version", help="With --hex: the API version of the response's request."),
+    api_version: int = typer.Option(None, "--api-version", help="With --hex: the API version of the response's request."),
+    old_version: bool = typer.Option(False, "--version", hidden=True),
     show_secrets: bool = typer.Option(False, "--show-secrets", help="Show SaslAuthenticate credentials (redacted by default)."),
     max_pending_mb: int = typer.Option(4, "--max-pending-mb", min=1,
                                        help="Out-of-order bytes held per stream before a gap is declared."),
 ) -> None:
     """Decode Kafka frames from pcap/pcapng captures (tcpdump, Wireshark, kctl inspect)."""
-    out = Console(soft_wrap=True, highlight=False)
-    err = Console(stderr=True, soft_wrap=True, highlight=False)
+    if old_version:
+        raise ConfigError("decode --version N is now --api-version N (the API version of the "
+                          "response's request, with --hex); 'kctl --version' prints kctl's version")
+    out = stdout_console(highlight=False)
+    err = stderr_console(highlight=False)
     api_keys = _api_keys(api)
 
     if hex_in:
-        _decode_hex(api_keys, version, json_out, verbose, records, fmt, out, show_secrets)
+        _decode_hex(api_keys, api_version, json_out, verbose, records, fmt, out, show_secrets)
         return
     if not files:
-        raise ConfigError("give capture files to decode (or --hex with a frame on stdin)")
+        raise ConfigError("give capture files to decode ('-' for stdin; or --hex with a frame on stdin)")
+    files = _stdin_as_file(files, port)
     ports = _ports(port, files)
     client_ids = set(client_id)
     topics = set(topic)
@@ -168,13 +175,37 @@ def _decode_hex(api_keys: set[int], version: int | None, json_out: bool, verbose
     key = next(iter(api_keys), None)
     if key is not None:
         if version is None:
-            raise ConfigError("--hex with --api (a response) needs --version")
+            raise ConfigError("--hex with --api (a response) needs --api-version")
         if key not in API_BY_KEY:
             raise ConfigError(f"--api {key}: no such API")
     f = decode_frame_bytes(data, api_key=key, api_version=version, show_secrets=show_secrets)
     _emit(f, json_out, verbose or not json_out, records, fmt, set(), out)
     if f.error is not None:
         raise f.error
+
+
+def _stdin_as_file(files: list[Path], ports: list[str]) -> list[Path]:
+    """``-`` is the capture on stdin (tshark's ``-r -``). Read as it arrives when the broker
+    ports are given; ``--port auto`` reads the traffic twice, so stdin is kept in a
+    temporary file first (decoded once tcpdump stops)."""
+    if Path("-") not in files:
+        return files
+    if files.count(Path("-")) > 1:
+        raise ConfigError("'-' (stdin) can be given once")
+    if sys.stdin.isatty():
+        raise ConfigError("'-' reads a capture from stdin, but stdin is a terminal: pipe one in "
+                          "(tcpdump -w - | kctl decode -)")
+    if "auto" not in ports:
+        return [Path("/dev/stdin") if f == Path("-") else f for f in files]
+    import shutil
+    import tempfile
+    spool = tempfile.NamedTemporaryFile(prefix="kctl-stdin-", suffix=".pcap", delete=False)
+    with spool:
+        shutil.copyfileobj(sys.stdin.buffer, spool, 1 << 20)
+    import atexit
+    import os
+    atexit.register(os.unlink, spool.name)
+    return [Path(spool.name) if f == Path("-") else f for f in files]
 
 
 def register(app: typer.Typer) -> None:

@@ -15,6 +15,7 @@ from kctl.config import ProducerConfig, Setting, parse_assignment
 from kctl.errors import ConfigError
 from kctl.inspect.faults import ErrorRewrite, FaultPlan
 from kctl.inspect.proxy import FrameEvent, InspectorProxy, parse_hostport
+from kctl.quantities import parse_duration
 
 
 def _sigterm_as_interrupt(signum: int, frame: FrameType | None) -> None:
@@ -92,7 +93,7 @@ def inspect(
     virtual_brokers: int = typer.Option(1, "--virtual-brokers", min=1,
                                         help="Present the one upstream broker as N brokers."),
     show: str = typer.Option("stats", "--show", help="stats (live view) or frames (one line per frame)."),
-    duration: float = typer.Option(None, "--duration", min=0.0, help="Stop after S seconds."),
+    duration: str = typer.Option(None, "--duration", help="Stop after this long: 500ms, 5s, 1m30s, or seconds."),
     listen_tls_cert: str = typer.Option(None, "--listen-tls-cert",
                                         help="Terminate TLS from clients with this PEM certificate chain."),
     listen_tls_key: str = typer.Option(None, "--listen-tls-key",
@@ -119,6 +120,7 @@ def inspect(
     --capture file holds those frames in clear, as the proxy forwards them (no TLS),
     SASL credentials included: treat it as a secret (kctl decode redacts them on display).
     """
+    duration_s = parse_duration(duration, "--duration") if duration is not None else None
     if show not in ("stats", "frames"):
         raise ConfigError(f"--show {show!r}: expected stats or frames")
     if listen_tls_key and not listen_tls_cert:
@@ -146,7 +148,7 @@ def inspect(
     previous_term = signal.signal(signal.SIGTERM, _sigterm_as_interrupt)
     try:
         with proxy:
-            _run(proxy, show, lines, duration, _describe(plan),
+            _run(proxy, show, lines, duration_s, _describe(plan),
                  tls=", ".join(n for n, c in (("TLS from clients", listen_context),
                                               ("TLS upstream", up_context)) if c is not None))
     except KeyboardInterrupt:

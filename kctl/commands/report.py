@@ -3,19 +3,17 @@ interval logs); no broker needed (thin: files -> kctl.bench.results -> render)."
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 from typing import Optional
 
 import typer
-from rich.console import Console
-
 from kctl.bench.charts import write_charts
 from kctl.bench.gate import DEFAULT_MAX_REGRESSION, parse_bounds
 from kctl.bench.results import CellResult, best_cells, load_run
 from kctl.commands._gate import run_gate
 from kctl.errors import ConfigError
 from kctl.ui.bench_view import comparison_table
+from kctl.ui.console import stderr_console, stdout_console
 
 
 def _run_name(path: Path) -> str:
@@ -46,13 +44,13 @@ def report(
             for c in loaded:
                 c.label = f"{prefix}: {c.label}" if c.label != prefix else prefix
         cells.extend(loaded)
-    out = Console() if sys.stdout.isatty() else Console(width=240)
+    out = stdout_console()
     out.print(comparison_table(cells, title="kctl report"))
     if out_dir is not None:
         if out_dir.exists() and not out_dir.is_dir():
             raise ConfigError(f"--out {out_dir} exists and is not a directory")
         paths = write_charts(cells, out_dir, title="kctl report", best=best_cells(cells))
-        Console(stderr=True).print("wrote " + ", ".join(str(p) for p in paths), highlight=False)
+        stderr_console().print("wrote " + ", ".join(str(p) for p in paths), highlight=False)
     if baseline is not None and not run_gate(cells, baseline, max_regression, junit_xml, out):
         raise typer.Exit(1)
 

@@ -208,7 +208,7 @@ def test_cli_records_summary_verbose_and_hex(tmp_path):
     assert r.exit_code == 0 and "topic_data" in r.stdout
     r = runner.invoke(app, ["decode", "--hex", "--json"], input=produce_request(4).hex())
     assert json.loads(r.stdout)["correlation_id"] == 4
-    r = runner.invoke(app, ["decode", "--hex", "--json", "--api", "Metadata", "--version", "12"],
+    r = runner.invoke(app, ["decode", "--hex", "--json", "--api", "Metadata", "--api-version", "12"],
                       input=metadata_response(9).hex())
     assert json.loads(r.stdout)["api_name"] == "Metadata"
 
