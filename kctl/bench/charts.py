@@ -132,6 +132,9 @@ def _table_html(cells: Sequence[CellResult], best: dict[str, str | None]) -> str
     for cell in cells:
         tds = []
         for m in METRICS:
+            if not cell.has(m.key):
+                tds.append("<td>n/a</td>")
+                continue
             s = cell.stat(m.key)
             mark = " class='best'" if best.get(m.key) == cell.name else ""
             tds.append(f"<td{mark}>{m.fmt.format(s.median)}<br><small>{m.fmt.format(s.min)}–"

@@ -21,6 +21,17 @@ def _run_name(path: Path) -> str:
     return p.name if p.is_dir() else p.stem
 
 
+def run_names(paths: list[Path]) -> list[str]:
+    """A distinct label per run: the file's stem (``s``), its name when two stems are the
+    same (``s.json``, ``s.hlog``: a summary and the interval log of one run), its path
+    when even those are."""
+    names = [_run_name(p) for p in paths]
+    for better in (lambda p: p.name, str):
+        dupes = {n for n in names if names.count(n) > 1}
+        names = [better(p) if n in dupes else n for p, n in zip(paths, names, strict=True)]
+    return names
+
+
 def report(
     runs: list[Path] = typer.Argument(..., help="results.json (or its directory), produce summary JSON, or .hlog files."),
     out_dir: Optional[Path] = typer.Option(None, "--out", help="Write the PNG charts and report.html here."),
@@ -37,12 +48,13 @@ def report(
     if junit_xml and baseline is None:
         raise ConfigError("--junit-xml reports the regression gate: give --baseline too")
     cells: list[CellResult] = []
-    for path in runs:
+    for path, prefix in zip(runs, run_names(runs), strict=True):
         loaded = load_run(path, hlog_unit=hlog_unit)
         if len(runs) > 1:
-            prefix = _run_name(path)
             for c in loaded:
-                c.label = f"{prefix}: {c.label}" if c.label != prefix else prefix
+                # Names must differ too: the best-per-column marks and charts go by name.
+                c.label = f"{prefix}: {c.label}" if c.label != _run_name(path) else prefix
+                c.name = f"{prefix}/{c.name}"
         cells.extend(loaded)
     out = stdout_console()
     out.print(comparison_table(cells, title="kctl report"))
