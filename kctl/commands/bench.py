@@ -90,7 +90,8 @@ def bench(
     if out_dir is not None:
         out_dir.mkdir(parents=True, exist_ok=True)
         results.write(out_dir / "results.json")
-        paths = write_charts(results.cells, out_dir, best=best_cells(results.cells))
+        paths = write_charts(results.cells, out_dir, best=best_cells(results.cells),
+                             workload={**results.workload, "environment": results.environment})
         on_event(f"wrote {out_dir / 'results.json'}, {len(results.cells)} interval log(s) in "
                  f"{out_dir / 'hlog'}, " + ", ".join(str(p) for p in paths))
     if baseline is not None:

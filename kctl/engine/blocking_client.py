@@ -79,11 +79,18 @@ class BlockingClient:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
+    def _tried(self) -> str:
+        """The address as dialled: ``127.0.0.1:9092 (no port given: 9092 assumed)``."""
+        shown = f"[{self.host}]:{self.port}" if ":" in self.host else f"{self.host}:{self.port}"
+        if ":" not in self.address.strip().lstrip("[").split("]")[-1]:
+            shown += f" (no port given: {self.port} assumed)"
+        return shown
+
     def connect(self) -> None:
         try:
             self._sock = socket.create_connection((self.host, self.port), timeout=self.timeout_s)
         except OSError as e:
-            raise BrokerUnavailableError(f"cannot connect to broker {self.address}: {e.strerror or e}") from None
+            raise BrokerUnavailableError(f"cannot connect to broker {self._tried()}: {e.strerror or e}") from None
         self._sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         try:
             if self.security.uses_tls:
