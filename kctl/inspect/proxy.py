@@ -67,6 +67,7 @@ from typing import Any, Final
 from kctl.engine.tls import tls_failure
 from kctl.errors import ConfigError, KctlError
 from kctl.inspect.capture_writer import CaptureWriter, TcpFlow
+from kctl.inspect.legs import Leg
 from kctl.inspect.faults import (
     NO_REQUEST_FAULT, ErrorBudget, FaultDecision, FaultInjector, FaultPlan, LossLedger,
     RequestDecision, empty_produce_response, encode_request_frame, segments,
@@ -595,7 +596,7 @@ class Processor:
             if self.proxy.capture is not None:
                 local = conn.up.getsockname()[:2]
                 peer = conn.up.getpeername()[:2]
-                conn.up_flow = self.proxy.capture.open_flow(local, peer, time.time_ns())
+                conn.up_flow = self.proxy.capture.open_flow(local, peer, time.time_ns(), Leg.UPSTREAM)
             context = self.proxy.upstream_ssl_context
             if context is not None:
                 # wrap_socket detaches the plain socket: the selector must forget it first.
