@@ -108,7 +108,7 @@ def test_view_renders_into_a_string_console():
 
 
 def test_frame_line():
-    e = FrameEvent(0, 3, "response", 0, 9, 12, 120, None, "c", "u", 2_100_000,
+    e = FrameEvent(0, 3, "response", 0, 9, 12, 120, b"", "c", "u", 2_100_000,
                    FaultDecision(delay_ns=5, errors_injected=1))
     assert frame_line(e) == "conn 3 <- Produce v9 corr=12 120B 2.1ms [delayed errors-injected]"
 
@@ -116,7 +116,9 @@ def test_frame_line():
 def test_frame_line_shows_sasl_credentials_only_when_asked():
     from kctl.protocol import messages
     body = messages.message_class("SaslAuthenticateRequest")(auth_bytes=b"\0u\0pw")
-    shown = FrameEvent(0, 1, "request", 36, 2, 4, 40, body, "c", "u")
+    frame = messages.encode_request(36, 2, 4, "c", body)
+    shown = FrameEvent(0, 1, "request", 36, 2, 4, 40, frame, "c", "u", show_secrets=True)
     assert frame_line(shown).endswith("auth_bytes=AHUAcHc=")
-    hidden = FrameEvent(0, 1, "request", 36, 2, 4, 40, None, "c", "u", redacted=True)
+    hidden = FrameEvent(0, 1, "request", 36, 2, 4, 40, frame, "c", "u")
+    assert hidden.redacted
     assert frame_line(hidden).endswith("auth_bytes=<redacted>") and "AHUAcHc" not in frame_line(hidden)
