@@ -63,7 +63,7 @@ from kctl.engine.connection import Connection, reset
 from kctl.engine.handshake import HandshakeObserver
 from kctl.engine.tls import tls_failure
 from kctl.errors import DecodeError, KctlError
-from kctl.inspect.capture_writer import CaptureWriter, TcpFlow, payload_sum
+from kctl.inspect.capture_writer import CaptureWriter, TcpFlow
 from kctl.inspect.faults import (
     NO_REQUEST_FAULT, FaultDecision, FaultInjector, FaultSwitch, RequestDecision,
     empty_produce_response, encode_request_frame, segments)
@@ -175,13 +175,13 @@ class _Release:
     """One write to the client, released at ``at_ns``: a whole chunk, some frames, or a
     segment of one (tiny segments); a capture segment of the client leg."""
 
-    __slots__ = ("at_ns", "data", "psum", "tracked", "drop")
+    __slots__ = ("at_ns", "data", "sums", "tracked", "drop")
 
-    def __init__(self, at_ns: int, data: bytes | memoryview, psum: int | None = None,
+    def __init__(self, at_ns: int, data: bytes | memoryview, sums: tuple[int, ...] | None = None,
                  tracked: int = 0, drop: bool = False) -> None:
         self.at_ns = at_ns
         self.data = data
-        self.psum = psum            # payload_sum(data) when already known
+        self.sums = sums            # its segments' payload sums when already known
         self.tracked = tracked      # responses whose last byte this write carries
         self.drop = drop            # a drop fault: close the connection after it
 
@@ -267,7 +267,7 @@ class _Link:
         self.injector: FaultInjector | None = None
         self.client_flow: TcpFlow | None = None
         self.up_flow: TcpFlow | None = None
-        self.up_backlog: list[tuple[bytes | memoryview, int | None]] = []
+        self.up_backlog: list[tuple[bytes | memoryview, tuple[int, ...] | None]] = []
         self.client_mask = 0
         self.up_mask = 0
         self.client_hs = 0                   # TLS handshake with the client: the event it waits for
@@ -555,10 +555,9 @@ class Processor:
             return
         now = self.clock.now_ns()
         wall = self.clock.wall_ns()
-        psum = None
+        sums = None
         if link.client_flow is not None:
-            psum = payload_sum(data)
-            link.client_flow.data(wall, True, data, psum)
+            sums = link.client_flow.data(wall, True, data)
         frames = link.requests
         if frames.at_boundary:
             link.hold_requests = self.faults.rewrites_requests
@@ -570,7 +569,7 @@ class Processor:
             return
         hold = link.hold_requests
         if not hold:
-            self._to_upstream(link, data, psum, wall)
+            self._to_upstream(link, data, sums, wall)
         if spans:
             view = memoryview(buf)
             for start, end in spans:
@@ -578,14 +577,15 @@ class Processor:
                 if link.closed:
                     return
 
-    def _to_upstream(self, link: _Link, data: bytes | memoryview, psum: int | None, wall: int) -> None:
+    def _to_upstream(self, link: _Link, data: bytes | memoryview, sums: tuple[int, ...] | None,
+                     wall: int) -> None:
         link.up.queue(data)
         link.to_up_bytes += len(data)
         if self.capture is not None:
             if link.up_flow is not None:
-                link.up_flow.data(wall, True, data, psum)
+                link.up_flow.data(wall, True, data, sums)
             else:
-                link.up_backlog.append((data, psum))
+                link.up_backlog.append((data, sums))
 
     def _on_request(self, link: _Link, payload: memoryview, now: int, wall: int, hold: bool) -> None:
         stats = self.stats
@@ -668,8 +668,8 @@ class Processor:
                 peer = up.sock.getpeername()[:2]
                 wall = self.clock.wall_ns()
                 link.up_flow = flow = self.capture.open_flow(local, peer, wall, Leg.UPSTREAM)
-                for data, psum in link.up_backlog:
-                    flow.data(wall, True, data, psum)
+                for data, sums in link.up_backlog:
+                    flow.data(wall, True, data, sums)
                 link.up_backlog.clear()
             if self.tls.upstream is not None:
                 # The socket object changes: the selector must forget the plain one first.
@@ -710,10 +710,9 @@ class Processor:
             return
         now = self.clock.now_ns()
         wall = self.clock.wall_ns()
-        psum = None
+        sums = None
         if link.up_flow is not None:
-            psum = payload_sum(data)
-            link.up_flow.data(wall, False, data, psum)
+            sums = link.up_flow.data(wall, False, data)
         try:
             buf, spans, whole = link.responses.feed(data)
         except DecodeError:
@@ -735,7 +734,7 @@ class Processor:
                 return
         if plain and not link.out:
             tracked = sum(v[3] for v in verdicts)
-            self._queue(link, _Release(now, data, psum, tracked))
+            self._queue(link, _Release(now, data, sums, tracked))
         else:
             for (start, end), v in zip(spans, verdicts):
                 if v is None:
@@ -884,7 +883,7 @@ class Processor:
             item = out.popleft()
             link.out_bytes -= len(item.data)
             if link.client_flow is not None:
-                link.client_flow.data(self.clock.wall_ns(), False, item.data, item.psum)
+                link.client_flow.data(self.clock.wall_ns(), False, item.data, item.sums)
             link.writing = item
             client.queue(item.data)
 

@@ -346,6 +346,13 @@ class InspectorProxy:
             return self._pool.frame_errors
         return self._processor.frame_errors if self._processor is not None else 0
 
+    @property
+    def alive_processors(self) -> int:
+        """Processors still running (with one processor: 1 while started)."""
+        if self._pool is not None:
+            return self._pool.alive
+        return 1 if self._thread is not None else 0
+
     def processor_pids(self) -> list[int | None]:
         """The processor processes' pids (empty with one processor: it is a thread)."""
         return self._pool.pids() if self._pool is not None else []
