@@ -186,8 +186,8 @@ def inspect(
             for line in merged.damaged:
                 typer.echo(f"kctl inspect: capture part cut short: {line}", err=True)
     if proxy.lost:
-        raise KctlError(f"{len(proxy.lost)} processor(s) died during the run: their connections "
-                        "were lost (see above)")
+        # Said above, one line per processor, as it happened: the run was damaged.
+        raise typer.Exit(1)
 
 
 def _final_snapshot(proxy: InspectorProxy) -> StatsSnapshot | None:
@@ -201,8 +201,12 @@ def _summary_line(s: StatsSnapshot) -> str:
     produce = s.apis.get("Produce")
     records = f", {produce.records} records in {produce.batches} batches" if produce else ""
     return (f"{s.requests} requests, {s.responses} responses{records}; "
-            f"{s.connections_total} connections over {s.processors} processor(s)"
-            + (f"; {len(s.lost)} processor(s) lost" if s.lost else ""))
+            f"{_n(s.connections_total, 'connection')} over {_n(s.processors, 'processor')}"
+            + (f"; {_n(len(s.lost), 'processor')} lost" if s.lost else ""))
+
+
+def _n(n: int, noun: str) -> str:
+    return f"{n} {noun}{'' if n == 1 else 's'}"
 
 
 def summary_json(s: StatsSnapshot) -> dict:
