@@ -153,7 +153,8 @@ def inspect(
                            virtual_brokers=virtual_brokers,
                            on_frame=lines.put if show == "frames" else None,
                            listen_tls=listen_tls, upstream_security=up_security,
-                           show_secrets=show_secrets, processors=n, on_lost=lines.put)
+                           show_secrets=show_secrets, processors=n, processes=True,
+                           on_lost=lines.put)
     previous_int = signal.signal(signal.SIGINT, signal.default_int_handler)
     previous_term = signal.signal(signal.SIGTERM, _sigterm_as_interrupt)
     final: StatsSnapshot | None = None
@@ -259,7 +260,7 @@ def _run(proxy: InspectorProxy, show: str, lines: queue.SimpleQueue, duration: f
         if show != "frames":
             while not lines.empty():
                 typer.echo(f"kctl inspect: {lines.get()}", err=True)
-        if proxy.processors > 1 and not proxy.alive_processors:
+        if not proxy.alive_processors:
             raise KctlError("every kctl inspect processor died: nothing is left to serve clients")
         return 1.0 if deadline is None else max(0.0, deadline - time.monotonic())
 

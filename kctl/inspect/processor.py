@@ -555,9 +555,6 @@ class Processor:
             return
         now = self.clock.now_ns()
         wall = self.clock.wall_ns()
-        sums = None
-        if link.client_flow is not None:
-            sums = link.client_flow.data(wall, True, data)
         frames = link.requests
         if frames.at_boundary:
             link.hold_requests = self.faults.rewrites_requests
@@ -569,23 +566,50 @@ class Processor:
             return
         hold = link.hold_requests
         if not hold:
-            self._to_upstream(link, data, sums, wall)
+            # Forward first: bookkeeping and the capture come after the bytes are on their way.
+            link.up.queue(data)
+            link.to_up_bytes += len(data)
+            self._write_up(link)
+            if link.closed:
+                return
+        if link.client_flow is not None:
+            sums = link.client_flow.data(wall, True, data)
+            if not hold:
+                self._capture_up(link, data, sums, wall)
         if spans:
             view = memoryview(buf)
             for start, end in spans:
                 self._on_request(link, view[start + 4:end], now, wall, hold)
                 if link.closed:
                     return
+            if hold:
+                self._write_up(link)
 
-    def _to_upstream(self, link: _Link, data: bytes | memoryview, sums: tuple[int, ...] | None,
-                     wall: int) -> None:
+    def _forward_frame(self, link: _Link, payload: bytes | memoryview, wall: int) -> None:
+        """Hold mode: one whole request (maybe rewritten) goes upstream."""
+        data = _SIZE.pack(len(payload)) + bytes(payload)
         link.up.queue(data)
         link.to_up_bytes += len(data)
         if self.capture is not None:
-            if link.up_flow is not None:
-                link.up_flow.data(wall, True, data, sums)
-            else:
-                link.up_backlog.append((data, sums))
+            self._capture_up(link, data, None, wall)
+
+    def _capture_up(self, link: _Link, data: bytes | memoryview, sums: tuple[int, ...] | None,
+                    wall: int) -> None:
+        if link.up_flow is not None:
+            link.up_flow.data(wall, True, data, sums)
+        else:
+            link.up_backlog.append((data, sums))        # written once the upstream flow opens
+
+    def _write_up(self, link: _Link) -> None:
+        """Writes what is queued upstream, as far as the socket takes it now."""
+        if not link.to_up_bytes or not link.up_connected or link.up_hs:
+            return
+        try:
+            n = link.up.write()
+        except OSError:
+            self._close(link, reason="upstream connection error", reset_peer=True, client_first=False)
+            return
+        link.to_up_bytes -= n
 
     def _on_request(self, link: _Link, payload: memoryview, now: int, wall: int, hold: bool) -> None:
         stats = self.stats
@@ -649,10 +673,6 @@ class Processor:
         if forward is None:
             self._answer_unforwarded(link, now, wall)
 
-    def _forward_frame(self, link: _Link, payload: bytes | memoryview, wall: int) -> None:
-        data = _SIZE.pack(len(payload)) + bytes(payload)
-        self._to_upstream(link, data, None, wall)
-
     # -- upstream -----------------------------------------------------------------------------
     def _up_writable(self, link: _Link) -> None:
         up = link.up
@@ -684,14 +704,7 @@ class Processor:
                 link.up_hs = _W
                 self._up_handshake(link)
                 return
-        if link.to_up_bytes:
-            try:
-                n = up.write()
-            except OSError:
-                self._close(link, reason="upstream connection error", reset_peer=True,
-                            client_first=False)
-                return
-            link.to_up_bytes -= n
+        self._write_up(link)
 
     def _up_readable(self, link: _Link) -> None:
         try:
@@ -743,6 +756,8 @@ class Processor:
                 frame = view[start:end] if out is None else _SIZE.pack(len(out)) + out
                 self._queue_response(link, frame, release, decision, tracked)
         self._answer_unforwarded(link, now, wall)
+        if not link.client_hs and not link.closed:
+            self._flush_client(link, now)
 
     def _answer_unforwarded(self, link: _Link, now: int, wall: int) -> None:
         """Answers the requests at the head of the line that were never forwarded (a

@@ -13,14 +13,18 @@ The structure is Kafka's SocketServer (docs/DESIGN.md, "The inspector proxy"):
   (``faults``), keeps statistics (``proxy_stats``) and writes its capture
   (``capture_writer``); see processor.py for the hot path and per-connection order.
 
-``processors=1`` runs the acceptor and the one processor in a single event loop in a
-background thread: plenty for tests and a handful of clients, and observers
-(``on_frame``) run in that thread. ``processors=N`` > 1 runs N processor processes
+``processors=1`` (by default) runs the acceptor and the one processor in a single event
+loop in a background thread: plenty for tests and a handful of clients, and observers
+(``on_frame``) run in that thread. ``processes=True`` (the default when ``processors``
+> 1, and what ``kctl inspect`` always uses) runs N processor processes
 (``processes.ProcessorPool``): the parent's acceptor thread passes each accepted
 socket to the processor with the fewest connections; processors send statistics
 reports (merged here into one ``StatsSnapshot``) and write their own capture parts,
 merged into one pcapng when the proxy stops. A processor that dies is reported
-(``lost``, ``on_lost``), never silently: its connections are named.
+(``lost``, ``on_lost``), never silently: its connections are named. Even one processor
+is better in its own process under a live view: rendering a Rich table holds the GIL
+for milliseconds, which a processor thread beside it would add to every response
+waiting at that moment.
 
 TLS: with a listener context the proxy terminates TLS from clients, with an upstream
 context it speaks TLS to the brokers (host names checked against the upstream
@@ -104,7 +108,7 @@ class InspectorProxy:
                  upstream_ssl_context: ssl.SSLContext | None = None,
                  listen_tls: ListenerTls | None = None,
                  upstream_security: SecurityConfig | None = None,
-                 show_secrets: bool = False, processors: int = 1,
+                 show_secrets: bool = False, processors: int = 1, processes: bool | None = None,
                  on_lost: Callable[[ProcessorLost], object] | None = None,
                  clock: Clock | None = None) -> None:
         ups = [parse_hostport(u, what="upstream") if isinstance(u, str) else (u[0], int(u[1]))
@@ -118,7 +122,10 @@ class InspectorProxy:
                               "give exactly one upstream")
         if processors < 1:
             raise ConfigError(f"--processors must be at least 1, not {processors}")
-        if processors > 1 and (listen_ssl_context is not None or upstream_ssl_context is not None):
+        use_processes = processors > 1 if processes is None else processes
+        if processors > 1 and not use_processes:
+            raise ConfigError("several processors run in processes (processes=True)")
+        if use_processes and (listen_ssl_context is not None or upstream_ssl_context is not None):
             raise ConfigError("TLS contexts cannot be handed to processor processes: give "
                               "listen_tls / upstream_security instead")
         self.upstreams = ups
@@ -130,6 +137,7 @@ class InspectorProxy:
         self.on_frame = on_frame
         self.on_lost = on_lost
         self.processors = processors
+        self.use_processes = use_processes
         self.listen_tls = listen_tls
         self.upstream_security = upstream_security
         self.listen_ssl_context = listen_ssl_context
@@ -171,7 +179,7 @@ class InspectorProxy:
             else:
                 for up in self.upstreams:
                     self._listeners.port_for(*up)
-            if self.processors == 1:
+            if not self.use_processes:
                 self._start_thread()
             else:
                 self._start_pool()
