@@ -221,3 +221,18 @@ def test_a_multi_processor_capture_reads_the_same_in_tshark_and_kctl(broker, tmp
     both = subprocess.run([sys.executable, "-m", "kctl", "decode", str(path), "--summary", "--json",
                            "--leg", "both"], capture_output=True, text=True, timeout=120)
     assert json.loads(both.stdout)["frames"] == 2 * len(events)
+
+
+def test_virtual_brokers_in_processor_processes(broker):
+    topic = _topic(broker, "processors-virtual", partitions=6)
+    with InspectorProxy([broker.bootstrap], virtual_brokers=3, processors=2) as proxy:
+        with BlockingClient(proxy.bootstrap) as c:
+            md = admin.fetch_metadata(c, [topic])
+        assert [p.leader for p in md.topics[topic].partitions] == [1, 2, 3, 1, 2, 3]
+        with Producer(ProducerConfig.from_properties({"bootstrap.servers": proxy.bootstrap,
+                                                      "linger.ms": 2})) as p:
+            _produce(p, topic, 300, 0)
+            by_node = dict(p.metrics.snapshot().records_by_node)
+        snap = proxy.snapshot()
+    assert set(by_node) == {1, 2, 3} and sum(by_node.values()) == 300
+    assert snap.apis["Produce"].records == 300
