@@ -231,7 +231,8 @@ def test_virtual_brokers_in_processor_processes(broker):
         assert [p.leader for p in md.topics[topic].partitions] == [1, 2, 3, 1, 2, 3]
         with Producer(ProducerConfig.from_properties({"bootstrap.servers": proxy.bootstrap,
                                                       "linger.ms": 2})) as p:
-            _produce(p, topic, 300, 0)
+            handles = [p.send(topic, f"v{i}".encode(), key=f"k{i}".encode()) for i in range(300)]
+            assert p.flush(20) and all(h.error is None for h in handles)
             by_node = dict(p.metrics.snapshot().records_by_node)
         snap = proxy.snapshot()
     assert set(by_node) == {1, 2, 3} and sum(by_node.values()) == 300
