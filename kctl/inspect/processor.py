@@ -241,7 +241,7 @@ class _Link:
                  "up_connected", "up_closed", "closed", "requests", "responses", "in_flight",
                  "out", "out_bytes", "writing", "to_up_bytes", "last_release_ns", "injector",
                  "client_flow", "up_flow", "up_backlog", "client_mask", "up_mask", "client_hs",
-                 "up_hs", "observer", "hold_requests")
+                 "up_hs", "observer", "hold_requests", "client_eof")
 
     def __init__(self, handoff: Handoff, client: Connection, up: Connection,
                  max_frame_bytes: int) -> None:
@@ -274,6 +274,7 @@ class _Link:
         self.up_hs = 0
         self.observer = HandshakeObserver()
         self.hold_requests = False
+        self.client_eof = False              # the client closed: close once its bytes are upstream
 
 
 def _errors_in(api_key: int, body: Any) -> list[str]:
@@ -452,7 +453,7 @@ class Processor:
     def _update(self, link: _Link) -> None:
         """Sets each socket's selector interest from the link's buffers."""
         now = self.clock.now_ns()
-        cmask = _R if link.to_up_bytes < HIGH_WATER else 0
+        cmask = _R if link.to_up_bytes < HIGH_WATER and not link.client_eof else 0
         if link.client.out:
             cmask |= _W
             self._timed.discard(link)
@@ -551,6 +552,9 @@ class Processor:
         if data is None:
             return
         if not data:
+            if link.to_up_bytes and link.up_connected and not link.up_hs:
+                link.client_eof = True      # what it sent last still goes upstream first
+                return
             self._close(link, reason="client closed")
             return
         now = self.clock.now_ns()
@@ -610,6 +614,8 @@ class Processor:
             self._close(link, reason="upstream connection error", reset_peer=True, client_first=False)
             return
         link.to_up_bytes -= n
+        if link.client_eof and not link.to_up_bytes:
+            self._close(link, reason="client closed")
 
     def _on_request(self, link: _Link, payload: memoryview, now: int, wall: int, hold: bool) -> None:
         stats = self.stats
