@@ -743,43 +743,53 @@ class Processor:
         view = memoryview(buf)
         # A chunk of whole frames that all pass unchanged, undelayed, goes on as it is.
         plain = whole
-        verdicts = []
+        answers: list[tuple[bytes | memoryview, tuple[bytes | None, int, FaultDecision | None, int] | None]] = []
         for start, end in spans:
             v = self._on_response(link, view[start + 4:end], now, wall)
-            verdicts.append(v)
             if v is None or v[0] is not None or v[1] != now or v[2] is not None:
                 plain = False
+            answers.append((view[start:end], v))
             if link.closed:
                 return
+            # Requests the proxy answers itself that were waiting for this one come next.
+            synthetic = self._synthetic_answers(link, now, wall)
+            if synthetic:
+                plain = False
+                answers += synthetic
         if plain and not link.out:
-            tracked = sum(v[3] for v in verdicts)
-            self._queue(link, _Release(now, data, sums, tracked))
+            self._queue(link, _Release(now, data, sums, sum(v[3] for _, v in answers)))
         else:
-            for (start, end), v in zip(spans, verdicts):
+            for frame, v in answers:
                 if v is None:
                     continue
                 out, release, decision, tracked = v
-                frame = view[start:end] if out is None else _SIZE.pack(len(out)) + out
-                self._queue_response(link, frame, release, decision, tracked)
-        self._answer_unforwarded(link, now, wall)
+                self._queue_response(link, frame if out is None else _SIZE.pack(len(out)) + out,
+                                     release, decision, tracked)
         if not link.client_hs and not link.closed:
             self._flush_client(link, now)
 
     def _answer_unforwarded(self, link: _Link, now: int, wall: int) -> None:
-        """Answers the requests at the head of the line that were never forwarded (a
+        for frame, v in self._synthetic_answers(link, now, wall):
+            if v is not None:
+                out, release, decision, tracked = v
+                self._queue_response(link, frame if out is None else _SIZE.pack(len(out)) + out,
+                                     release, decision, tracked)
+
+    def _synthetic_answers(self, link: _Link, now: int, wall: int
+                           ) -> list[tuple[bytes, tuple[bytes | None, int, FaultDecision | None, int] | None]]:
+        """Answers for the requests at the head of the line that were never forwarded (a
         lost batch was all they carried): an empty Produce response goes through the
         usual response path, where the injector adds the forged entry."""
+        answers = []
         in_flight = link.in_flight
         while in_flight and not link.closed:
             corr, pending = next(iter(in_flight.items()))
             if not pending.synthetic:
-                return
+                break
             empty = empty_produce_response(pending.api_version, corr)
-            v = self._on_response(link, memoryview(empty), now, wall)
-            if v is not None:
-                out, release, decision, tracked = v
-                sent = empty if out is None else out
-                self._queue_response(link, _SIZE.pack(len(sent)) + sent, release, decision, tracked)
+            answers.append((_SIZE.pack(len(empty)) + empty,
+                            self._on_response(link, memoryview(empty), now, wall)))
+        return answers
 
     def _on_response(self, link: _Link, payload: memoryview, now: int, wall: int
                      ) -> tuple[bytes | None, int, FaultDecision | None, int] | None:
