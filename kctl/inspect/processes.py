@@ -519,6 +519,12 @@ class ProcessorPool:
         h.alive = False
         for obj in (h.process.sentinel, h.control, h.ask):
             self._unregister(obj)
+        try:
+            # Sockets handed over but never taken are closed with it: their clients see
+            # the end of their connection instead of waiting on it.
+            h.handoffs.close()
+        except OSError:
+            pass
         with self._cond:
             self._cond.notify_all()
         if self._stopping:
