@@ -76,7 +76,7 @@ from kctl.errors import (
     AuthenticationError, BrokerUnavailableError, ConfigError, DecodeError, KctlError,
     RemoteProtocolError, UnsupportedVersionError)
 from kctl.protocol import messages, schema
-from kctl.protocol.frames import DEFAULT_MAX_FRAME_BYTES, FrameDecoder
+from kctl.protocol.frames import DEFAULT_MAX_FRAME_BYTES
 
 __all__ = ["ClientRequest", "ClientResponse", "NetworkClient", "NetworkMetrics",
            "NodeNotReadyError", "RequestTimeoutError"]

@@ -54,7 +54,7 @@ import selectors
 import ssl
 import struct
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from functools import cached_property
 from typing import Any, Final
 
