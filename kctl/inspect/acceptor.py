@@ -10,6 +10,11 @@ the whole proxy, so a connection's fault seed (``--seed`` with its id) does not 
 on which processor gets it. ``on_new_listener`` tells the driver that polls the
 listeners about one made later.
 
+Kafka runs one Acceptor thread per listener (endpoint); here one acceptor polls every
+listener (one selector, in the parent's acceptor thread or the single processor's loop):
+the proxy makes a listener per broker as the cluster names them, and a thread each
+would buy nothing but threads.
+
 With a fixed ``--listen`` port the first listener takes it and the next ones take
 the ports after it (port+1, ...) when free, else any free port; the rewriter tells
 clients the real ones.
