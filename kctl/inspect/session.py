@@ -395,8 +395,11 @@ def decode_files(paths: Iterable[str | Path], broker_ports: Collection[int], *,
                  max_pending_bytes: int = DEFAULT_MAX_PENDING_BYTES,
                  max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES,
                  decode_records: bool = True,
-                 show_secrets: bool = False) -> Iterator[DecodedFrame | CaptureNotice]:
+                 show_secrets: bool = False,
+                 interfaces: Collection[int] | None = None) -> Iterator[DecodedFrame | CaptureNotice]:
     """Every frame and notice of each capture file, file by file, in capture order.
+    ``interfaces``: only packets captured on these pcapng interfaces (a leg of a
+    ``kctl inspect`` capture, ``legs.py``); ``None``: every packet.
 
     A file that is not a capture, or whose structure breaks, ends with a
     ``CaptureNotice`` of kind ``"error"`` naming the file offset; the frames
@@ -411,6 +414,8 @@ def decode_files(paths: Iterable[str | Path], broker_ports: Collection[int], *,
             with open(path, "rb") as f:
                 reader = CaptureReader(f, name=name)
                 for pkt in reader:
+                    if interfaces is not None and pkt.interface not in interfaces:
+                        continue
                     seg = tcp_segment(pkt)
                     if isinstance(seg, TcpSegment):
                         yield from dec.on_segment(seg)
