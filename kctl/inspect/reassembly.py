@@ -29,6 +29,7 @@ Time is never read here: every timestamp comes from the capture.
 
 from __future__ import annotations
 
+import heapq
 import struct
 from collections.abc import Callable, Collection, Iterable
 from dataclasses import dataclass, field
@@ -99,9 +100,15 @@ class StreamGap:
 
 
 class HalfStream:
-    """One direction of a TCP connection, as an ordered byte stream."""
+    """One direction of a TCP connection, as an ordered byte stream.
 
-    __slots__ = ("next_seq", "offset", "saw_syn", "closed", "fin_seq", "_pending",
+    Out-of-order segments are held by their *stream offset* (the sequence number
+    unwrapped against the next byte to deliver) in a dict, with a heap of those
+    offsets: a segment costs O(log n) to hold and to release whatever the arrival
+    order, and draining never rescans what is held.
+    """
+
+    __slots__ = ("next_seq", "offset", "saw_syn", "closed", "fin_seq", "_pending", "_heap",
                  "_pending_bytes", "max_pending_bytes", "retransmitted_bytes", "gap_bytes")
 
     def __init__(self, max_pending_bytes: int = DEFAULT_MAX_PENDING_BYTES) -> None:
@@ -110,8 +117,10 @@ class HalfStream:
         self.saw_syn = False
         self.closed = False
         self.fin_seq: int | None = None
-        # seq -> (captured bytes, bytes missing after them, ts_ns); all ahead of next_seq
-        self._pending: dict[int, tuple[bytes, int, int]] = {}
+        # stream offset -> (captured bytes, bytes missing after them, ts_ns, packet);
+        # every key is ahead of ``offset`` and in ``_heap`` exactly once.
+        self._pending: dict[int, tuple[bytes, int, int, int]] = {}
+        self._heap: list[int] = []
         self._pending_bytes = 0
         self.max_pending_bytes = max_pending_bytes
         self.retransmitted_bytes = 0
@@ -154,39 +163,41 @@ class HalfStream:
     def _accept(self, seq: int, data: bytes, hole: int, ts_ns: int,
                 out: list[StreamData | StreamGap], packet: int = 0) -> None:
         assert self.next_seq is not None
-        d = _sdiff(seq, self.next_seq)
-        length = len(data) + hole
-        if d + length <= 0:
-            self.retransmitted_bytes += length
+        at = self.offset + _sdiff(seq, self.next_seq)
+        if at > self.offset:
+            length = len(data) + hole
+            held = self._pending.get(at)
+            if held is not None:
+                if len(held[0]) + held[1] >= length:
+                    self.retransmitted_bytes += length
+                    return
+                self._pending_bytes -= len(held[0])     # the longer copy replaces it
+            else:
+                heapq.heappush(self._heap, at)
+            self._pending[at] = (data, hole, ts_ns, packet)
+            self._pending_bytes += len(data)
+            while self._pending_bytes > self.max_pending_bytes:
+                self._skip_to_pending(ts_ns, "out-of-order bytes exceed the reassembly limit", out,
+                                      packet)
             return
-        if d < 0:
-            cut = -d
+        self._deliver_from(at, data, hole, ts_ns, out, packet)
+        self._drain(ts_ns, out, packet)
+
+    def _deliver_from(self, at: int, data: bytes, hole: int, ts_ns: int,
+                      out: list[StreamData | StreamGap], packet: int) -> None:
+        """Delivers a piece that starts at or before ``offset``, trimming what was already
+        delivered (the first copy of a byte wins, as in the kernel)."""
+        cut = self.offset - at
+        if cut >= len(data) + hole:
+            self.retransmitted_bytes += len(data) + hole
+            return
+        if cut:
             self.retransmitted_bytes += cut
             if cut <= len(data):
                 data = data[cut:]
             else:
                 hole -= cut - len(data)
                 data = b""
-            d = 0
-            seq = self.next_seq
-        if d > 0:
-            held = self._pending.get(seq)
-            if held is not None:
-                if len(held[0]) + held[1] >= length:
-                    self.retransmitted_bytes += length
-                    return
-                self._pending_bytes -= len(held[0])
-            self._pending[seq] = (data, hole, ts_ns)
-            self._pending_bytes += len(data)
-            while self._pending_bytes > self.max_pending_bytes:
-                self._skip_to_pending(ts_ns, "out-of-order bytes exceed the reassembly limit", out,
-                                      packet)
-            return
-        self._deliver(data, hole, ts_ns, out, packet)
-        self._drain(ts_ns, out, packet)
-
-    def _deliver(self, data: bytes, hole: int, ts_ns: int, out: list[StreamData | StreamGap],
-                 packet: int = 0) -> None:
         assert self.next_seq is not None
         if data:
             out.append(StreamData(self.offset, data, ts_ns, packet))
@@ -198,46 +209,31 @@ class HalfStream:
         self.next_seq = (self.next_seq + len(data) + hole) % _MOD
 
     def _drain(self, ts_ns: int, out: list[StreamData | StreamGap], packet: int = 0) -> None:
-        while self._pending:
-            progressed = False
-            for seq in list(self._pending):
-                d = _sdiff(seq, self.next_seq)  # type: ignore[arg-type]
-                if d > 0:
-                    continue
-                data, hole, _ = self._pending.pop(seq)
-                self._pending_bytes -= len(data)
-                length = len(data) + hole
-                if d + length <= 0:
-                    self.retransmitted_bytes += length
-                    continue
-                cut = -d
-                self.retransmitted_bytes += cut
-                if cut <= len(data):
-                    data = data[cut:]
-                else:
-                    hole -= cut - len(data)
-                    data = b""
-                self._deliver(data, hole, ts_ns, out, packet)
-                progressed = True
-            if not progressed:
-                return
+        """Delivers every held piece that now starts at or before ``offset``, in order."""
+        heap = self._heap
+        pending = self._pending
+        while heap and heap[0] <= self.offset:
+            at = heapq.heappop(heap)
+            data, hole, _, _ = pending.pop(at)
+            self._pending_bytes -= len(data)
+            self._deliver_from(at, data, hole, ts_ns, out, packet)
 
     def _skip_to_pending(self, ts_ns: int, reason: str, out: list[StreamData | StreamGap],
                          packet: int = 0) -> None:
         """Declares the hole before the earliest held segment a gap and moves past it."""
         assert self.next_seq is not None
-        first = min(self._pending, key=lambda s: _sdiff(s, self.next_seq))  # type: ignore[arg-type]
-        missing = _sdiff(first, self.next_seq)
+        first = self._heap[0]
+        missing = first - self.offset
         out.append(StreamGap(self.offset, missing, ts_ns, reason))
         self.gap_bytes += missing
-        self.offset += missing
-        self.next_seq = first
+        self.offset = first
+        self.next_seq = (self.next_seq + missing) % _MOD
         self._drain(ts_ns, out, packet)
 
     def finish(self, ts_ns: int, reason: str = "capture ended before the missing bytes") -> list[StreamData | StreamGap]:
         """Delivers everything still held, with gaps for the holes (end of capture)."""
         out: list[StreamData | StreamGap] = []
-        while self._pending:
+        while self._heap:
             self._skip_to_pending(ts_ns, reason, out)
         return out
 
