@@ -52,19 +52,38 @@ def out_of_order_segments(n_segments: int = 16_000, seed: int = 13) -> bytes:
     return cb.capture(head + body + tail)
 
 
-def _garbage_request_stream(total: int, unit_size: int = 1 << 20, cid_len: int = 0x7FFF) -> bytes:
-    """Bytes where every 16th offset starts a plausible Produce v9 request header that claims
-    a ``unit_size`` frame and a long printable client id; none of the frames decodes."""
-    unit = struct.pack(">ihhih", unit_size, 0, 9, 1, cid_len) + b"AB"
-    return (unit * (total // len(unit) + 1))[:total]
+def _nested_produce_stream(total: int, spacing: int = 1024, reach: int = 60) -> bytes:
+    """Request bytes with a plausible Produce v2 header every ``spacing`` bytes, each one's
+    frame reaching ``reach`` headers further and decoding through all of it (its partitions
+    are the same 8-byte entries the later frames see) until its very last entry, which is
+    missing. A decoder that fully decodes every candidate does ``reach`` times the work per
+    byte; none of these frames is real."""
+    hdr_len = 31                                  # size .. partition count, see below
+    grid = (spacing - 8 - hdr_len) // 8           # 8-byte partitions between two headers
+    unit = 8 + hdr_len + 8 * grid
+    n = total // unit
+    starts = [k * unit + 8 for k in range(n)]     # where each header (its size field) starts
+    out = bytearray()
+    for k in range(n):
+        end = starts[k + reach] - 8 if k + reach < n else n * unit
+        size = end - starts[k] - 4
+        # Partitions inside this frame: its own grid, then per later unit one entry whose
+        # records hold that unit's header, then its grid.
+        entries = grid + (min(n, k + reach) - k - 1) * (1 + grid)
+        header = (struct.pack(">ihhih", size, 0, 2, k, 0)            # Produce v2, client ""
+                  + struct.pack(">hiih", 1, 1000, 1, 1) + b"t"       # acks, timeout, 1 topic "t"
+                  + struct.pack(">i", entries + 1))                  # one partition too many
+        out += struct.pack(">ii", -1, hdr_len) + header               # an entry holding it
+        out += struct.pack(">ii", 0, -1) * grid
+    return bytes(out)
 
 
 def resync_storm(total: int = 2 << 20, tso: int = TSO) -> bytes:
     """About 2 MiB: a connection caught mid-stream (no SYN) whose request bytes hold a
-    plausible header every 16 bytes, in TSO-sized (~64 KB) segments: the decoder has to
-    resynchronise through all of it."""
+    plausible header every KiB, each starting a frame that decodes until its last 8 bytes,
+    in TSO-sized (~64 KB) segments."""
     conv = cb.Conversation(bport=PORT, handshake=False)
-    conv.send(_garbage_request_stream(total), mss=tso)
+    conv.send(_nested_produce_stream(total), mss=tso)
     return cb.capture(conv.segs)
 
 
