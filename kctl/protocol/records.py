@@ -362,10 +362,10 @@ def _uvarint_at(data: bytes, pos: int, max_bytes: int) -> tuple[int, int]:
     raise ValueError(f"varint longer than {max_bytes} bytes")
 
 
-def _parse_window(body: bytes, pos: int, index: int, left: int, limit: int, base_offset: int,
-                  base_timestamp: int, log_append_time: int | None,
+def _parse_window(body: bytes, pos: int, end: int, index: int, left: int, limit: int,
+                  base_offset: int, base_timestamp: int, log_append_time: int | None,
                   out: list[Record] | None) -> tuple[int, int, int]:
-    """Parses up to ``min(left, limit)`` v2 records from ``body[pos:]``.
+    """Parses up to ``min(left, limit)`` v2 records from ``body[pos:end]``.
 
     Returns ``(pos, parsed, need)``: where it stopped, how many it parsed, and how many
     more bytes than ``body`` holds the next record needs (0 when it stopped because
@@ -376,8 +376,9 @@ def _parse_window(body: bytes, pos: int, index: int, left: int, limit: int, base
     Single-byte varints are decoded inline: this loop is what decoding speed comes down
     to. ``what`` names the field being read so an IndexError becomes a precise error.
     ``index`` is the number of records of the batch before this window (for errors).
+    A record is parsed only when it ends by ``end``, so bytes after ``end`` (the next
+    batch) are at most read as a bogus length, which then does not fit.
     """
-    end = len(body)
     want = min(left, limit)
     n = 0
     what = "length"
@@ -502,8 +503,8 @@ def _parse_records(body: bytes, count: int, base_offset: int, base_timestamp: in
                    log_append_time: int | None) -> list[Record]:
     """Parses ``count`` v2 records that must fill ``body`` exactly."""
     out: list[Record] = []
-    pos, n, need = _parse_window(body, 0, 0, count, count, base_offset, base_timestamp,
-                                 log_append_time, out)
+    pos, n, need = _parse_window(body, 0, len(body), 0, count, count, base_offset,
+                                 base_timestamp, log_append_time, out)
     if need:
         raise _RecordsError(f"record length does not fit the {len(body) - pos} bytes left",
                             pos, n, "length")
@@ -640,12 +641,16 @@ class _Chunks:
     skipped chunk by chunk. Nothing longer than one record is ever joined, and when only
     counting, nothing longer than a chunk is held."""
 
-    __slots__ = ("buf", "pos", "base", "_it")
+    __slots__ = ("buf", "pos", "end", "base", "_it")
 
-    def __init__(self, chunks: Iterator[bytes]) -> None:
-        self.buf = b""
-        self.pos = 0
-        self.base = 0          # offset in the section of buf[0]
+    def __init__(self, chunks: Iterator[bytes], buf: bytes = b"", pos: int = 0,
+                 end: int = 0) -> None:
+        # The section is buf[pos:end] and then the chunks: a raw section is read in place
+        # in its blob (no copy); a decompressed one starts empty.
+        self.buf = buf
+        self.pos = pos
+        self.end = end
+        self.base = -pos       # offset in the section of buf[0]
         self._it = chunks
 
     @property
@@ -653,11 +658,12 @@ class _Chunks:
         return self.base + self.pos
 
     def more(self, need: int) -> bool:
-        """At least ``need`` bytes from ``pos`` on, in ``buf``; False if the section ends first."""
-        have = len(self.buf) - self.pos
+        """At least ``need`` bytes from ``pos`` on, before ``end``; False if the section
+        ends first."""
+        have = self.end - self.pos
         if have >= need:
             return True
-        parts = [self.buf[self.pos:]] if have else []
+        parts = [self.buf[self.pos:self.end]] if have else []
         while have < need:
             chunk = next(self._it, None)
             if chunk is None:
@@ -667,18 +673,19 @@ class _Chunks:
         self.base += self.pos
         self.buf = parts[0] if len(parts) == 1 else b"".join(parts)
         self.pos = 0
+        self.end = len(self.buf)
         return have >= need
 
     def skip(self, n: int, sink: Callable[[bytes], object] | None = None) -> bool:
         """Moves ``n`` bytes on (showing them to ``sink``) without joining them."""
         while n:
-            have = len(self.buf) - self.pos
+            have = self.end - self.pos
             if not have:
                 chunk = next(self._it, None)
                 if chunk is None:
                     return False
-                self.base += len(self.buf)
-                self.buf, self.pos = chunk, 0
+                self.base += self.end
+                self.buf, self.pos, self.end = chunk, 0, len(chunk)
                 continue
             step = min(have, n)
             if sink is not None:
@@ -782,8 +789,8 @@ def _v2_windows(src: _Chunks, count: int, base_offset: int, base_timestamp: int,
     while left:
         out: list[Record] | None = [] if keep else None
         try:
-            pos, n, need = _parse_window(src.buf, src.pos, index, left, limit, base_offset,
-                                         base_timestamp, log_append_time, out)
+            pos, n, need = _parse_window(src.buf, src.pos, src.end, index, left, limit,
+                                         base_offset, base_timestamp, log_append_time, out)
         except _RecordsError as e:
             e.pos += src.base
             raise
@@ -803,7 +810,7 @@ def _v2_windows(src: _Chunks, count: int, base_offset: int, base_timestamp: int,
                 budget.charge(0, 1)
             yield 1
             continue
-        if not src.more(len(src.buf) - src.pos + need):
+        if not src.more(src.end - src.pos + need):
             raise _RecordsError(f"the records end inside record {index} of the declared "
                                 f"{count}", src.offset, index, "length")
     if src.more(1):
@@ -931,9 +938,9 @@ def _open(data: bytes, pos: int, index: int, verify_crc: bool) -> _Opened | None
 def _section(data: bytes, b: _Opened, budget: DecompressionBudget | None) -> _Chunks:
     """The records section (v2) or the wrapper's value (legacy) as chunks, decompressed
     on the fly and charged to ``budget``."""
-    raw = data[b.body_at:b.end]
     if b.compression is Compression.NONE:
-        return _Chunks(iter((raw,)))
+        return _Chunks(iter(()), data, b.body_at, b.end)
+    raw = data[b.body_at:b.end]
     if budget is None:
         return _Chunks(decompress_chunks(b.compression, raw, legacy_lz4=b.magic == 0))
     # Nothing is decompressed once the budget is spent; otherwise the codec stops at what
