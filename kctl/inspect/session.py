@@ -18,8 +18,9 @@ version, and gets a latency. Nothing is dropped:
 Produce requests and Fetch responses also get their record batches decoded
 (``record_sets``), batch errors staying on the record set.
 
-``decode_files`` reads capture files (one reassembly per file) and yields
-``DecodedFrame`` and ``CaptureNotice`` objects in capture order;
+``decode_stream`` reads one capture from a stream and ``decode_files`` capture files (one
+reassembly per file), yielding ``DecodedFrame`` and ``CaptureNotice`` objects in capture
+order;
 ``guess_broker_ports`` implements ``--port auto``.
 """
 
@@ -30,7 +31,7 @@ from collections import Counter, OrderedDict
 from collections.abc import Collection, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Final
+from typing import Any, BinaryIO, Final
 
 from kctl.errors import BudgetExceededError, DecodeError
 from kctl.inspect.pcap import CaptureReader, TcpSegment, read_segments, tcp_segment
@@ -48,7 +49,7 @@ from kctl.protocol.compression import DecompressionBudget
 from kctl.protocol.records import BatchInfo, Record, iter_batch_records, scan_batches
 
 __all__ = [
-    "DecodedFrame", "RecordSet", "CaptureNotice", "CaptureDecoder", "decode_files",
+    "DecodedFrame", "RecordSet", "CaptureNotice", "CaptureDecoder", "decode_files", "decode_stream",
     "decode_frame_bytes", "guess_broker_ports", "MARKS", "DEFAULT_BROKER_PORT",
 ]
 
@@ -423,6 +424,37 @@ def _best_effort_client_id(data: bytes) -> tuple[str | None, int]:
 # files
 
 
+def decode_stream(stream: BinaryIO, name: str, broker_ports: Collection[int], *,
+                  max_pending_bytes: int = DEFAULT_MAX_PENDING_BYTES,
+                  max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES,
+                  decode_records: bool = True, show_secrets: bool = False,
+                  budget: DecompressionBudget | None = None) -> Iterator[DecodedFrame | CaptureNotice]:
+    """Every frame and notice of one capture read from ``stream`` (a file, a pipe, bytes),
+    in capture order. Damage ends it with a ``CaptureNotice`` of kind ``"error"`` naming the
+    file offset, after the frames before it (held segments flushed); a file cut short
+    ends with a ``"truncated"`` notice. Only ``OSError`` from the stream escapes."""
+    dec = CaptureDecoder(broker_ports, file=name, max_pending_bytes=max_pending_bytes,
+                         max_frame_bytes=max_frame_bytes, decode_records=decode_records,
+                         show_secrets=show_secrets, budget=budget)
+    try:
+        reader = CaptureReader(stream, name=name)
+        for pkt in reader:
+            seg = tcp_segment(pkt)
+            if isinstance(seg, TcpSegment):
+                yield from dec.on_segment(seg)
+            elif seg.malformed:
+                yield CaptureNotice(name, "malformed", f"packet {seg.number}: {seg.reason}",
+                                    seg.offset)
+        yield from dec.finish()
+        if reader.truncated is not None:
+            yield CaptureNotice(name, "truncated", str(reader.truncated), reader.truncated.offset)
+    except DecodeError as e:
+        # The damage ends this capture: what came before it is still decoded and flushed.
+        yield from dec.finish()
+        yield CaptureNotice(name, "error", e.reason + (f" (field {e.field})" if e.field else ""),
+                            e.offset)
+
+
 def decode_files(paths: Iterable[str | Path], broker_ports: Collection[int], *,
                  max_pending_bytes: int = DEFAULT_MAX_PENDING_BYTES,
                  max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES,
@@ -430,37 +462,20 @@ def decode_files(paths: Iterable[str | Path], broker_ports: Collection[int], *,
                  budget: DecompressionBudget | None = None) -> Iterator[DecodedFrame | CaptureNotice]:
     """Every frame and notice of each capture file, file by file, in capture order.
 
-    One ``DecompressionBudget`` (default: ``DecompressionBudget()``) covers the whole run.
-
     A file that is not a capture, or whose structure breaks, ends with a
     ``CaptureNotice`` of kind ``"error"`` naming the file offset; the frames
-    before it are still yielded and the next file is read.
+    before it are still yielded and the next file is read. One
+    ``DecompressionBudget`` (default: ``DecompressionBudget()``) covers the whole run.
     """
     budget = budget if budget is not None else DecompressionBudget()
     for path in paths:
         name = str(path)
-        dec = CaptureDecoder(broker_ports, file=name, max_pending_bytes=max_pending_bytes,
-                             max_frame_bytes=max_frame_bytes, decode_records=decode_records,
-                             show_secrets=show_secrets, budget=budget)
         try:
             with open(path, "rb") as f:
-                reader = CaptureReader(f, name=name)
-                for pkt in reader:
-                    seg = tcp_segment(pkt)
-                    if isinstance(seg, TcpSegment):
-                        yield from dec.on_segment(seg)
-                    elif seg.malformed:
-                        yield CaptureNotice(name, "malformed", f"packet {seg.number}: {seg.reason}",
-                                            seg.offset)
-                yield from dec.finish()
-                if reader.truncated is not None:
-                    yield CaptureNotice(name, "truncated", str(reader.truncated),
-                                        reader.truncated.offset)
-        except DecodeError as e:
-            # The damage ends this file: what came before it is still decoded and flushed.
-            yield from dec.finish()
-            yield CaptureNotice(name, "error", e.reason + (f" (field {e.field})" if e.field else ""),
-                                e.offset)
+                yield from decode_stream(f, name, broker_ports, max_pending_bytes=max_pending_bytes,
+                                         max_frame_bytes=max_frame_bytes,
+                                         decode_records=decode_records, show_secrets=show_secrets,
+                                         budget=budget)
         except OSError as e:
             yield CaptureNotice(name, "error", f"cannot read: {e.strerror or e}")
 
