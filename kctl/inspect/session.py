@@ -253,7 +253,8 @@ class CaptureDecoder:
                     self._budget_noticed = True
                     out.append(CaptureNotice(
                         self.file, "budget", "records past the decompression budget are not "
-                        f"decoded (first here: {self.budget.exhausted_reason()})", None,
+                        f"decoded (first here: {self.budget.exhausted_reason()}; "
+                        "--max-decompress-ratio raises it)", None,
                         it.ts_ns, it.conn, it.direction))
             elif it.kind != "retransmission":
                 out.append(CaptureNotice(self.file, it.kind, it.message, it.offset, it.ts_ns,

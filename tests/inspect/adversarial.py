@@ -87,11 +87,12 @@ def resync_storm(total: int = 2 << 20, tso: int = TSO) -> bytes:
     return cb.capture(conv.segs)
 
 
-def _zstd_bomb_batch(decompressed: int, record_value: int = 8 << 20) -> bytes:
-    """A zstd RecordBatch of zeros that decompresses to about ``decompressed`` bytes."""
-    n = max(1, decompressed // (record_value + 16))
-    recs = [Record(i, 0, None, bytes(record_value)) for i in range(n)]
-    return build_batch(recs, compression=Compression.ZSTD)
+def _zstd_bomb_batch(decompressed: int, records: int = 7) -> bytes:
+    """A zstd RecordBatch of ``records`` zero-filled values that decompresses to just under
+    ``decompressed`` bytes (a few KB of zstd)."""
+    value = decompressed // records - 64
+    return build_batch([Record(i, 0, None, bytes(value)) for i in range(records)],
+                       compression=Compression.ZSTD)
 
 
 def _produce_with_sets(corr: int, sets: list[bytes], version: int = 9) -> bytes:

@@ -17,6 +17,7 @@ import pytest
 
 from kctl.inspect.session import CaptureNotice, DecodedFrame, decode_files
 from kctl.inspect.summary import CaptureSummary
+from kctl.protocol.compression import DecompressionBudget
 from tests.inspect import adversarial as adv
 from tests.inspect import capture_builder as cb
 from tests.inspect.kafka_frames import produce_request
@@ -26,13 +27,15 @@ ROWS = {r.name: r for r in adv.ROWS}
 GUARD_S = 6.0
 
 
-def decode(tmp_path: Path, name: str) -> tuple[list[DecodedFrame], list[CaptureNotice], dict]:
+def decode(tmp_path: Path, name: str, budget: DecompressionBudget | None = None,
+           ) -> tuple[list[DecodedFrame], list[CaptureNotice], dict]:
     path = tmp_path / f"{name}.pcap"
-    path.write_bytes(ROWS[name].build())
+    if not path.exists():
+        path.write_bytes(ROWS[name].build())
     summary = CaptureSummary()
     frames, notices = [], []
     t0 = time.perf_counter()
-    for item in decode_files([path], {adv.PORT}):
+    for item in decode_files([path], {adv.PORT}, budget=budget):
         summary.add(item)
         (frames if isinstance(item, DecodedFrame) else notices).append(item)
     assert time.perf_counter() - t0 < GUARD_S
@@ -60,18 +63,38 @@ def test_resync_storm_is_skipped_as_undecodable(tmp_path):
 
 
 @pytest.mark.parametrize("name", ["zstd-30-frames", "zstd-30-partitions"])
-def test_bombs_spend_the_budget_once(tmp_path, name):
-    """30 batches each just under the old per-blob cap: the first is counted, the rest are
-    refused by the run's budget (said once, counted per record set)."""
+def test_bombs_are_refused_by_the_budget(tmp_path, name):
+    """30 batches of 63 MiB of zeros in 60 KiB: the default budget (16 MiB + 256 per captured
+    byte) refuses them all, says so once, and counts each refused record set."""
     frames, notices, s = decode(tmp_path, name)
-    assert s["produced"][0]["records"] == 7
-    assert s["errors"] == {"RECORDS_OVER_BUDGET": 29}
+    assert len(frames) == (30 if name == "zstd-30-frames" else 1)
+    assert sum(p["records"] for p in s["produced"]) == 0
+    assert s["errors"] == {"RECORDS_OVER_BUDGET": 30}
     assert [n.kind for n in notices] == ["budget"]
+    assert "--max-decompress-ratio" in notices[0].message
 
 
-def test_batches_together_under_the_cap_are_all_counted(tmp_path):
+def test_the_run_budget_stops_what_a_frame_cap_alone_lets_through(tmp_path):
+    # A per-frame cap alone (the old per-blob cap) lets all 30 frames decompress 63 MiB each.
+    _, _, s = decode(tmp_path, "zstd-30-frames", DecompressionBudget(
+        frame_floor=64 << 20, run_floor=1 << 40, ratio=0))
+    assert sum(p["records"] for p in s["produced"]) == 30 * 7 and not s["errors"]
+    # A run budget of 64 MiB: the first frame fits, the other 29 are refused.
+    _, notices, s = decode(tmp_path, "zstd-30-frames", DecompressionBudget(
+        frame_floor=1 << 40, run_floor=64 << 20, ratio=0))
+    assert s["produced"][0]["records"] == 7 and s["errors"] == {"RECORDS_OVER_BUDGET": 29}
+    assert "this run's decompression budget is spent" in notices[0].message
+    # A frame limit below one batch: every frame is refused by its own limit.
+    _, notices, s = decode(tmp_path, "zstd-30-frames", DecompressionBudget(
+        frame_floor=32 << 20, run_floor=1 << 40, ratio=0))
+    assert s["errors"] == {"RECORDS_OVER_BUDGET": 30}
+    assert "this frame's decompression limit is reached" in notices[0].message
+
+
+def test_batches_of_one_set_share_the_frame_budget(tmp_path):
     _, notices, s = decode(tmp_path, "zstd-one-set")
-    assert [(p["records"], p["batches"]) for p in s["produced"]] == [(4, 4)] and notices == []
+    assert [(p["records"], p["batches"]) for p in s["produced"]] == [(7, 1)]   # 15 of 60 MiB
+    assert s["errors"] == {"RECORDS_OVER_BUDGET": 1} and [n.kind for n in notices] == ["budget"]
 
 
 def test_a_million_tiny_records_cost_their_record_charge(tmp_path):
