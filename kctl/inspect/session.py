@@ -527,6 +527,7 @@ def decode_frame_bytes(data: bytes, *, api_key: int | None = None,
         data = data[4:]
     conn = ConnectionId(Endpoint("-", 0), Endpoint("-", 0))
     dec = CaptureDecoder((0,), file="<stdin>", show_secrets=show_secrets)
+    dec.budget.add_input(len(data))     # the frame is the whole input
     if api_key is None:
         return dec.decode(Frame(conn, "request", 0, data, 0, 0))
     if api_version is None:
