@@ -144,6 +144,17 @@ def tiny_record_bomb(n: int = 8) -> bytes:
     return cb.capture(conv.segs)
 
 
+def tiny_struct_frame(n: int = 1_000_000) -> bytes:
+    """A 2 MB Metadata v4 request of a million empty topic names (2 bytes each): the message
+    object model's worst case (each element a Python object of about 130 bytes)."""
+    meta = request_class(3)
+    body = meta(topics=[meta.MetadataRequestTopic(name="") for _ in range(n)])
+    conv = cb.Conversation(bport=PORT)
+    conv.send(frame(encode_request(3, 4, 1, "c", body)), mss=TSO)
+    conv.close()
+    return cb.capture(conv.segs)
+
+
 ROWS: tuple[Crafted, ...] = (
     Crafted("pcapng-shb-12", "a 12-byte pcapng whose Section Header Block says its length is 12",
             tiny_pcapng_shb),
@@ -158,4 +169,6 @@ ROWS: tuple[Crafted, ...] = (
     Crafted("zstd-30-partitions", "one Produce of 30 partitions, each a zstd batch just under "
             "the cap", zstd_bombs_across_partitions),
     Crafted("tiny-records", "zstd batches of a million 7-byte records each", tiny_record_bomb),
+    Crafted("tiny-structs", "a 2 MB Metadata request of a million 2-byte topic entries",
+            tiny_struct_frame),
 )
