@@ -157,3 +157,17 @@ def test_no_row_leaves_a_traceback_through_the_cli(tmp_path):
     assert run.stderr.strip().splitlines()[-1] == (
         f"kctl: error: {path}, file offset 4: pcapng section header block length 12 is below "
         "its minimum of 28 (field block_total_length)")
+
+
+def test_max_decompress_ratio_raises_the_budget(tmp_path):
+    path = tmp_path / "one-set.pcap"
+    path.write_bytes(ROWS["zstd-one-set"].build())
+    out = []
+    for ratio in ("256", "100000"):
+        run = subprocess.run([sys.executable, "-m", "kctl", "decode", str(path), "--summary",
+                              "--json", "--max-decompress-ratio", ratio],
+                             capture_output=True, text=True, timeout=60)
+        assert run.returncode == 0, run.stderr
+        s = json.loads(run.stdout)
+        out.append((s["produced"][0]["records"], s["errors"]))
+    assert out == [(7, {"RECORDS_OVER_BUDGET": 1}), (28, {})]
