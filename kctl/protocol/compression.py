@@ -8,6 +8,11 @@ How this works:
   against the length the block declares *before* any output is allocated), so
   a small hostile input can never make us allocate more than ``max_size``
   bytes: exceeding it raises ``DecodeError``, as does any corrupt stream.
+  ``decompress_chunks`` hands the output out a step (1 MiB) at a time, so a
+  caller that consumes each chunk holds one, whatever the ratio.
+- ``DecompressionBudget`` is what a decoder of many batches (``kctl decode``)
+  may decompress: per frame and per run, growing with the input it has read,
+  so a crafted input cannot multiply a per-batch cap by packing batches.
 - Snappy: the Java client writes the xerial block framing
   (``\\x82SNAPPY\\x00``, version and compat int32s, then ``[int32 length][raw
   snappy block]`` chunks of at most 32 KiB of input each); some other clients

@@ -13,6 +13,14 @@ How this works:
   decompressed under a budget (``max_decompressed``, shared by every batch of
   the blob), the record count is checked against the bytes before any record
   is built, and each record must use exactly the bytes its length prefix says.
+- ``scan_batches`` does the same checks without keeping records: a compressed
+  records section is decompressed and walked a chunk at a time (``_Chunks``;
+  a record longer than a chunk is checked field by field and skipped), so
+  counting holds about one chunk whatever a batch decompresses to, and it
+  returns the batches before any damage with the error instead of raising.
+  ``iter_batch_records`` streams records a window at a time for printing.
+  Both charge a ``DecompressionBudget``. ``decode_batches`` is built on the
+  same walk, holding the records.
 - Magic 0/1: as the Java client does, every top-level message is a batch of
   its own; a compressed wrapper message holds an inner message set whose
   offsets are absolute (magic 0) or relative to the wrapper (magic 1:
