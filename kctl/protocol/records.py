@@ -46,7 +46,7 @@ import zlib
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from enum import IntEnum
-from typing import Final
+from typing import Final, NamedTuple
 
 from crc32c import crc32c
 
@@ -388,7 +388,7 @@ def _parse_window(body: bytes, pos: int, end: int, index: int, left: int, limit:
     batch) are at most read as a bogus length, which then does not fit.
     """
     want = min(left, limit)
-    n = 0
+    n = 0       # records parsed (the loop's index while it runs)
     what = "length"
     uv = _uvarint_at
     fast_record = _UnfrozenRecord
@@ -396,7 +396,7 @@ def _parse_window(body: bytes, pos: int, end: int, index: int, left: int, limit:
     append = out.append if out is not None else None
     start = pos
     try:
-        while n < want:
+        for n in range(want):  # noqa: B007 - n is read after the loop and in the handlers
             # length (varint): the only field that may run past the bytes present.
             what = "length"
             start = pos
@@ -499,12 +499,11 @@ def _parse_window(body: bytes, pos: int, end: int, index: int, left: int, limit:
                                   key, value, headers, attributes)
                 rec.__class__ = Record
                 append(rec)
-            n += 1
     except IndexError:
         raise _RecordsError("truncated", pos, index + n, what) from None
     except ValueError as e:
         raise _RecordsError(str(e), pos, index + n, what) from None
-    return pos, n, 0
+    return pos, want, 0
 
 
 def _parse_records(body: bytes, count: int, base_offset: int, base_timestamp: int,
@@ -786,14 +785,16 @@ def _skip_record(src: _Chunks, index: int) -> None:
 
 
 def _v2_windows(src: _Chunks, count: int, base_offset: int, base_timestamp: int,
-                log_append_time: int | None, keep: bool,
-                budget: DecompressionBudget | None) -> Iterator[list[Record] | int]:
+                log_append_time: int | None, keep: bool, budget: DecompressionBudget | None,
+                window: int = _WINDOW) -> Iterator[list[Record] | int]:
     """The records of one v2 batch, a window at a time: lists of records (``keep``) or
     counts. Errors are ``_RecordsError`` with offsets in the records section.
     ``budget`` (compressed batches only) is charged ``record_cost`` per record."""
     index = 0
     left = count
-    limit = _WINDOW if keep else count
+    limit = window if keep else count
+    if left and src.pos == src.end:
+        src.more(1)             # a decompressed section starts empty: its first chunk
     while left:
         out: list[Record] | None = [] if keep else None
         try:
@@ -827,9 +828,9 @@ def _v2_windows(src: _Chunks, count: int, base_offset: int, base_timestamp: int,
                             src.offset - extra, count, "")
 
 
-@dataclass(frozen=True, slots=True)
-class _Opened:
-    """A batch whose header is read and checked; its records are read on demand."""
+class _Opened(NamedTuple):
+    """A batch whose header is read and checked; its records are read on demand.
+    (A named tuple: one is made per batch, and a frozen dataclass costs microseconds.)"""
 
     index: int
     pos: int                # offset of the batch in the blob
@@ -975,8 +976,8 @@ def _charged(chunks: Iterator[bytes], budget: DecompressionBudget) -> Iterator[b
         raise
 
 
-def _records_of(data: bytes, b: _Opened, keep: bool,
-                budget: DecompressionBudget | None) -> Iterator[list[Record] | int]:
+def _records_of(data: bytes, b: _Opened, keep: bool, budget: DecompressionBudget | None,
+                window: int = _WINDOW) -> Iterator[list[Record] | int]:
     """Windows of ``b``'s records (lists when ``keep``, else counts); errors are
     ``DecodeError`` with blob offsets and field paths."""
     where = f"batch[{b.index}]"
@@ -986,7 +987,7 @@ def _records_of(data: bytes, b: _Opened, keep: bool,
         if b.magic == 2:
             yield from _v2_windows(src, b.count, b.base_offset, b.base_timestamp,
                                    b.max_timestamp if b.timestamp_type == 1 else None, keep,
-                                   budget if compressed else None)
+                                   budget if compressed else None, window)
         else:
             yield from _legacy_windows(src, b, keep, budget, where)
     except _RecordsError as e:
@@ -1000,6 +1001,26 @@ def _records_of(data: bytes, b: _Opened, keep: bool,
             raise
         raise e.within(f"{where}.records" if b.magic == 2 else f"{where}.value",
                        b.body_at) from None
+
+
+def _plain_records(data: bytes, b: _Opened) -> list[Record]:
+    """The records of an uncompressed v2 batch, parsed in place in one call: the common
+    case of ``decode_batches``, without the chunked walk's machinery (same checks)."""
+    out: list[Record] = []
+    try:
+        pos, n, need = _parse_window(data, b.body_at, b.end, 0, b.count, b.count, b.base_offset,
+                                     b.base_timestamp,
+                                     b.max_timestamp if b.timestamp_type == 1 else None, out)
+        if need:
+            raise _RecordsError(f"the records end inside record {n} of the declared {b.count}",
+                                b.end, n, "length")
+        if pos != b.end:
+            raise _RecordsError(f"{b.end - pos} bytes left after the declared {b.count} records",
+                                pos, b.count, "")
+    except _RecordsError as e:
+        field = f"batch[{b.index}].records[{e.index}]" + (f".{e.field}" if e.field else "")
+        raise DecodeError(e.reason, offset=e.pos, field=field) from None
+    return out
 
 
 def _legacy_windows(src: _Chunks, b: _Opened, keep: bool, budget: DecompressionBudget | None,
@@ -1056,7 +1077,13 @@ def _legacy_windows(src: _Chunks, b: _Opened, keep: bool, budget: DecompressionB
 
 
 def _record_batch(data: bytes, b: _Opened, budget: DecompressionBudget | None) -> RecordBatch:
-    records = tuple(r for w in _records_of(data, b, True, budget) for r in w)  # type: ignore[union-attr]
+    if b.magic == 2 and b.compression is Compression.NONE:
+        records = tuple(_plain_records(data, b))
+    else:
+        held: list[Record] = []
+        for w in _records_of(data, b, True, budget, window=1 << 30):
+            held += w  # type: ignore[arg-type]
+        records = tuple(held)
     if b.magic == 2:
         base, last_delta = b.base_offset, b.last_offset_delta
     else:
