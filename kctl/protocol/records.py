@@ -1013,7 +1013,7 @@ def _plain_records(data: bytes, b: _Opened) -> list[Record]:
                                      b.max_timestamp if b.timestamp_type == 1 else None, out)
         if need:
             raise _RecordsError(f"the records end inside record {n} of the declared {b.count}",
-                                b.end, n, "length")
+                                pos, n, "length")
         if pos != b.end:
             raise _RecordsError(f"{b.end - pos} bytes left after the declared {b.count} records",
                                 pos, b.count, "")
