@@ -3,7 +3,8 @@
 Three targets, each run in-process on bytes:
 
 - ``capture``: a pcap/pcapng file through the whole decode path (reader, reassembly, frame
-  and record decoding, the JSON and line views, ``--records``, the summary), as
+  and record decoding, the JSON and line views, ``--records``, the summary, and on a
+  quarter of the inputs the Rich ``--summary`` tables and ``--verbose`` trees), as
   ``kctl decode`` runs it. Input: 2 bytes of broker port, then the file.
 - ``frame``: one Kafka frame through ``decode_frame_bytes`` (``--hex``) and its views.
   Input: 1 byte (0 request, 1 response), API key and version (2 bytes each), the frame.
@@ -40,6 +41,7 @@ from functools import cache
 from pathlib import Path
 
 from crc32c import crc32c
+from rich.console import Console
 
 from kctl.errors import KctlError
 from kctl.inspect import report
@@ -47,6 +49,7 @@ from kctl.inspect.session import CaptureNotice, DecodedFrame, decode_frame_bytes
 from kctl.inspect.summary import CaptureSummary
 from kctl.protocol.compression import DecompressionBudget
 from kctl.protocol.records import decode_batches, iter_batch_records, scan_batches
+from kctl.ui.decode_view import frame_tree, summary_tables
 
 HERE = Path(__file__).resolve().parent
 SEEDS = HERE / "fuzz_seeds"
@@ -62,13 +65,27 @@ TARGET_MEM_BYTES = 64 << 20
 def run_capture(data: bytes) -> None:
     port = int.from_bytes(data[:2], "big")
     summary = CaptureSummary()
+    # The Rich views (--summary tables, --verbose trees) on a quarter of the inputs, chosen
+    # by the input itself so that a corpus entry replays the same way: they cost more.
+    rich = len(data) % 4 == 0
+    trees = 0
     for item in decode_stream(io.BytesIO(data[2:]), "fuzz", {port}):
         summary.add(item)
         if isinstance(item, DecodedFrame):
             _views(item)
+            if rich and trees < 3:
+                _render(frame_tree(item))
+                trees += 1
         else:
             str(item)
     report.dumps(summary.to_dict())
+    if rich:
+        for table in summary_tables(summary.to_dict()):
+            _render(table)
+
+
+def _render(renderable: object) -> None:
+    Console(file=io.StringIO(), width=100, color_system=None).print(renderable)
 
 
 def run_frame(data: bytes) -> None:
