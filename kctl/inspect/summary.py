@@ -47,7 +47,9 @@ class ApiStats:
                              "response_bytes": self.response_bytes,
                              "latency_count": h.get_total_count()}
         if h.get_total_count():
-            d["latency_ms"] = {f"p{p:g}": h.get_value_at_percentile(p) / 1000 for p in PERCENTILES}
+            # One pass over the buckets for all percentiles (one walk each cost ~5 ms per API).
+            values = h.get_percentile_to_value_dict(list(PERCENTILES))
+            d["latency_ms"] = {f"p{p:g}": values[p] / 1000 for p in PERCENTILES}
             d["latency_ms"]["mean"] = round(self.latency_sum_us / h.get_total_count() / 1000, 3)
         return d
 

@@ -68,19 +68,20 @@ def run_capture(data: bytes) -> None:
     # The Rich views (--summary tables, --verbose trees) on a quarter of the inputs, chosen
     # by the input itself so that a corpus entry replays the same way: they cost more.
     rich = len(data) % 4 == 0
-    trees = 0
+    tree = False
     for item in decode_stream(io.BytesIO(data[2:]), "fuzz", {port}):
         summary.add(item)
         if isinstance(item, DecodedFrame):
             _views(item)
-            if rich and trees < 3:
+            if rich and not tree:
                 _render(frame_tree(item))
-                trees += 1
+                tree = True
         else:
             str(item)
-    report.dumps(summary.to_dict())
+    totals = summary.to_dict()
+    report.dumps(totals)
     if rich:
-        for table in summary_tables(summary.to_dict()):
+        for table in summary_tables(totals):
             _render(table)
 
 
@@ -386,8 +387,13 @@ def check(target: str, data: bytes, rep: Report, *, s_per_64k: float, mem_bytes:
     out = run_one(target, data)
     rep.inputs += 1
     rep.by_target[target] = rep.by_target.get(target, 0) + 1
-    if per_64k(out.seconds, len(data)) > s_per_64k and out.error is None:
-        out = run_one(target, data)       # once more: a stall of the machine is not the input's
+    for _ in range(3):
+        # Over the limit: timed again (the best of up to four runs counts), because a stall
+        # of a shared machine is not the input's doing.
+        if per_64k(out.seconds, len(data)) <= s_per_64k or out.error is not None:
+            break
+        again = run_one(target, data)
+        out = again if again.seconds < out.seconds else out
     speed = per_64k(out.seconds, len(data))
     if speed > rep.slowest[0]:
         rep.slowest = (speed, target, len(data))
