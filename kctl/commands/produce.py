@@ -44,7 +44,7 @@ def produce(
     interval: float = typer.Option(1.0, "--interval", help="Seconds between interval reports."),
     verify: bool = typer.Option(False, "--verify", help="Read the produced range back; report lost, duplicated, reordered records."),
     quiet: bool = typer.Option(False, "--quiet", help="Print only the summary."),
-    no_id_headers: bool = typer.Option(False, "--no-id-headers", help="Do not add kctl-run/-worker/-seq/-ts-ns headers."),
+    no_id_headers: bool = typer.Option(False, "--no-id-headers", help="Do not add the 24-byte kctl identity header (run, worker, sequence, intended time)."),
     seed: int = typer.Option(0, "--seed", help="Seed for payloads and keys."),
     spark: bool = typer.Option(False, "--spark", help="Run the workers as Spark tasks (needs kctl[spark])."),
     master: Optional[str] = typer.Option(None, "--master", help="Spark master URL with --spark (default local[*])."),

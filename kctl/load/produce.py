@@ -210,7 +210,8 @@ def execute(plan: ProducePlan, *, on_event: Callable[[str], None] = lambda _m: N
                  f"with {plan.spec_args['workers']} worker(s)")
         props = {s.name: str(s.value) for s in plan.settings}
         props["bootstrap.servers"] = bootstrap
-        spec = LoadSpec(properties=props, **plan.spec_args)
+        producer = plan.config.with_properties({"bootstrap.servers": bootstrap})
+        spec = LoadSpec(producer=producer, **plan.spec_args)
         summary_config = {
             "bootstrap": bootstrap, "embedded_broker": embedded, "topic": plan.options.topic,
             "partitions": partitions, "workers": spec.workers, "rate": spec.rate or None,
@@ -228,8 +229,7 @@ def execute(plan: ProducePlan, *, on_event: Callable[[str], None] = lambda _m: N
         checked = None
         if spec.verify and not result.failures:
             on_event("verifying: reading the produced range back")
-            with BlockingClient(first, client_id="kctl-verify", security=security) as client:
-                checked = verify(client, spec.topic, spec.run_id, result.acked_runs)
+            checked = verify(bootstrap, spec.topic, spec.run_id, result.acked_runs, security=security)
         summary = dict(result.summary)
         if checked is not None:
             summary["verify"] = checked.to_dict()

@@ -21,6 +21,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from kctl.config import ProducerConfig
 from kctl.errors import KctlError
 from kctl.load.payload import KeySpec, PayloadPool
 from kctl.load.schedule import split
@@ -37,8 +38,10 @@ READY_TIMEOUT_S = 120.0
 
 @dataclass(frozen=True)
 class LoadSpec:
+    """A whole run, typed (it crosses to worker processes and Spark tasks as is)."""
+
     topic: str
-    properties: dict[str, str]
+    producer: ProducerConfig
     rate: float = 0.0
     num_records: int | None = None
     duration_s: float | None = None
@@ -93,7 +96,7 @@ class LoadRun:
         procs = []
         for w, sched in enumerate(schedules):
             ws = WorkerSpec(
-                worker=w, run_id=spec.run_id, topic=spec.topic, properties=spec.properties,
+                worker=w, run_id=spec.run_id, topic=spec.topic, producer=spec.producer,
                 schedule_rate=sched.rate, schedule_phase_ns=sched.phase_ns,
                 num_records=sched.num_records, duration_ns=duration_ns, start_wall_ns=0,
                 warmup_records=warm_each, warmup_ns=int(spec.warmup_s * 1e9),

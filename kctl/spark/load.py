@@ -215,7 +215,7 @@ class SparkLoadRun:
                           duration_ns=duration_ns)
         warm_each = -(-spec.warmup_records // spec.workers) if spec.warmup_records else 0
         return [WorkerSpec(
-            worker=w, run_id=spec.run_id, topic=spec.topic, properties=spec.properties,
+            worker=w, run_id=spec.run_id, topic=spec.topic, producer=spec.producer,
             schedule_rate=s.rate, schedule_phase_ns=s.phase_ns, num_records=s.num_records,
             duration_ns=duration_ns, start_wall_ns=0, warmup_records=warm_each,
             warmup_ns=int(spec.warmup_s * 1e9), payload=spec.payload, keys=spec.keys,
