@@ -453,8 +453,6 @@ class Producer:
             run.opened += res.new_batches
             if res.needs_memory:
                 self._wait_for_memory(res.needs_memory)
-            elif res.new_batches:
-                self._step(0)
 
     # -- flush and close ------------------------------------------------------------------------
     def flush(self, timeout_s: float | None = None) -> bool:
