@@ -38,7 +38,7 @@ def produce(
     headers: int = typer.Option(0, "--headers", help="Extra headers per record."),
     properties: list[str] = typer.Option([], "-X", help="Producer property name=value (Kafka names; repeatable)."),
     producer_config: list[str] = typer.Option([], "--producer-config", help="Java .properties file of producer properties."),
-    workers: Optional[int] = typer.Option(None, "--workers", help="Worker processes (default: CPU cores)."),
+    workers: Optional[int] = typer.Option(None, "--workers", help="Worker processes (default: cores - 1 when the broker is on this host, else one per core)."),
     hdr_out: Optional[Path] = typer.Option(None, "--hdr-out", help="Write the HdrHistogram interval log (.hlog)."),
     json_out: Optional[Path] = typer.Option(None, "--json-out", help="Write the summary JSON."),
     interval: float = typer.Option(1.0, "--interval", help="Seconds between interval reports."),
@@ -97,7 +97,7 @@ def produce(
             live.stop()
     summary = outcome.summary
     if json_out:
-        json_out.write_text(json.dumps(summary, indent=2, sort_keys=False) + "\n")
+        json_out.write_text(json.dumps(summary.to_json(), indent=2, sort_keys=False) + "\n")
     if out.is_terminal:
         out.print(summary_renderable(summary))
     else:
@@ -116,10 +116,10 @@ def produce(
         print(line)
         if not v.ok or v.expected == 0:
             status = 1
-    counts = summary.get("counts", {})
-    if counts.get("failed"):
-        by_error = ", ".join(f"{name} x{n}" for name, n in counts.get("failed_by_error", {}).items())
-        err.print(f"{counts['failed']} record(s) failed: {by_error}", highlight=False)
+    counts = summary.counts
+    if counts.failed:
+        by_error = ", ".join(f"{name} x{n}" for name, n in counts.failed_by_error.items())
+        err.print(f"{counts.failed} record(s) failed: {by_error}", highlight=False)
         status = 1
     if status:
         sys.exit(status)

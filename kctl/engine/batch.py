@@ -222,7 +222,7 @@ class ProducerBatch:
         "_values", "_keys", "_timestamps", "_headers", "_callbacks", "template", "value_size",
         "slices", "_encoded_for", "compression", "compression_level", "result", "retry_after_ns",
         "sent_ns", "node_id", "split_generation", "created_wall_ms", "_encoded", "wall_offset_ns",
-        "_builder", "_split_into",
+        "_builder", "_split_into", "value_bytes",
     )
 
     def __init__(self, tp: TopicPartition, created_ns: int, capacity: int,
@@ -243,6 +243,7 @@ class ProducerBatch:
         self.node_id = -1
         self.attempts = 0
         self.record_count = 0
+        self.value_bytes = 0          # bytes of record values (what MB/s counts)
         self.estimated_bytes = RECORD_BATCH_OVERHEAD
         self.capacity = capacity
         self.buffer = buffer          # from the BufferPool (None: not pooled); never replaced
@@ -316,6 +317,8 @@ class ProducerBatch:
         if n and self.estimated_bytes + size_estimate > self.capacity:
             return -1
         self._values.append(value)
+        if value:
+            self.value_bytes += len(value)
         self._keys.append(key)  # type: ignore[union-attr]
         self._timestamps.append(timestamp_ms)  # type: ignore[union-attr]
         if headers:
@@ -359,6 +362,7 @@ class ProducerBatch:
         if self._keys is not None:
             self._keys.extend(keys)  # type: ignore[arg-type]
         n = len(values)
+        self.value_bytes += n * self.value_size if self.value_size is not None else sum(map(len, values))
         self.slices.append(AppendSlice(n, now_ns, intended_first_ns, intended_step_ns, first_seq,
                                        positions, positions_base))
         self.record_count += n
@@ -488,6 +492,7 @@ class ProducerBatch:
                 b._callbacks = self._callbacks[lo:hi]
             b.slices = _slices_between(self.slices, lo, hi)
             b.record_count = hi - lo
+            b.value_bytes = sum(len(v) for v in b._values if v)
             b.estimated_bytes = RECORD_BATCH_OVERHEAD + (self.estimated_bytes - RECORD_BATCH_OVERHEAD) * (hi - lo) // n
             b.attempts = self.attempts
             b.split_generation = self.split_generation + 1

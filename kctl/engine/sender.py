@@ -361,6 +361,7 @@ class Sender:
             self.idempotence.on_acked(b, base_offset + b.record_count - 1 if base_offset >= 0 else -1)
         b.complete(BatchState.ACKED, BatchResult(base_offset, log_append_time_ms))
         self.metrics.records_acked += b.record_count
+        self.metrics.value_bytes_acked += b.value_bytes
         self.metrics.batches_acked += 1
         self.metrics.records_by_partition[b.tp] += b.record_count
         self.metrics.records_by_node[b.node_id] += b.record_count

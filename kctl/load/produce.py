@@ -11,11 +11,10 @@ caller (the command) renders through the ``on_round``/``on_event`` callbacks.
 
 from __future__ import annotations
 
-import os
 import re
 from collections.abc import Callable, Sequence
 from contextlib import ExitStack
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from kctl.config import (
@@ -31,7 +30,9 @@ from kctl.errors import ConfigError, KctlError
 from kctl.load.payload import KeySpec, PayloadSpec, make_pool, parse_keys
 from kctl.load.run import LoadResult, LoadRun, LoadSpec
 from kctl.load.verify import VerifyResult, verify
+from kctl.load.worker_count import WorkerCount, default_workers
 from kctl.stats.aggregate import RunStats
+from kctl.stats.summary import RunSummary
 
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h)?\s*$")
 _UNIT_S = {"ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0, None: 1.0}
@@ -98,7 +99,7 @@ class ProduceOutcome:
     embedded: bool
     result: LoadResult
     verify: VerifyResult | None
-    summary: dict[str, Any] = field(default_factory=dict)
+    summary: RunSummary
 
 
 def _delimiter(text: str) -> bytes:
@@ -124,9 +125,8 @@ def prepare(o: ProduceOptions) -> ProducePlan:
         raise ConfigError(f"--headers must not be negative, not {o.headers}")
     if o.interval <= 0:
         raise ConfigError(f"--interval must be positive, not {o.interval}")
-    workers = o.workers if o.workers is not None else (os.cpu_count() or 1)
-    if workers < 1:
-        raise ConfigError(f"--workers must be at least 1, not {workers}")
+    if o.workers is not None and o.workers < 1:
+        raise ConfigError(f"--workers must be at least 1, not {o.workers}")
     if o.verify and not o.id_headers:
         raise ConfigError("--verify needs the record identity headers: drop --no-id-headers")
     duration_s = parse_duration(o.duration, "--duration") if o.duration else None
@@ -153,9 +153,16 @@ def prepare(o: ProduceOptions) -> ProducePlan:
     # is used when -b is absent.
     config = ProducerConfig.from_settings(
         settings + [Setting("bootstrap.servers", o.bootstrap or "127.0.0.1:9092", "-b")])
+    if o.workers is not None:
+        workers = WorkerCount(o.workers, "--workers")
+    else:
+        given = o.bootstrap or next((str(x.value) for x in reversed(settings)
+                                     if x.name == "bootstrap.servers"), None)
+        workers = default_workers(given)
     spec_args = dict(topic=o.topic, rate=rate, num_records=num_records, duration_s=duration_s,
                      warmup_records=warm_records, warmup_s=warm_s, payload=pool, keys=keys,
-                     extra_headers=o.headers, id_headers=o.id_headers, workers=workers,
+                     extra_headers=o.headers, id_headers=o.id_headers, workers=workers.count,
+                     workers_reason=workers.reason,
                      interval_s=o.interval, verify=o.verify, seed=o.seed)
     return ProducePlan(o, tuple(settings), config, spec_args, tuple(config.warnings))
 
@@ -207,14 +214,15 @@ def execute(plan: ProducePlan, *, on_event: Callable[[str], None] = lambda _m: N
         with BlockingClient(first, client_id="kctl-produce-admin", security=security) as client:
             partitions = ensure_topic(client, plan)
         on_event(f"producing to {plan.options.topic} ({partitions} partitions) on {bootstrap} "
-                 f"with {plan.spec_args['workers']} worker(s)")
+                 f"with {plan.spec_args['workers']} worker(s) ({plan.spec_args['workers_reason']})")
         props = {s.name: str(s.value) for s in plan.settings}
         props["bootstrap.servers"] = bootstrap
         producer = plan.config.with_properties({"bootstrap.servers": bootstrap})
         spec = LoadSpec(producer=producer, **plan.spec_args)
         summary_config = {
             "bootstrap": bootstrap, "embedded_broker": embedded, "topic": plan.options.topic,
-            "partitions": partitions, "workers": spec.workers, "rate": spec.rate or None,
+            "partitions": partitions, "workers": spec.workers,
+            "workers_reason": spec.workers_reason, "rate": spec.rate or None,
             "num_records": spec.num_records, "duration_s": spec.duration_s,
             "warmup_records": spec.warmup_records, "warmup_s": spec.warmup_s,
             "record_size": plan.options.record_size if not plan.options.payload_file else None,
@@ -230,7 +238,4 @@ def execute(plan: ProducePlan, *, on_event: Callable[[str], None] = lambda _m: N
         if spec.verify and not result.failures:
             on_event("verifying: reading the produced range back")
             checked = verify(bootstrap, spec.topic, spec.run_id, result.acked_runs, security=security)
-        summary = dict(result.summary)
-        if checked is not None:
-            summary["verify"] = checked.to_dict()
-        return ProduceOutcome(bootstrap, embedded, result, checked, summary)
+        return ProduceOutcome(bootstrap, embedded, result, checked, result.summary.with_verify(checked))

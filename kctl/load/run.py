@@ -28,6 +28,7 @@ from kctl.load.schedule import split
 from kctl.load.worker import StartGate, WorkerSpec, run_worker
 from kctl.stats.aggregate import RunStats
 from kctl.stats.hlog import IntervalLogWriter
+from kctl.stats.summary import RunSummary
 from kctl.stats.report import WorkerFailed, WorkerInterval, WorkerReady
 
 #: Workers start together this long after the last one said it is ready.
@@ -52,6 +53,7 @@ class LoadSpec:
     extra_headers: int = 0
     id_headers: bool = True
     workers: int = 1
+    workers_reason: str = "--workers"
     interval_s: float = 1.0
     verify: bool = False
     stop_grace_s: float = 5.0
@@ -61,7 +63,7 @@ class LoadSpec:
 
 @dataclass
 class LoadResult:
-    summary: dict[str, Any]
+    summary: RunSummary
     acked_runs: dict[int, dict[int, list[tuple[int, int, int]]]]   # worker -> partition -> runs
     interrupted: bool
     failures: dict[int, str]
@@ -123,7 +125,7 @@ class LoadRun:
         self.stats = stats = RunStats(
             workers=spec.workers, start_wall_ns=start_wall, target_rate=spec.rate or None,
             config=self.config_for_summary, run_id=spec.run_id, duration_s=spec.duration_s,
-            num_records=spec.num_records, hlog=hlog)
+            num_records=spec.num_records, hlog=hlog, workers_reason=spec.workers_reason)
         if self.on_start is not None:
             self.on_start(self)
         for msg in early:

@@ -30,7 +30,6 @@ import struct
 import threading
 import time
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
 from typing import Any
 
 from kctl.engine import admin
@@ -38,6 +37,9 @@ from kctl.engine.blocking_client import BlockingClient
 from kctl.errors import KctlError
 from kctl.protocol import messages
 from kctl.protocol.identity import IDENTITY_SIZE, ScannedBatch, run_tag, scan_batches
+from kctl.stats.summary import VerifyResult
+
+__all__ = ["VerifyResult", "verify"]
 
 #: Bytes asked for per Fetch (per partition and per response).
 FETCH_BYTES = 32 * 1024 * 1024
@@ -48,44 +50,6 @@ READERS = 4
 EMPTY_WAIT_S = 5.0
 
 _STRUCTS: dict[int, struct.Struct] = {}
-
-
-@dataclass(frozen=True)
-class VerifyResult:
-    expected: int
-    found: int
-    lost: int
-    duplicated: int
-    reordered: int
-    misplaced: int
-    lost_examples: tuple[tuple[int, int], ...] = ()        # (worker, seq)
-    duplicate_examples: tuple[tuple[int, int], ...] = ()
-    partitions: dict[int, dict[str, int]] = field(default_factory=dict)
-    read_s: float = 0.0                                     # time spent reading and checking
-
-    @property
-    def ok(self) -> bool:
-        return not (self.lost or self.duplicated or self.reordered or self.misplaced)
-
-    def to_json(self) -> dict[str, Any]:
-        return {"ok": self.ok, "expected": self.expected, "found": self.found, "lost": self.lost,
-                "duplicated": self.duplicated, "reordered": self.reordered,
-                "misplaced": self.misplaced,
-                "lost_examples": [list(x) for x in self.lost_examples],
-                "duplicate_examples": [list(x) for x in self.duplicate_examples],
-                "partitions": {str(k): v for k, v in self.partitions.items()},
-                "read_s": round(self.read_s, 6)}
-
-    to_dict = to_json
-
-    @classmethod
-    def from_json(cls, d: Mapping[str, Any]) -> VerifyResult:
-        return cls(int(d["expected"]), int(d["found"]), int(d["lost"]), int(d["duplicated"]),
-                   int(d["reordered"]), int(d["misplaced"]),
-                   tuple(tuple(x) for x in d.get("lost_examples", ())),  # type: ignore[misc]
-                   tuple(tuple(x) for x in d.get("duplicate_examples", ())),  # type: ignore[misc]
-                   {int(k): dict(v) for k, v in (d.get("partitions") or {}).items()},
-                   float(d.get("read_s", 0.0)))
 
 
 class _Tally:

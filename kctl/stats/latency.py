@@ -121,6 +121,12 @@ class LatencyFigures:
         return cls(*vals, max_ms=h.get_max_value() / 1000.0,
                    mean_ms=histogram_mean(h) / 1000.0, count=h.get_total_count())
 
+    @classmethod
+    def from_dict(cls, d: dict[str, float | int]) -> LatencyFigures:
+        return cls(*(float(d.get(k, 0.0)) for k in ("p50_ms", "p90_ms", "p99_ms", "p999_ms",
+                                                     "p9999_ms", "max_ms", "mean_ms")),
+                   count=int(d.get("count", 0)))
+
     def to_dict(self) -> dict[str, float | int]:
         return {"p50_ms": self.p50_ms, "p90_ms": self.p90_ms, "p99_ms": self.p99_ms,
                 "p999_ms": self.p999_ms, "p9999_ms": self.p9999_ms, "max_ms": self.max_ms,

@@ -4,7 +4,7 @@
 ``DashboardState`` (kctl/stats/aggregate.py) from a callable on every refresh, so it
 can be handed to ``rich.live.Live(ProduceDashboard(lambda: stats.snapshot(time.time_ns())))``
 as is. ``plain_line`` is the non-terminal form: one kafka-producer-perf-test-style line
-per interval. ``summary_renderable`` / ``summary_line`` show the summary JSON at the end.
+per interval. ``summary_renderable`` / ``summary_line`` show the ``RunSummary`` at the end.
 
 Nothing here computes a statistic: the figures come ready from the stats layer.
 """
@@ -21,6 +21,7 @@ from rich.text import Text
 
 from kctl.stats.aggregate import DashboardState
 from kctl.stats.latency import CLOCKS, LatencyFigures
+from kctl.stats.summary import RunSummary
 from kctl.ui.units import human_bytes
 
 __all__ = ["ProduceDashboard", "plain_line", "summary_line", "summary_renderable"]
@@ -74,7 +75,8 @@ class ProduceDashboard:
     def _head(self, s: DashboardState) -> Text:
         t = Text.assemble((self.title, "bold"), f"  elapsed {s.elapsed_s:.1f} s",
                           f"  interval {s.intervals}",
-                          f"  workers {s.workers_running}/{s.workers}")
+                          f"  workers {s.workers_running}/{s.workers}"
+                          + (f" ({s.workers_reason})" if s.workers_reason else ""))
         if s.warmup:
             t.append("  warming up (not counted)", style="yellow")
         if s.workers_failed:
@@ -100,7 +102,8 @@ class ProduceDashboard:
         if target and s.interval_rate < 0.95 * target and not s.warmup and s.intervals:
             achieved = f"[yellow]{achieved}[/]"
         t.add_row("records/s", _rate(target), achieved, f"{s.cumulative_rate:,.0f}")
-        t.add_row("MB/s", "", f"{s.interval_mb_per_s:.2f}", f"{s.cumulative_mb_per_s:.2f}")
+        t.add_row("MB/s (values)", "", f"{s.interval_mb_per_s:.2f}", f"{s.cumulative_mb_per_s:.2f}")
+        t.add_row("wire MB/s", "", f"{s.interval_wire_mb_per_s:.2f}", f"{s.cumulative_wire_mb_per_s:.2f}")
         t.add_row("records", "", f"{s.interval_acked:,} acked",
                   f"{s.records_acked:,} acked / {s.records_sent:,} sent / {s.records_failed:,} failed")
         return t
@@ -209,70 +212,71 @@ def plain_line(s: DashboardState) -> str:
     return "".join(parts)
 
 
-def summary_line(summary: Mapping[str, Any]) -> str:
-    """kafka-producer-perf-test's final line, from the summary JSON::
+def summary_line(summary: RunSummary) -> str:
+    """kafka-producer-perf-test's final line, from the summary (MB/sec: record values)::
 
         1000000 records sent, 49990.1 records/sec (4.77 MB/sec), 3.21 ms avg latency,
         45.00 ms max latency, 2.9 ms 50th, 8.1 ms 90th, 12.0 ms 99th, 40.1 ms 99.9th.
     """
-    counts, rates = summary["counts"], summary["rates"]
-    clock = "send" if summary["run"]["max_throughput"] else "intended"
-    lat = summary["latency"][clock]
-    line = (f"{counts['acked']} records sent, {rates['records_per_s']:.1f} records/sec "
-            f"({rates['mb_per_s']:.2f} MB/sec), {lat['mean_ms']:.2f} ms avg latency, "
-            f"{lat['max_ms']:.2f} ms max latency, {lat['p50_ms']:.1f} ms 50th, {lat['p90_ms']:.1f} ms 90th, "
-            f"{lat['p99_ms']:.1f} ms 99th, {lat['p999_ms']:.1f} ms 99.9th ({clock} clock).")
-    if counts["failed"]:
-        line += f" {counts['failed']} records failed ({_counts(counts['failed_by_error'])})."
+    counts, rates = summary.counts, summary.rates
+    clock = "send" if summary.run.max_throughput else "intended"
+    lat = summary.latency[clock]
+    line = (f"{counts.acked} records sent, {rates.records_per_s:.1f} records/sec "
+            f"({rates.mb_per_s:.2f} MB/sec), {lat.mean_ms:.2f} ms avg latency, "
+            f"{lat.max_ms:.2f} ms max latency, {lat.p50_ms:.1f} ms 50th, {lat.p90_ms:.1f} ms 90th, "
+            f"{lat.p99_ms:.1f} ms 99th, {lat.p999_ms:.1f} ms 99.9th ({clock} clock).")
+    if counts.failed:
+        line += f" {counts.failed} records failed ({_counts(counts.failed_by_error)})."
     return line
 
 
-def summary_renderable(summary: Mapping[str, Any]) -> Group:
+def summary_renderable(summary: RunSummary) -> Group:
     """The end-of-run summary as Rich tables."""
-    run, counts, rates = summary["run"], summary["counts"], summary["rates"]
-    head = Table(title=f"kctl produce  run {run['id']}", title_justify="left", show_header=False)
+    run, counts, rates = summary.run, summary.counts, summary.rates
+    head = Table(title=f"kctl produce  run {run.id}", title_justify="left", show_header=False)
     head.add_column()
     head.add_column(justify="right")
-    head.add_row("duration", f"{run['duration_s']:.1f} s ({run['measured_s']:.1f} s measured)")
-    head.add_row("workers", f"{run['workers']}" + (f" ({len(run['workers_failed'])} failed)"
-                                                     if run["workers_failed"] else ""))
-    head.add_row("records", f"{counts['acked']:,} acked / {counts['sent']:,} sent / {counts['failed']:,} failed")
-    head.add_row("rate", f"{rates['records_per_s']:,.1f} records/s (target {_rate(rates['target_records_per_s'])})")
-    head.add_row("throughput", f"{rates['mb_per_s']:.2f} MB/s")
-    wu = run["warmup"]
-    if wu["intervals"]:
-        head.add_row("warm-up (excluded)", f"{wu['intervals']} intervals, {wu['records_acked']:,} records acked")
-    b = summary["batching"]
-    head.add_row("records/batch", f"{b['records_per_batch']:.1f}")
-    head.add_row("batch fill", f"{100 * b['batch_fill']:.0f}%")
-    head.add_row("throttled", f"{summary['throttle']['time_ms']:,} ms in {summary['throttle']['requests']:,} requests")
-    head.add_row("retries", f"{summary['retries']:,}")
+    head.add_row("duration", f"{run.duration_s:.1f} s ({run.measured_s:.1f} s measured)")
+    head.add_row("workers", f"{run.workers}" + (f" ({len(run.workers_failed)} failed)"
+                                                 if run.workers_failed else "")
+                 + (f": {run.workers_reason}" if run.workers_reason else ""))
+    head.add_row("records", f"{counts.acked:,} acked / {counts.sent:,} sent / {counts.failed:,} failed")
+    head.add_row("rate", f"{rates.records_per_s:,.1f} records/s (target {_rate(rates.target_records_per_s)})")
+    head.add_row("throughput", f"{rates.mb_per_s:.2f} MB/s of values, {rates.wire_mb_per_s:.2f} MB/s on the wire")
+    wu = run.warmup
+    if wu.intervals:
+        head.add_row("warm-up (excluded)", f"{wu.intervals} intervals, {wu.records_acked:,} records acked")
+    b = summary.batching
+    head.add_row("records/batch", f"{b.records_per_batch:.1f}")
+    head.add_row("batch fill", f"{100 * b.batch_fill:.0f}%")
+    head.add_row("throttled", f"{summary.throttle.time_ms:,} ms in {summary.throttle.requests:,} requests")
+    head.add_row("retries", f"{summary.retries:,}")
 
     lat = Table(title="latency (ms)", title_justify="left")
     lat.add_column("clock", no_wrap=True)
     keys = ("p50_ms", "p90_ms", "p99_ms", "p999_ms", "p9999_ms", "max_ms", "mean_ms")
     for k in ("p50", "p90", "p99", "p99.9", "p99.99", "max", "mean", "count"):
         lat.add_column(k, justify="right")
-    for clock, fig in summary["latency"].items():
+    for clock, fig in summary.latency.items():
         name = clock
-        if clock == "intended" and run["max_throughput"]:
+        if clock == "intended" and run.max_throughput:
             name = "intended*"
             lat.caption = "* no schedule (max throughput): intended shows the send clock"
             lat.caption_justify = "left"
-        lat.add_row(name, *(_ms(fig[k]) for k in keys), f"{fig['count']:,}")
+        lat.add_row(name, *(_ms(getattr(fig, k)) for k in keys), f"{fig.count:,}")
 
     parts: list[Any] = [head, lat]
-    errors = summary["errors_by_name"]
-    failed = counts["failed_by_error"]
+    errors = summary.errors_by_name
+    failed = counts.failed_by_error
     if errors or failed:
         parts.append(_error_table(errors, failed))
-    if summary["brokers"]:
+    if summary.brokers:
         n = Table(title="brokers", title_justify="left")
         n.add_column("node")
         n.add_column("records acked", justify="right")
-        for row in summary["brokers"]:
-            n.add_row(str(row["node_id"]), f"{row['records_acked']:,}")
+        for row in summary.brokers:
+            n.add_row(str(row.node_id), f"{row.records_acked:,}")
         parts.append(n)
-    for w in run["workers_failed"]:
-        parts.append(Text(f"worker {w['worker']} failed: {w['error']}", style="red"))
+    for w in run.workers_failed:
+        parts.append(Text(f"worker {w.worker} failed: {w.error}", style="red"))
     return Group(*parts)

@@ -54,8 +54,8 @@ def test_distributed_run_merges_like_a_local_run(spark, broker, tmp_path):
                        on_round=lambda stats, n: rounds.append(n))
     result = run.run()
     assert not result.failures and not result.interrupted
-    acked = result.summary["counts"]["acked"]
-    assert acked == result.summary["counts"]["sent"] > 5000
+    acked = result.summary.counts.acked
+    assert acked == result.summary.counts.sent > 5000
     # Every acknowledged record is in the topic (counted by reading it back).
     assert _read_back(broker, topic, 3, spec.run_id) == acked
     assert verify(broker.bootstrap, topic, spec.run_id, result.acked_runs).ok
@@ -134,6 +134,6 @@ def test_distributed_run_over_tls(spark, tmp_path):
     finally:
         tls.stop()
     assert not outcome.result.failures
-    acked = outcome.summary["counts"]["acked"]
-    assert acked == outcome.summary["counts"]["sent"] >= 1900
+    acked = outcome.summary.counts.acked
+    assert acked == outcome.summary.counts.sent >= 1900
     assert outcome.verify is not None and outcome.verify.ok and outcome.verify.found == acked
