@@ -9,9 +9,12 @@ and controllable. ``--payload-file`` (split by ``--payload-delimiter``, a
 newline by default) gives values of their own sizes, as
 kafka-producer-perf-test does.
 
-Keys (``--keys``): ``none``; ``seq`` (the record's sequence number as
-decimal text); ``random:N`` (N distinct keys, drawn uniformly); ``file:F``
-(one key per line of F, cycled).
+Keys (``--keys``): ``none``; ``seq`` (the record's position in its worker's
+schedule, as decimal text); ``random:N`` (N distinct keys of one width,
+``key-000`` .. ``key-999`` for N=1000, drawn uniformly); ``file:F`` (one key per
+line of F, cycled). The worker lays keys and values out in a record pool once
+(load/worker.py ``record_pool``), so the producer computes each distinct key's
+partition once.
 """
 
 from __future__ import annotations
@@ -133,7 +136,8 @@ def parse_keys(text: str) -> KeySpec:
             n = 0
         if n < 1:
             raise ConfigError(f"--keys random:N needs a positive N, not {text!r}")
-        return KeySpec("random", n, tuple(f"key-{i}".encode() for i in range(n)))
+        width = len(str(n - 1))
+        return KeySpec("random", n, tuple(f"key-{i:0{width}d}".encode() for i in range(n)))
     if kind == "file":
         if not arg:
             raise ConfigError("--keys file:F needs a file name")
