@@ -57,6 +57,8 @@ from kctl.stats.latency import LatencyRecorder
 from kctl.stats.report import WorkerFailed, WorkerInterval, WorkerReady
 
 SLICE_MAX = 256
+#: A report is made while the next record is at least this far away (it takes ~1 ms).
+REPORT_SLACK_NS = 1_500_000
 #: Records a pool of random keys holds (each key drawn once per pool slot).
 KEYED_POOL_MIN = 16384
 #: Largest pool a keys file and payload pool are cycled through together.
@@ -226,7 +228,8 @@ class Worker:
             if sched.over(self.seq, now):
                 break
             due = sched.due(now)
-            if due > self.seq:
+            sent = due > self.seq
+            if sent:
                 k = min(due - self.seq, SLICE_MAX)
                 seq = self.seq
                 if pool is not None:
@@ -238,15 +241,21 @@ class Worker:
                                 intended_first_ns=sched.intended_ns(seq) if paced else -1,
                                 intended_step_ns=step, first_seq=seq)
                 self.seq = seq + k
-            else:
-                wait_s = max(0.0, (sched.next_due_ns(self.seq) - now) / 1e9)
-                p.poll(min(wait_s, 0.05))
-            if self._interval_warmup and not self._in_warmup(self.clock.now_ns()):
-                self._report(final=False)   # the warm-up just ended: close its interval
-                next_report = time.monotonic() + spec.interval_s
-            elif time.monotonic() >= next_report:
+                now = self.clock.now_ns()
+            wait_ns = sched.next_due_ns(self.seq) - now if paced else 0
+            # A report (about 1 ms of work) goes out where the schedule leaves room for
+            # it, so it never holds a due record up; with no room (max throughput, or a
+            # schedule too dense), when it is due.
+            warmup_ended = self._interval_warmup and not self._in_warmup(now)
+            mono = time.monotonic()
+            if (warmup_ended or mono >= next_report) and (
+                    not paced or wait_ns >= REPORT_SLACK_NS or mono >= next_report + spec.interval_s / 2):
                 self._report(final=False)
-                next_report += spec.interval_s
+                next_report = (time.monotonic() + spec.interval_s if warmup_ended
+                               else next_report + spec.interval_s)
+                continue
+            if not sent:
+                p.poll(min(max(0, wait_ns) / 1e9, 0.05))
         self._finish()
 
     def _seq_key_pool(self, seq: int, k: int) -> RecordPool:
