@@ -387,7 +387,7 @@ class RecordAccumulator:
             for topic, n in queues.items():
                 count = cluster.partition_count(topic)
                 if count and n >= count:
-                    per = sorted(loads.get(topic, ()))
+                    per = loads.get(topic, ())
                     out.append(PartitionLoad(topic, tuple(p for p, _ in per),
                                              tuple(q for _, q in per), count))
             load = tuple(out)

@@ -27,8 +27,19 @@ from collections.abc import Callable, Sequence
 from bisect import bisect_left
 
 from kctl.config import PartitionerKind, ProducerConfig
-from kctl.engine.accumulator import PartitionLoad, RecordAccumulator
-from kctl.engine.batch import RECORD_BATCH_OVERHEAD, ProducerBatch, RecordHandle, TopicPartition
+from kctl.engine.accumulator import (
+    RECORD_OVERHEAD_BOUND,
+    PartitionLoad,
+    RecordAccumulator,
+    record_size_estimate,
+)
+from kctl.engine.batch import (
+    RECORD_BATCH_OVERHEAD,
+    BatchState,
+    ProducerBatch,
+    RecordHandle,
+    TopicPartition,
+)
 from kctl.engine.bulk import KeyLayout, RecordPool, RecordShape
 from kctl.engine.buffer_pool import BufferPool
 from kctl.engine.clock import NS_PER_MS, Clock, SystemClock
@@ -44,6 +55,7 @@ from kctl.protocol.compression import Compression
 from kctl.protocol.records import Header
 
 PLAIN = RecordShape()
+_OPEN = BatchState.OPEN
 #: Keys whose partition a topic remembers (murmur2 costs more than the rest of a send).
 KEY_CACHE_SIZE = 65536
 
@@ -52,7 +64,7 @@ class _TopicState:
     """What sends to one topic need from metadata, rebuilt when metadata changes."""
 
     __slots__ = ("topic", "version", "num_partitions", "available", "tps", "key_partitions",
-                 "sticky_budget")
+                 "sticky_budget", "open_batches")
 
     def __init__(self, topic: str, version: int, num_partitions: int, available: tuple[int, ...],
                  tps: tuple[TopicPartition, ...]) -> None:
@@ -62,6 +74,7 @@ class _TopicState:
         self.available = available
         self.tps = tps
         self.key_partitions: dict[bytes, int] = {}
+        self.open_batches: list[ProducerBatch | None] = [None] * num_partitions
         # send()'s sticky partition, bytes before it may switch (batch.size) and before
         # it must (twice that), bytes not yet reported to the partitioner
         self.sticky_budget: list[int] = [-1, 0, 0, 0]
@@ -243,11 +256,17 @@ class Producer:
         ts = self.clock.wall_ms() if timestamp_ms is None else timestamp_ms
         now = self.clock.now_ns()
         acc = self.accumulator
-        batch = acc.try_append(tp, ts, key, value, headers, now, callback)
+        # The batch this partition's last record went into, while it is open (only a
+        # deque's last batch can be): the common case needs no accumulator lookup.
+        batch = t.open_batches[part]
+        index = -1
+        if batch is not None and batch.state is _OPEN:
+            size = RECORD_OVERHEAD_BOUND + (len(key) if key else 0) + (len(value) if value else 0)
+            if headers:
+                size = record_size_estimate(key, value, headers)
+            index = batch.try_append(ts, key, value, headers, size, now, callback)
         new_batch = False
-        if batch is not None:
-            index = batch.record_count - 1
-        else:
+        if index < 0:
             result = acc.append(tp, ts, key, value, headers, now, callback=callback,
                                 abort_on_new_batch=sticky and self._abort_on_new_batch)
             if result.abort_for_new_batch:
@@ -264,6 +283,7 @@ class Producer:
             assert batch is not None
             index = result.index
             new_batch = result.new_batch_created
+            t.open_batches[part] = batch
         if sticky and self._kip794:
             # KIP-794: bytes count towards the sticky partition's switch. Only
             # reaching batch.size with the last batch full, or twice batch.size, can
