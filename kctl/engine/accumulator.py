@@ -9,10 +9,9 @@ How this works
   ``BufferPool``. When the pool has no memory the append stops and says so
   (``needs_memory``); the producer then runs the sender until memory frees or
   ``max.block.ms`` passes (see buffer_pool.py), and appends again.
-- ``try_append`` is the general path's common case (the record fits the open
-  batch) without a result object; ``open_room`` and ``all_batches_full`` answer
-  the producer's partition choice (KIP-480's new-batch switch and KIP-794's
-  "switch only when the last batch is full").
+- ``open_room`` and ``all_batches_full`` answer the producer's partition choice
+  (KIP-480's new-batch switch and KIP-794's "switch only when the last batch is
+  full").
 - ``ready(cluster, now_ns)`` says which leader nodes have something sendable:
   a full batch, more than one batch queued, ``linger.ms`` passed since the
   first append, a flush or close in progress, or a pool that has run dry. A
@@ -202,25 +201,6 @@ class RecordAccumulator:
         self._deque(tp).append(batch)
         self._incomplete.add(batch)
         return batch
-
-    def try_append(self, tp: TopicPartition, timestamp_ms: int, key: bytes | None,
-                   value: bytes | None, headers: Sequence[Header], now_ns: int,
-                   callback: Callable[[RecordHandle], object] | None = None) -> ProducerBatch | None:
-        """One record into the partition's open batch when it fits there: the batch
-        (the record is its last), or None when a new batch is needed (``append``).
-        The general path's common case, with no result object."""
-        dq = self._deques.get(tp)
-        if not dq:
-            return None
-        last = dq[-1]
-        if last.state is not BatchState.OPEN or last.template is not None:
-            return None
-        size = RECORD_OVERHEAD_BOUND + (len(key) if key else 0) + (len(value) if value else 0)
-        if headers:
-            size += _headers_size(headers)
-        if last.try_append(timestamp_ms, key, value, headers, size, now_ns, callback) < 0:
-            return None
-        return last
 
     def append(self, tp: TopicPartition, timestamp_ms: int, key: bytes | None,
                value: bytes | None, headers: Sequence[Header], now_ns: int, *,
