@@ -57,8 +57,8 @@ from kctl.stats.latency import LatencyRecorder
 from kctl.stats.report import WorkerFailed, WorkerInterval, WorkerReady
 
 SLICE_MAX = 256
-#: A report is made while the next record is at least this far away (it takes ~1 ms).
-REPORT_SLACK_NS = 1_500_000
+#: A report is made while the next record is at least this far away (it takes ~0.5 ms).
+REPORT_SLACK_NS = 800_000
 #: Records a pool of random keys holds (each key drawn once per pool slot).
 KEYED_POOL_MIN = 16384
 #: Largest pool a keys file and payload pool are cycled through together.
@@ -223,6 +223,7 @@ class Worker:
         self._interval_warmup = self._in_warmup(self.clock.now_ns())
         next_report = time.monotonic() + spec.interval_s
         size = len(pool) if pool is not None else 0
+        dense = not paced or step < REPORT_SLACK_NS
         while not self.stop.is_set():
             now = self.clock.now_ns()
             if sched.over(self.seq, now):
@@ -243,13 +244,13 @@ class Worker:
                 self.seq = seq + k
                 now = self.clock.now_ns()
             wait_ns = sched.next_due_ns(self.seq) - now if paced else 0
-            # A report (about 1 ms of work) goes out where the schedule leaves room for
-            # it, so it never holds a due record up; with no room (max throughput, or a
-            # schedule too dense), when it is due.
+            # A report (about half a millisecond of work) goes out where the schedule
+            # leaves room for it, so it never holds a due record up; when records are
+            # due closer together than that (or there is no schedule), when it is due.
             warmup_ended = self._interval_warmup and not self._in_warmup(now)
             mono = time.monotonic()
             if (warmup_ended or mono >= next_report) and (
-                    not paced or wait_ns >= REPORT_SLACK_NS or mono >= next_report + spec.interval_s / 2):
+                    dense or wait_ns >= REPORT_SLACK_NS or mono >= next_report + spec.interval_s / 2):
                 self._report(final=False)
                 next_report = (time.monotonic() + spec.interval_s if warmup_ended
                                else next_report + spec.interval_s)
