@@ -6,7 +6,8 @@ How this works
 processes, each with its own engine and connections). Its loop:
 
 - asks the schedule how many records are due by now and hands them to the
-  producer as one slice (at most ``SLICE_MAX`` records) with
+  producer as one slice (at most ``SLICE_MAX`` records, ``SLICE_MAX_UNPACED``
+  without a schedule) with
   ``Producer.send_bulk``: records come from a pre-generated ``RecordPool``
   (values, and keys for ``--keys``), cycled; the producer picks partitions
   (``partitioner.class``), lays batches out from a template and waits for
@@ -56,7 +57,12 @@ from kctl.protocol.records import Header
 from kctl.stats.latency import LatencyRecorder
 from kctl.stats.report import WorkerFailed, WorkerInterval, WorkerReady
 
+#: Records handed to the producer at once on a schedule (a slice's records share one
+#: latency accounting entry: see stats/latency.py for the error bound) ...
 SLICE_MAX = 256
+#: ... and without one (max throughput): fewer, larger slices mean fewer sender turns
+#: and fuller requests (about 20% less CPU per record than 256 here).
+SLICE_MAX_UNPACED = 2048
 #: A report is made while the next record is at least this far away (it takes ~0.5 ms).
 REPORT_SLACK_NS = 800_000
 #: Records a pool of random keys holds (each key drawn once per pool slot).
@@ -224,6 +230,7 @@ class Worker:
         next_report = time.monotonic() + spec.interval_s
         size = len(pool) if pool is not None else 0
         dense = not paced or step < REPORT_SLACK_NS
+        slice_max = SLICE_MAX if paced else SLICE_MAX_UNPACED
         while not self.stop.is_set():
             now = self.clock.now_ns()
             if sched.over(self.seq, now):
@@ -231,7 +238,7 @@ class Worker:
             due = sched.due(now)
             sent = due > self.seq
             if sent:
-                k = min(due - self.seq, SLICE_MAX)
+                k = min(due - self.seq, slice_max)
                 seq = self.seq
                 if pool is not None:
                     p.send_bulk(topic, pool, seq % size, k, shape=shape,
