@@ -48,7 +48,9 @@ class NegotiatedVersions:
 
 def negotiate(broker_ranges: Iterable[VersionRange],
               local_max: Mapping[int, int] | None = None) -> NegotiatedVersions:
-    """Highest common version per API; ``local_max`` optionally caps kctl's side."""
+    """Highest common version per API. ``local_max`` (API key -> highest version, e.g.
+    ``client_versions.CLIENT_MAX_VERSIONS``) caps kctl's side, and an API it does not
+    list is not chosen at all; without it, the schema's versions are kctl's side."""
     broker = {r.api_key: r for r in broker_ranges}
     chosen: dict[int, int] = {}
     for key, r in broker.items():
@@ -56,7 +58,9 @@ def negotiate(broker_ranges: Iterable[VersionRange],
         if info is None:
             continue
         hi = min(info.max_version, r.max_version)
-        if local_max is not None and key in local_max:
+        if local_max is not None:
+            if key not in local_max:
+                continue
             hi = min(hi, local_max[key])
         lo = max(info.min_version, r.min_version)
         if hi >= lo:
