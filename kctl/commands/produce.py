@@ -21,6 +21,8 @@ from kctl.ui.produce_view import (
 
 #: kafka-producer-perf-test takes several properties after one flag (argparse nargs="+").
 _MULTI_VALUE = ("--producer-props", "--command-property")
+#: Exit status of a run Ctrl-C cut short (128 + SIGINT, as kctl/cli.py for any command).
+EXIT_INTERRUPTED = 130
 
 
 def expand_args(args: list[str]) -> list[str]:
@@ -174,7 +176,9 @@ def produce(
     print(clock_line(summary))
     print(summary_line(summary), flush=True)
     if outcome.result.interrupted:
+        # The summary (and --json-out, --hdr-out) are written; the status says the run was cut short.
         err.print("interrupted: the schedule was stopped early; the summary covers what ran")
+        sys.exit(EXIT_INTERRUPTED)
     failures = outcome.result.failures
     if failures:
         first = sorted(failures.items())[0]

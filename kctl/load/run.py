@@ -24,7 +24,7 @@ from typing import Any
 from kctl.config import ProducerConfig
 from kctl.errors import KctlError
 from kctl.load.payload import KeySpec, PayloadPool
-from kctl.load.schedule import split
+from kctl.load.schedule import split, window_ns
 from kctl.load.worker import StartGate, WorkerSpec, run_worker
 from kctl.stats.aggregate import RunStats
 from kctl.stats.hlog import IntervalLogWriter
@@ -125,7 +125,9 @@ class LoadRun:
         self.stats = stats = RunStats(
             workers=spec.workers, start_wall_ns=start_wall, target_rate=spec.rate or None,
             config=self.config_for_summary, run_id=spec.run_id, duration_s=spec.duration_s,
-            num_records=spec.num_records, hlog=hlog, workers_reason=spec.workers_reason)
+            num_records=spec.num_records, hlog=hlog, workers_reason=spec.workers_reason,
+            window_s=_seconds(window_ns(spec.rate, num_records=spec.num_records,
+                                        duration_ns=duration_ns)))
         if self.on_start is not None:
             self.on_start(self)
         for msg in early:
@@ -174,6 +176,7 @@ class LoadRun:
                 if p.is_alive():
                     p.terminate()
                     p.join(timeout=2)
+        stats.interrupted = interrupted
         stats.finish()
         summary = stats.summary()
         if hlog is not None:
@@ -221,3 +224,7 @@ class LoadRun:
                 finished.add(msg.worker)
                 if msg.acked_runs is not None:
                     acked[msg.worker] = msg.acked_runs
+
+
+def _seconds(ns: int | None) -> float | None:
+    return None if ns is None else ns / 1e9

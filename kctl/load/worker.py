@@ -17,8 +17,11 @@ processes, each with its own engine and connections). Its loop:
   histograms of that interval, cumulative engine counters, in-flight requests,
   buffer pool use); at the end a final one and the acknowledged ranges that
   ``--verify`` checks;
+- a paced worker that has handed out its last record stays until its schedule's
+  window ends (rates are records over that window);
 - ``stop`` (set by the parent on Ctrl-C) ends the schedule early; what is in
-  flight is given ``stop_grace_s`` to finish, then abandoned (and counted).
+  flight is given ``stop_grace_s`` to finish, then abandoned (counted, with the
+  reason).
 
 Latency is recorded per acknowledged batch and append slice (stats/latency.py).
 Records carry their identity in one ``kctl`` header (protocol/identity.py): run
@@ -264,7 +267,22 @@ class Worker:
                 continue
             if not sent:
                 p.poll(min(max(0, wait_ns) / 1e9, 0.05))
+        self._wait_for_window_end(next_report)
         self._finish()
+
+    def _wait_for_window_end(self, next_report: float) -> None:
+        """A paced worker stays (answering the broker, reporting) until its schedule's
+        window ends: the run's rate is records over that window, so the last interval
+        must reach it (the last record is due one record interval before it)."""
+        end = self.schedule.end_ns
+        if end is None:
+            return
+        p = self.producer
+        while not self.stop.is_set() and (left := end - self.clock.now_ns()) > 0:
+            if time.monotonic() >= next_report:
+                self._report(final=False)
+                next_report += self.spec.interval_s
+            p.poll(min(left / 1e9, 0.05))
 
     def _seq_key_pool(self, seq: int, k: int) -> RecordPool:
         """``--keys seq``: the records' schedule positions as decimal text, a fresh key
@@ -276,12 +294,14 @@ class Worker:
                           tuple(str(seq + i).encode() for i in range(k)), payload.value_size)
 
     def _finish(self) -> None:
+        """Waits for every record's verdict; when stopped (Ctrl-C), for ``stop_grace_s``
+        at most, then abandons what is left: counted apart, with the reason."""
         p = self.producer
         grace = self.spec.stop_grace_s if self.stop.is_set() else None
         done = p.flush(grace)
-        if not done:
-            self.abandoned = p.accumulator.incomplete_count
-        p.close(0 if not done else None)
+        reason = None if done else (f"run stopped: no verdict within the {grace:g} s stop grace")
+        p.close(0 if not done else None, abandon_reason=reason)
+        self.abandoned = p.metrics.records_abandoned
         gc.unfreeze()
         self._report(final=True)
 

@@ -317,6 +317,7 @@ def run_reports_job(spark: Any, spec: LoadSpec, job: Callable[[tuple[str, int] |
             listener.close()
     merger = ensure_stats(time.time_ns()) if state["merger"] is None else state["merger"]
     stats = merger.stats
+    stats.interrupted = interrupted
     stats.finish()
     summary = stats.summary()
     if state["hlog"] is not None:

@@ -245,13 +245,17 @@ class RunStats:
     into the summary. ``duration_s`` / ``num_records``: the planned run, for the progress
     fraction (wall time since ``start_wall_ns``; records scheduled, warm-up included).
     ``hlog``: an ``IntervalLogWriter`` that gets one line per clock per measured round.
+    ``window_s``: the schedule's window (load/schedule.py ``window_ns``) of a paced run;
+    the measured span ends there at the latest, so a rate is records over the schedule's
+    window, not over the time the last answers took.
     """
 
     def __init__(self, *, workers: int, start_wall_ns: int, target_rate: float | None = None,
                  config: Mapping[str, Any] | None = None, run_id: str | None = None,
                  duration_s: float | None = None, num_records: int | None = None,
                  hlog: IntervalLogWriter | None = None, clocks: Sequence[str] = CLOCKS,
-                 max_lag_rounds: int = 2, workers_reason: str = "") -> None:
+                 max_lag_rounds: int = 2, workers_reason: str = "",
+                 window_s: float | None = None) -> None:
         if workers < 1:
             raise ValueError("workers must be >= 1")
         self.workers = workers
@@ -261,6 +265,8 @@ class RunStats:
         self.config = dict(config or {})
         self.run_id = run_id or uuid.uuid4().hex[:12]
         self.duration_s = duration_s
+        self.window_s = window_s
+        self.interrupted = False   # Ctrl-C stopped the run (LoadRun says so)
         self.num_records = num_records
         self.hlog = hlog
         self.clocks = tuple(clocks)
@@ -405,7 +411,10 @@ class RunStats:
 
     # -- output ------------------------------------------------------------------------------------
     def _measured_span_s(self) -> float:
-        return max(0, self._measured_end_ns - self._measured_start_ns) / 1e9
+        end = self._measured_end_ns
+        if self.open_loop and self.window_s is not None:
+            end = min(end, self.start_wall_ns + int(self.window_s * 1e9))
+        return max(0, end - self._measured_start_ns) / 1e9
 
     def snapshot(self, now_wall_ns: int) -> DashboardState:
         with self._lock:
@@ -496,7 +505,9 @@ class RunStats:
             workers_failed=tuple(WorkerFailure(w, e) for w, e in sorted(self._failed.items())),
             intervals=self._measured_rounds, max_throughput=not self.open_loop,
             warmup=WarmupTotals(self._warmup_rounds, wu.records_sent, wu.records_acked,
-                                wu.records_failed, wu.bytes_sent))
+                                wu.records_failed, wu.bytes_sent),
+            interrupted=self.interrupted)
+        total = metrics_sum(res, wu)
         return RunSummary(
             run=run,
             config=_jsonable(self.config),
@@ -504,6 +515,7 @@ class RunStats:
                 sent=res.records_sent, acked=res.records_acked, failed=res.records_failed,
                 failed_by_error=dict(sorted(res.failed_by_error.items())),
                 abandoned=sum(self._abandoned.values()), scheduled=sum(self._scheduled.values()),
+                abandoned_by_reason=dict(sorted(total.abandoned_by_reason.items())),
                 bytes_sent=res.bytes_sent, value_bytes=res.value_bytes_acked,
                 batches_sent=res.batches_sent, batches_acked=res.batches_acked,
                 requests_sent=res.requests_sent, responses_received=res.responses_received),

@@ -64,6 +64,7 @@ class RunInfo:
     intervals: int
     max_throughput: bool
     warmup: WarmupTotals
+    interrupted: bool = False     # Ctrl-C cut the run short: the figures cover what ran
 
     @property
     def intended_from(self) -> str:
@@ -76,7 +77,8 @@ class RunInfo:
                 "workers": self.workers, "workers_reason": self.workers_reason,
                 "workers_failed": [{"worker": w.worker, "error": w.error} for w in self.workers_failed],
                 "intervals": self.intervals, "max_throughput": self.max_throughput,
-                "intended_from": self.intended_from, "warmup": self.warmup.to_json()}
+                "intended_from": self.intended_from, "warmup": self.warmup.to_json(),
+                "interrupted": self.interrupted}
 
     @classmethod
     def from_json(cls, d: Mapping[str, Any]) -> RunInfo:
@@ -87,7 +89,7 @@ class RunInfo:
                    tuple(WorkerFailure(int(w["worker"]), str(w["error"]))
                          for w in d.get("workers_failed", ())),
                    int(d.get("intervals", 0)), bool(d.get("max_throughput", False)),
-                   WarmupTotals.from_json(d.get("warmup") or {}))
+                   WarmupTotals.from_json(d.get("warmup") or {}), bool(d.get("interrupted", False)))
 
 
 @dataclass(frozen=True, slots=True)
@@ -104,11 +106,14 @@ class Counts:
     batches_acked: int = 0
     requests_sent: int = 0
     responses_received: int = 0
+    abandoned_by_reason: Mapping[str, int] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
         return {"sent": self.sent, "acked": self.acked, "failed": self.failed,
                 "failed_by_error": dict(sorted(self.failed_by_error.items())),
-                "abandoned": self.abandoned, "scheduled": self.scheduled,
+                "abandoned": self.abandoned,
+                "abandoned_by_reason": dict(sorted(self.abandoned_by_reason.items())),
+                "scheduled": self.scheduled,
                 "bytes_sent": self.bytes_sent, "value_bytes": self.value_bytes,
                 "batches_sent": self.batches_sent, "batches_acked": self.batches_acked,
                 "requests_sent": self.requests_sent, "responses_received": self.responses_received}
@@ -119,6 +124,8 @@ class Counts:
                                               "bytes_sent", "value_bytes", "batches_sent",
                                               "batches_acked", "requests_sent", "responses_received")}
         return cls(failed_by_error={str(k): int(v) for k, v in (d.get("failed_by_error") or {}).items()},
+                   abandoned_by_reason={str(k): int(v)
+                                        for k, v in (d.get("abandoned_by_reason") or {}).items()},
                    **ints)
 
 
@@ -233,6 +240,13 @@ class RunSummary:
 
     def with_verify(self, verify: VerifyResult | None) -> RunSummary:
         return replace(self, verify=verify)
+
+    @property
+    def unaccounted(self) -> int:
+        """Scheduled records that are none of acked, failed or abandoned (warm-up
+        included); 0 at the end of every complete run: the accounting invariant."""
+        c, w = self.counts, self.run.warmup
+        return c.scheduled - (c.acked + c.failed + c.abandoned + w.records_acked + w.records_failed)
 
     def to_json(self) -> dict[str, Any]:
         """The summary JSON document (docs/produce-summary.md)."""

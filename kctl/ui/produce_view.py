@@ -257,7 +257,14 @@ def summary_renderable(summary: RunSummary) -> Group:
     head.add_row("workers", f"{run.workers}" + (f" ({len(run.workers_failed)} failed)"
                                                  if run.workers_failed else "")
                  + (f": {run.workers_reason}" if run.workers_reason else ""))
-    head.add_row("records", f"{counts.acked:,} acked / {counts.sent:,} sent / {counts.failed:,} failed")
+    if run.interrupted:
+        head.add_row(Text("interrupted", style="bold red"),
+                     Text("Ctrl-C cut the run short: the figures cover what ran", style="red"))
+    head.add_row("records", f"{counts.scheduled:,} scheduled: {counts.acked + run.warmup.records_acked:,} "
+                 f"acked, {counts.failed + run.warmup.records_failed:,} failed, "
+                 f"{counts.abandoned:,} abandoned ({counts.sent:,} sent)")
+    for reason, n in counts.abandoned_by_reason.items():
+        head.add_row("abandoned", f"{n:,}: {reason}")
     head.add_row("rate", f"{rates.records_per_s:,.1f} records/s (target {_rate(rates.target_records_per_s)})")
     head.add_row("throughput", f"{rates.mb_per_s:.2f} MB/s of values, {rates.wire_mb_per_s:.2f} MB/s on the wire")
     wu = run.warmup
