@@ -125,8 +125,7 @@ class LatencyFigures:
 
     @classmethod
     def from_dict(cls, d: dict[str, float | int]) -> LatencyFigures:
-        return cls(*(float(d.get(k, 0.0)) for k in ("p50_ms", "p90_ms", "p99_ms", "p999_ms",
-                                                     "p9999_ms", "max_ms", "mean_ms")),
+        return cls(**{k: float(d.get(k, 0.0)) for k in _FLOAT_FIELDS},
                    count=int(d.get("count", 0)))
 
     def to_dict(self) -> dict[str, float | int]:
@@ -135,6 +134,9 @@ class LatencyFigures:
                 "p999_ms": self.p999_ms, "p9999_ms": self.p9999_ms, "max_ms": self.max_ms,
                 "mean_ms": round(self.mean_ms, 3), "count": self.count}
 
+
+#: LatencyFigures' millisecond fields, by name (from_dict reads them so, never by position).
+_FLOAT_FIELDS = ("p50_ms", "p90_ms", "p95_ms", "p99_ms", "p999_ms", "p9999_ms", "max_ms", "mean_ms")
 
 EMPTY_FIGURES = LatencyFigures(0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0)
 
