@@ -59,6 +59,15 @@ class LoadSpec:
     stop_grace_s: float = 5.0
     seed: int = 0
     run_id: str = field(default_factory=lambda: uuid.uuid4().hex[:12])
+    transaction_duration_ms: int | None = None   # commit every N ms (transactional.id set)
+
+    def worker_producer(self, worker: int) -> ProducerConfig:
+        """Worker ``worker``'s producer: with several workers, each transactional one has
+        its own ``transactional.id`` (``<id>-<worker>``): one id shared would fence the others."""
+        tid = self.producer.transactional_id
+        if tid is None or self.workers == 1:
+            return self.producer
+        return self.producer.with_properties({"transactional.id": f"{tid}-{worker}"})
 
 
 @dataclass
@@ -98,13 +107,14 @@ class LoadRun:
         procs = []
         for w, sched in enumerate(schedules):
             ws = WorkerSpec(
-                worker=w, run_id=spec.run_id, topic=spec.topic, producer=spec.producer,
+                worker=w, run_id=spec.run_id, topic=spec.topic, producer=spec.worker_producer(w),
                 schedule_rate=sched.rate, schedule_phase_ns=sched.phase_ns,
                 num_records=sched.num_records, duration_ns=duration_ns, start_wall_ns=0,
                 warmup_records=warm_each, warmup_ns=int(spec.warmup_s * 1e9),
                 payload=spec.payload, keys=spec.keys, extra_headers=spec.extra_headers,
                 id_headers=spec.id_headers, interval_s=spec.interval_s,
-                stop_grace_s=spec.stop_grace_s, seed=spec.seed, verify=spec.verify)
+                stop_grace_s=spec.stop_grace_s, seed=spec.seed, verify=spec.verify,
+                transaction_duration_ms=spec.transaction_duration_ms)
             proc = ctx.Process(target=run_worker, args=(ws, reports, stop, gate),
                                name=f"kctl-worker-{w}", daemon=True)
             proc.start()
@@ -126,6 +136,7 @@ class LoadRun:
             workers=spec.workers, start_wall_ns=start_wall, target_rate=spec.rate or None,
             config=self.config_for_summary, run_id=spec.run_id, duration_s=spec.duration_s,
             num_records=spec.num_records, hlog=hlog, workers_reason=spec.workers_reason,
+            transactional=spec.transaction_duration_ms is not None,
             window_s=_seconds(window_ns(spec.rate, num_records=spec.num_records,
                                         duration_ns=duration_ns)))
         if self.on_start is not None:

@@ -19,6 +19,12 @@ processes, each with its own engine and connections). Its loop:
   ``--verify`` checks;
 - a paced worker that has handed out its last record stays until its schedule's
   window ends (rates are records over that window);
+- transactional (``transaction_duration_ms``, kafka-producer-perf-test's
+  ``--transaction-duration-ms``): ``init_transactions`` before the start, a
+  transaction begun at the start and committed whenever it is that old (and at the
+  end); each commit's time (flush and EndTxn) goes into a commit-latency histogram.
+  A commit that fails with an abortable error aborts the transaction and goes on;
+  a fatal one (fenced) fails the worker;
 - ``stop`` (set by the parent on Ctrl-C) ends the schedule early; what is in
   flight is given ``stop_grace_s`` to finish, then abandoned (counted, with the
   reason).
@@ -51,13 +57,13 @@ from kctl.config import ProducerConfig
 from kctl.engine.batch import BatchState, ProducerBatch
 from kctl.engine.bulk import RecordPool, RecordShape
 from kctl.engine.clock import SystemClock
-from kctl.engine.producer import Producer
+from kctl.engine.producer import Producer, TransactionAbortableError
 from kctl.errors import KctlError
 from kctl.load.payload import KeySpec, PayloadPool
 from kctl.load.schedule import Schedule
 from kctl.protocol.identity import IdentityStamp, run_tag
 from kctl.protocol.records import Header
-from kctl.stats.latency import LatencyRecorder
+from kctl.stats.latency import LatencyRecorder, encode_histogram, new_histogram
 from kctl.stats.report import WorkerFailed, WorkerInterval, WorkerReady
 
 #: Records handed to the producer at once on a schedule (a slice's records share one
@@ -95,6 +101,7 @@ class WorkerSpec:
     stop_grace_s: float = 5.0
     seed: int = 0
     verify: bool = False
+    transaction_duration_ms: int | None = None   # commit every N ms (needs transactional.id)
 
 
 @dataclass
@@ -182,6 +189,9 @@ class Worker:
         self._interval_start_wall = self.clock.wall_ns()
         self._interval_warmup = False
         self.abandoned = 0
+        self.txn_ns = (spec.transaction_duration_ms or 0) * 1_000_000
+        self.txn_started_ns = 0
+        self.commit_latency = new_histogram()   # µs, this interval's commits
 
     def _set_start(self, start_wall_ns: int) -> None:
         spec = self.spec
@@ -211,6 +221,8 @@ class Worker:
         p = self.producer
         topic = spec.topic
         p.partitions_for(topic)          # metadata and connections before the start
+        if self.txn_ns:
+            p.init_transactions()
         pool = record_pool(spec, self.rng)
         shape = record_shape(spec)
         if self.start_gate is not None:
@@ -234,10 +246,17 @@ class Worker:
         size = len(pool) if pool is not None else 0
         dense = not paced or step < REPORT_SLACK_NS
         slice_max = SLICE_MAX if paced else SLICE_MAX_UNPACED
+        txn_ns = self.txn_ns
+        if txn_ns:
+            self._begin_transaction()
         while not self.stop.is_set():
             now = self.clock.now_ns()
             if sched.over(self.seq, now):
                 break
+            if txn_ns and now - self.txn_started_ns >= txn_ns:
+                self._end_transaction(None)
+                self._begin_transaction()
+                now = self.clock.now_ns()
             due = sched.due(now)
             sent = due > self.seq
             if sent:
@@ -293,12 +312,33 @@ class Worker:
         return RecordPool(tuple(values[(seq + i) % n] for i in range(k)),
                           tuple(str(seq + i).encode() for i in range(k)), payload.value_size)
 
+    # -- transactions ----------------------------------------------------------------------------
+    def _begin_transaction(self) -> None:
+        self.producer.begin_transaction()
+        self.txn_started_ns = self.clock.now_ns()
+
+    def _end_transaction(self, timeout_s: float | None) -> None:
+        """Commits the open transaction (its records flushed first) and records how long
+        that took; an abortable error aborts it instead (counted by the engine)."""
+        p = self.producer
+        t0 = self.clock.now_ns()
+        try:
+            p.commit_transaction(timeout_s)
+        except TransactionAbortableError:
+            p.abort_transaction(timeout_s)
+            return
+        self.commit_latency.record_value(max(1, (self.clock.now_ns() - t0) // 1000))
+
     def _finish(self) -> None:
-        """Waits for every record's verdict; when stopped (Ctrl-C), for ``stop_grace_s``
-        at most, then abandons what is left: counted apart, with the reason."""
+        """Waits for every record's verdict (and commits the open transaction); when
+        stopped (Ctrl-C), for ``stop_grace_s`` at most, then abandons what is left
+        (an open transaction is aborted): counted apart, with the reason."""
         p = self.producer
         grace = self.spec.stop_grace_s if self.stop.is_set() else None
         done = p.flush(grace)
+        txn = p.transactions
+        if done and txn is not None and txn.in_transaction:
+            self._end_transaction(grace)
         reason = None if done else (f"run stopped: no verdict within the {grace:g} s stop grace")
         p.close(0 if not done else None, abandon_reason=reason)
         self.abandoned = p.metrics.records_abandoned
@@ -316,9 +356,18 @@ class Worker:
             buffer_total=p.pool.total_memory,
             warmup=self._interval_warmup, final=final,
             records_scheduled=self.seq, abandoned=self.abandoned,
+            commit_latency=self._take_commit_latency(),
             acked_runs=dict(self.acked.runs) if final and self.spec.verify else None))
         self._interval_start_wall = now_wall
         self._interval_warmup = self._in_warmup(self.clock.now_ns())
+
+
+    def _take_commit_latency(self) -> bytes | None:
+        h = self.commit_latency
+        if not self.txn_ns or not h.get_total_count():
+            return None
+        self.commit_latency = new_histogram()
+        return encode_histogram(h)
 
 
 def run_worker(spec: WorkerSpec, reports: Any, stop: Any, start_gate: StartGate | None = None) -> None:

@@ -18,7 +18,7 @@ from typing import Any
 from kctl.stats.latency import LatencyFigures
 
 __all__ = ["SUMMARY_SCHEMA", "Batching", "BrokerCount", "Counts", "PartitionCount", "Rates",
-           "RunInfo", "RunSummary", "Throttle", "VerifyResult", "WarmupTotals", "WorkerFailure"]
+           "RunInfo", "RunSummary", "Throttle", "TransactionTotals", "VerifyResult", "WarmupTotals", "WorkerFailure"]
 
 #: Bumped when a summary key changes meaning or goes away (adding keys does not bump it).
 SUMMARY_SCHEMA = "kctl.produce.summary/1"
@@ -165,6 +165,26 @@ class Batching:
 
 
 @dataclass(frozen=True, slots=True)
+class TransactionTotals:
+    """A transactional run's transactions (``--transaction-duration-ms``)."""
+
+    committed: int = 0
+    aborted: int = 0
+    commit_latency: LatencyFigures | None = None   # commitTransaction: flush and EndTxn
+
+    def to_json(self) -> dict[str, Any]:
+        lat = self.commit_latency
+        return {"committed": self.committed, "aborted": self.aborted,
+                "commit_latency": lat.to_dict() if lat is not None else None}
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> TransactionTotals:
+        lat = d.get("commit_latency")
+        return cls(int(d.get("committed", 0)), int(d.get("aborted", 0)),
+                   LatencyFigures.from_dict(lat) if lat else None)
+
+
+@dataclass(frozen=True, slots=True)
 class Throttle:
     time_ms: int = 0
     requests: int = 0
@@ -237,6 +257,7 @@ class RunSummary:
     brokers: tuple[BrokerCount, ...]
     verify: VerifyResult | None = None
     schema: str = SUMMARY_SCHEMA
+    transactions: TransactionTotals | None = None   # transactional runs only
 
     def with_verify(self, verify: VerifyResult | None) -> RunSummary:
         return replace(self, verify=verify)
@@ -265,6 +286,8 @@ class RunSummary:
                            for p in self.partitions],
             "brokers": [{"node_id": b.node_id, "records_acked": b.records_acked} for b in self.brokers],
         }
+        if self.transactions is not None:
+            out["transactions"] = self.transactions.to_json()
         if self.verify is not None:
             out["verify"] = self.verify.to_json()
         return out
@@ -278,6 +301,7 @@ class RunSummary:
         try:
             throttle = d.get("throttle") or {}
             verify = d.get("verify")
+            txn = d.get("transactions")
             return cls(
                 run=RunInfo.from_json(d.get("run") or {}),
                 config=dict(d.get("config") or {}),
@@ -293,6 +317,7 @@ class RunSummary:
                 brokers=tuple(BrokerCount(int(b["node_id"]), int(b["records_acked"]))
                               for b in d.get("brokers") or ()),
                 verify=VerifyResult.from_json(verify) if verify else None,
-                schema=schema)
+                schema=schema,
+                transactions=TransactionTotals.from_json(txn) if txn else None)
         except (KeyError, TypeError, AttributeError) as e:
             raise ValueError(f"malformed kctl produce summary ({type(e).__name__}: {e})") from None
