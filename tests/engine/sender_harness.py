@@ -90,6 +90,16 @@ class Harness:
         self.net.poll(0, self.clock.now_ns())
         self.producer._step(0)
 
+    def await_request(self, api_name, turns=50, ms=1):
+        """Loop turns (``ms`` apart) until exactly one ``api_name`` request is pending."""
+        for _ in range(turns):
+            pending = self.net.pending(api_name)
+            if pending:
+                (r,) = pending
+                return r
+            self.step(ms=ms)
+        raise AssertionError(f"no {api_name} request after {turns} turns")
+
     # -- answers ---------------------------------------------------------------------------
     def answer_metadata(self):
         for r in self.net.pending("Metadata"):
@@ -97,7 +107,7 @@ class Harness:
         self.step()
 
     def answer_init(self, producer_id=42, epoch=0, error=None):
-        (r,) = self.net.pending("InitProducerId")
+        r = self.await_request("InitProducerId")
         self.net.respond(r, InitProducerIdResponse(throttle_time_ms=0, error_code=code(error),
                                                    producer_id=producer_id if error is None else -1,
                                                    producer_epoch=epoch if error is None else -1))
@@ -126,18 +136,21 @@ class Harness:
 
     # -- the transaction coordinator ----------------------------------------------------------
     def answer_find_coordinator(self, node=0, error=None):
-        (r,) = self.net.pending("FindCoordinator")
+        r = self.await_request("FindCoordinator")
         c = FindCoordinatorResponse.Coordinator(key="txn", node_id=node, host="127.0.0.1",
                                                 port=9000 + node, error_code=code(error),
                                                 error_message=None)
-        self.net.respond(r, FindCoordinatorResponse(throttle_time_ms=0, coordinators=[c],
-                                                    error_code=code(error), node_id=node,
-                                                    host="127.0.0.1", port=9000 + node))
+        if r.api_version >= 4:   # v4+: one entry per key asked for
+            body = FindCoordinatorResponse(throttle_time_ms=0, coordinators=[c])
+        else:
+            body = FindCoordinatorResponse(throttle_time_ms=0, error_code=code(error), node_id=node,
+                                           host="127.0.0.1", port=9000 + node)
+        self.net.respond(r, body)
         self.step()
         return r
 
     def answer_add_partitions(self, error=None, errors=None):
-        (r,) = self.net.pending("AddPartitionsToTxn")
+        r = self.await_request("AddPartitionsToTxn")
         errors = errors or {}
         res = AddPartitionsToTxnResponse
         topics = [res.AddPartitionsToTxnTopicResult(
@@ -151,7 +164,7 @@ class Harness:
         return r
 
     def answer_end_txn(self, error=None):
-        (r,) = self.net.pending("EndTxn")
+        r = self.await_request("EndTxn")
         self.net.respond(r, EndTxnResponse(throttle_time_ms=0, error_code=code(error)))
         self.step()
         return r
