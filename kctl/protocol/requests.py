@@ -21,6 +21,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final, NamedTuple
 
+from kctl.errors import UnsupportedVersionError
 from kctl.protocol import messages
 from kctl.protocol.client_versions import TRANSACTION_V1_MAX_VERSIONS
 
@@ -87,12 +88,20 @@ def metadata(version: int, topics: Iterable[str] | None, *,
 
 
 # -- Produce -------------------------------------------------------------------------------------
+#: Produce carries a transactional id from v3 (KIP-98).
+_TRANSACTIONAL_PRODUCE_FROM: Final = 3
+
+
 def produce(version: int, *, acks: int, timeout_ms: int, topics: Sequence[ProduceTopic],
             transactional_id: str | None = None) -> Outgoing:
     """A Produce request. v13+ names topics by id only: without every topic's id,
     v12 (as the Java client). Inside a transaction of the transaction protocol v1
     (kctl's), at most v11 (``TRANSACTION_V1_MAX_VERSIONS``)."""
     if transactional_id is not None:
+        if version < _TRANSACTIONAL_PRODUCE_FROM:
+            raise UnsupportedVersionError(
+                f"Produce v{version} cannot carry a transactional id (v{_TRANSACTIONAL_PRODUCE_FROM}+): "
+                "the broker is too old for transactions")
         version = min(version, TRANSACTION_V1_MAX_VERSIONS["Produce"])
     by_id = version >= _TOPIC_IDS_FROM
     if by_id and any(t.topic_id in (None, ZERO_UUID) for t in topics):
