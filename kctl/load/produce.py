@@ -317,5 +317,6 @@ def execute(plan: ProducePlan, *, on_event: Callable[[str], None] = lambda _m: N
         checked = None
         if spec.verify and not result.failures:
             on_event("verifying: reading the produced range back")
-            checked = verify(bootstrap, spec.topic, spec.run_id, result.acked_runs, security=security)
+            checked = verify(bootstrap, spec.topic, spec.run_id, result.acked_runs, security=security,
+                             read_committed=spec.transaction_duration_ms is not None)
         return ProduceOutcome(bootstrap, embedded, result, checked, result.summary.with_verify(checked))
