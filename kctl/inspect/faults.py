@@ -209,13 +209,13 @@ class FaultPlan:
             raise ConfigError(f"--delay-ms {text!r}: expected MS or LO-HI, e.g. 50 or 10-100") from None
 
     @staticmethod
-    def parse_lose(text: str) -> tuple[float, int | None]:
+    def parse_lose(text: str, flag: str = "--lose-records") -> tuple[float, int | None]:
         """``"0.01"`` -> (0.01, None); ``"1:3"`` -> (1.0, 3) (``--lose-records RATE[:LIMIT]``)."""
         rate, sep, limit = text.partition(":")
         try:
             return float(rate), (int(limit) if sep else None)
         except ValueError:
-            raise ConfigError(f"--lose-records {text!r}: expected RATE[:LIMIT], e.g. 0.01 or 1:3") from None
+            raise ConfigError(f"{flag} {text!r}: expected RATE[:LIMIT], e.g. 0.01 or 1:3") from None
 
 
 @dataclass(frozen=True, slots=True)
