@@ -31,7 +31,14 @@ How this works
   bump when the coordinator can bump (InitProducerId v3+, KIP-360), else fatal; a
   failed batch makes the transaction abortable (idempotence.py reports it through
   ``on_abortable_error``), and the abort then bumps the epoch when it can.
-  TRANSACTION_ABORTABLE (KIP-890) is abortable.
+  TRANSACTION_ABORTABLE (KIP-890) is abortable. A coordinator that refuses the
+  epoch bump with anything but fencing or a retriable error is asked again with the
+  transactional id alone, as a freshly built producer would ask (Java's producer goes
+  fatal there and its application builds that new producer).
+- Accounting: records the broker acknowledged inside a transaction that is then
+  aborted are moved from acked to failed (``TRANSACTION_ABORTED``) when the abort
+  completes: a read_committed consumer never sees them. (Their handles keep their
+  offsets, as Java's callbacks have already run.)
 
 Time is passed in (``now_ns``); no I/O (conventions rules 1 and 3).
 """
@@ -59,6 +66,10 @@ FIND_COORDINATOR: Final = schema.API_BY_NAME["FindCoordinator"].api_key
 INIT_PRODUCER_ID: Final = schema.API_BY_NAME["InitProducerId"].api_key
 ADD_PARTITIONS_TO_TXN: Final = schema.API_BY_NAME["AddPartitionsToTxn"].api_key
 END_TXN: Final = schema.API_BY_NAME["EndTxn"].api_key
+
+#: How records of an aborted transaction that the broker had acknowledged are counted:
+#: failed, since no read_committed consumer will see them.
+TRANSACTION_ABORTED: Final = "TRANSACTION_ABORTED"
 
 #: The first AddPartitionsToTxn of a transaction retries CONCURRENT_TRANSACTIONS this fast:
 #: the previous transaction's markers are usually almost written (Java's 20 ms).
@@ -137,6 +148,7 @@ class TxnRequest:
     retry: bool = False
     not_before_ns: int = 0
     backoff_ms: int | None = None                           # AddPartitions' shorter retry backoff
+    retry_fresh: bool = False                               # InitProducerId after a refused bump
     sent_ns: int = -1
     order: int = field(default=0)
 
@@ -182,6 +194,9 @@ class Transactions:
         self._queue: list[tuple[int, int, TxnRequest]] = []
         self._order = itertools.count()
         self._pending_result: TransactionResult | None = None
+        # Records the broker acknowledged in the open transaction: an abort takes them
+        # back (no read_committed consumer sees them), as failed TRANSACTION_ABORTED.
+        self.records_acked = 0
 
     # -- state ------------------------------------------------------------------------------
     def _move(self, target: TransactionState, error: str | None = None) -> None:
@@ -442,8 +457,9 @@ class Transactions:
     def _on_init_producer_id(self, req: TxnRequest, body: Any, now_ns: int) -> None:
         name = error_for(body.error_code).name if body.error_code else None
         if name is None:
-            bump = req.kind is TxnRequestKind.EPOCH_BUMP
-            self.idempotence.on_producer_id(body.producer_id, body.producer_epoch, reset_all=bump)
+            bump = req.kind is TxnRequestKind.EPOCH_BUMP or req.retry_fresh
+            # A new epoch (or id): every partition's sequences start again at 0.
+            self.idempotence.on_producer_id(body.producer_id, body.producer_epoch, reset_all=True)
             if bump:
                 self.metrics.epoch_bumps += 1
             self._move(_T.READY)
@@ -456,6 +472,13 @@ class Transactions:
             self.retry(req, now_ns)
         elif name in _FENCED:
             self._fail(req, "PRODUCER_FENCED")
+        elif req.kind is TxnRequestKind.EPOCH_BUMP:
+            # The coordinator offers InitProducerId v3+ yet refused the bump (Tansu answers
+            # UNKNOWN_SERVER_ERROR). Java's producer would be fatal here and its application
+            # would build a new one; kctl does what that new producer does: InitProducerId
+            # with the transactional id alone (the previous transaction is aborted already).
+            fresh = TxnRequest(TxnRequestKind.INIT_PRODUCER_ID, req.result, retry_fresh=True)
+            self._enqueue(fresh)
         else:
             self._fail(req, name)
 
@@ -501,13 +524,22 @@ class Transactions:
         self.transaction_started = True
         req.result.complete()
 
+    def on_records_acked(self, count: int) -> None:
+        self.records_acked += count
+
     def _on_end_txn(self, req: TxnRequest, body: Any, now_ns: int) -> None:
         name = error_for(body.error_code).name if body.error_code else None
         if name is None:
+            m = self.metrics
             if req.committed:
-                self.metrics.transactions_committed += 1
+                m.transactions_committed += 1
             else:
-                self.metrics.transactions_aborted += 1
+                m.transactions_aborted += 1
+                n = self.records_acked
+                if n:
+                    m.records_acked -= n
+                    m.records_failed += n
+                    m.failed_by_error[TRANSACTION_ABORTED] += n
             self._complete_transaction()
             req.result.complete()
         elif name in _COORDINATOR_MOVED:
@@ -533,6 +565,7 @@ class Transactions:
         self.last_error = None
         self.epoch_bump_required = False
         self.transaction_started = False
+        self.records_acked = 0
         self.new_partitions.clear()
         self.pending_partitions.clear()
         self.partitions.clear()

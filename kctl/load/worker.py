@@ -122,6 +122,14 @@ class AckedRuns:
             out.append((offset if base >= 0 else -1, s.count, s.first_seq))
             offset += s.count
 
+    def mark(self) -> dict[int, int]:
+        """Where each partition's runs end now (``truncate`` goes back there)."""
+        return {p: len(r) for p, r in self.runs.items()}
+
+    def truncate(self, mark: dict[int, int]) -> None:
+        for p, r in self.runs.items():
+            del r[mark.get(p, 0):]
+
 
 def record_shape(spec: WorkerSpec) -> RecordShape:
     """The extra headers (``--headers``) and, unless ``--no-id-headers``, the identity."""
@@ -191,6 +199,7 @@ class Worker:
         self.abandoned = 0
         self.txn_ns = (spec.transaction_duration_ms or 0) * 1_000_000
         self.txn_started_ns = 0
+        self._txn_mark: dict[int, int] = {}
         self.commit_latency = new_histogram()   # µs, this interval's commits
 
     def _set_start(self, start_wall_ns: int) -> None:
@@ -262,14 +271,21 @@ class Worker:
             if sent:
                 k = min(due - self.seq, slice_max)
                 seq = self.seq
-                if pool is not None:
-                    p.send_bulk(topic, pool, seq % size, k, shape=shape,
-                                intended_first_ns=sched.intended_ns(seq) if paced else -1,
-                                intended_step_ns=step, first_seq=seq)
-                else:
-                    p.send_bulk(topic, self._seq_key_pool(seq, k), 0, k, shape=shape,
-                                intended_first_ns=sched.intended_ns(seq) if paced else -1,
-                                intended_step_ns=step, first_seq=seq)
+                try:
+                    if pool is not None:
+                        p.send_bulk(topic, pool, seq % size, k, shape=shape,
+                                    intended_first_ns=sched.intended_ns(seq) if paced else -1,
+                                    intended_step_ns=step, first_seq=seq)
+                    else:
+                        p.send_bulk(topic, self._seq_key_pool(seq, k), 0, k, shape=shape,
+                                    intended_first_ns=sched.intended_ns(seq) if paced else -1,
+                                    intended_step_ns=step, first_seq=seq)
+                except TransactionAbortableError:
+                    # The open transaction failed (a batch of it did): abort it and go on
+                    # in a new one; the slice was not taken and goes again.
+                    self._abort_transaction(None)
+                    self._begin_transaction()
+                    continue
                 self.seq = seq + k
                 now = self.clock.now_ns()
             wait_ns = sched.next_due_ns(self.seq) - now if paced else 0
@@ -316,6 +332,7 @@ class Worker:
     def _begin_transaction(self) -> None:
         self.producer.begin_transaction()
         self.txn_started_ns = self.clock.now_ns()
+        self._txn_mark = self.acked.mark()
 
     def _end_transaction(self, timeout_s: float | None) -> None:
         """Commits the open transaction (its records flushed first) and records how long
@@ -325,9 +342,13 @@ class Worker:
         try:
             p.commit_transaction(timeout_s)
         except TransactionAbortableError:
-            p.abort_transaction(timeout_s)
+            self._abort_transaction(timeout_s)
             return
         self.commit_latency.record_value(max(1, (self.clock.now_ns() - t0) // 1000))
+
+    def _abort_transaction(self, timeout_s: float | None) -> None:
+        self.producer.abort_transaction(timeout_s)
+        self.acked.truncate(self._txn_mark)   # --verify: an aborted transaction's records are not expected
 
     def _finish(self) -> None:
         """Waits for every record's verdict (and commits the open transaction); when

@@ -119,6 +119,27 @@ def test_allow_abort_on_produce_failure():
     assert not more[0].done
 
 
+def test_records_acknowledged_in_an_aborted_transaction_count_as_failed():
+    """kctl's accounting: a read_committed consumer never sees an aborted transaction's
+    records, so those the broker had acknowledged move from acked to failed
+    (TRANSACTION_ABORTED) when the abort completes; every record is still counted once."""
+    h, txn = transactional()
+    first = begin_and_send(h, txn, 2)
+    h.respond(h.produce_requests()[-1], base_offset=0)
+    h.step()
+    assert [x.offset for x in first] == [0, 1]
+    second = h.send(1)
+    h.step()
+    h.respond(h.produce_requests()[-1], errors={0: "OUT_OF_ORDER_SEQUENCE_NUMBER"})
+    h.step()
+    assert second[0].error == "OUT_OF_ORDER_SEQUENCE_NUMBER" and txn.has_abortable_error
+    txn.begin_abort()
+    h.answer_end_txn()
+    m = h.producer.metrics
+    assert m.records_acked == 0 and m.records_failed == 3
+    assert m.failed_by_error == {"OUT_OF_ORDER_SEQUENCE_NUMBER": 1, "TRANSACTION_ABORTED": 2}
+
+
 def test_invalid_producer_epoch_from_produce():
     """TransactionManagerTest.testInvalidProducerEpochFromProduce (KIP-588):
     INVALID_PRODUCER_EPOCH in a Produce response makes the transaction abortable (not
@@ -272,3 +293,25 @@ def test_transactional_split_batch_and_send():
             offset += len(b.records)
     assert parts == [(0, 0, 5, True), (0, 5, 5, True)]
     assert [x.offset for x in handles] == list(range(10)) and not txn.has_error
+
+
+def test_a_refused_epoch_bump_is_asked_again_with_the_transactional_id_alone():
+    """Not in Java (its producer goes fatal and the application builds a new one): a
+    coordinator that offers InitProducerId v3+ but refuses the bump (Tansu answers
+    UNKNOWN_SERVER_ERROR) is asked again as a new producer would ask; the abort then
+    completes and the next transaction starts at sequence 0 under the answer's epoch."""
+    h, txn = transactional()
+    begin_and_send(h, txn)
+    h.respond(h.produce_requests()[-1], errors={0: "OUT_OF_ORDER_SEQUENCE_NUMBER"})
+    h.step()
+    abort = txn.begin_abort()
+    h.answer_end_txn()
+    bump = h.answer_init(error="UNKNOWN_SERVER_ERROR")
+    assert (bump.body.producer_id, bump.body.producer_epoch) == (42, 0)
+    fresh = h.answer_init(producer_id=42, epoch=1)
+    assert (fresh.body.producer_id, fresh.body.producer_epoch) == (-1, -1)
+    assert fresh.body.transactional_id == "txn"
+    assert abort.done and abort.error is None and txn.state is TransactionState.READY
+    begin_and_send(h, txn)
+    b = h.batch(h.produce_requests()[-1])
+    assert (b.producer_epoch, b.base_sequence) == (1, 0)

@@ -175,3 +175,25 @@ def test_ctrl_c_exits_130_and_says_the_run_was_cut_short(broker, tmp_path):
     assert doc["run"]["interrupted"] is True and s.run.interrupted
     assert 0 < s.counts.scheduled < 60_000
     check_accounted_and_read_back(doc, s)
+
+
+def test_transactional_run_aborts_a_failed_transaction_and_goes_on(broker, tmp_path):
+    """A transactional run (--transaction-duration-ms) whose batch is refused with
+    OUT_OF_ORDER_SEQUENCE_NUMBER: that transaction aborts (with an epoch bump), its
+    acknowledged records count as failed (TRANSACTION_ABORTED), later transactions
+    commit; every record is accounted for and the committed ones read back."""
+    out = tmp_path / "s.json"
+    plan = FaultPlan(lose_rate=1.0, lose_limit=1, lose_error="OUT_OF_ORDER_SEQUENCE_NUMBER", seed=3)
+    with InspectorProxy([broker.bootstrap], faults=plan) as proxy:
+        r = run(proxy.bootstrap, out, "--rate", "1000", "--duration", "3s",
+                "--transaction-duration-ms", "500")
+        assert proxy.snapshot().faults.get("rejected") == 1
+    assert r.returncode == 1 and "Traceback" not in r.stderr, r.stderr
+    doc, s = read_summary(out)
+    t = s.transactions
+    assert t is not None and t.aborted == 1 and t.committed >= 4
+    c = s.counts
+    assert c.failed_by_error.get("OUT_OF_ORDER_SEQUENCE_NUMBER", 0) >= 1
+    assert c.failed_by_error.get("TRANSACTION_ABORTED", 0) > 0
+    assert c.acked > 1500
+    check_accounted_and_read_back(doc, s)
