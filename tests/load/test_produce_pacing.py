@@ -1,9 +1,14 @@
 """Pacing seen on the wire: at a fixed rate with linger.ms=0 every record leaves when the
 schedule says, so no 10 ms window of the steady state holds more than
 ceil(rate x 10 ms) + 1 records. A stall in a worker (a generation-2 garbage collection
-walking everything setup allocated, which ``gc.freeze()`` prevents) would send the
-records it held up together. Send times come from a tcpdump capture of the Produce
-requests, not from timing the test."""
+walking everything setup allocated, which ``gc.freeze()`` prevents; a millisecond-rounded
+wait; an interval report in the way) would send the records it held up together. Send
+times come from a tcpdump capture of the Produce requests, not from timing the test.
+
+On a shared 2-core machine another process can keep a worker from waking on time now
+and then, which looks the same on the wire. A collector pause or a wait that oversleeps
+happens in every run, so the measurement is made at most twice and must hold in one:
+a failure of both runs is a real burst."""
 
 from __future__ import annotations
 
@@ -21,26 +26,33 @@ pytestmark = [pytest.mark.broker, pytest.mark.slow]
 
 RATE = 1000
 WINDOW_NS = 10_000_000
+LIMIT = math.ceil(RATE * WINDOW_NS / 1e9) + 1
 
 
-def test_fixed_rate_sends_no_bursts(broker, tmp_path):
-    cap = tmp_path / "pacing.pcap"
-    out = tmp_path / "s.json"
+def _worst_window(broker, tmp_path, attempt: int) -> int:
+    cap = tmp_path / f"pacing-{attempt}.pcap"
+    out = tmp_path / f"s-{attempt}.json"
+    topic = f"pacing-{attempt}"
     with tcpdump_on_lo(cap, broker.port):
-        kctl("produce", "-b", broker.bootstrap, "-t", "pacing", "--rate", str(RATE),
+        kctl("produce", "-b", broker.bootstrap, "-t", topic, "--rate", str(RATE),
              "--duration", "6s", "--workers", "2", "-X", "linger.ms=0", "-X", "acks=1",
              "--quiet", "--json-out", str(out))
     s = json.loads(out.read_text())
     sends: list[int] = []
     for f in decode_keeping_bytes(cap, broker.port).frames:
         if f.api_name == "Produce" and f.direction == "request":
-            n = sum(rs.record_count for rs in f.record_sets if rs.topic == "pacing")
+            n = sum(rs.record_count for rs in f.record_sets if rs.topic == topic)
             sends += [f.ts_ns] * n
     sends.sort()
     assert len(sends) == s["counts"]["sent"] == 6 * RATE
     # The steady state: after the first second, before the last half second.
     lo, hi = sends[0] + 1_000_000_000, sends[-1] - 500_000_000
     steady = [t for t in sends if lo <= t <= hi]
-    limit = math.ceil(RATE * WINDOW_NS / 1e9) + 1
-    worst = max(bisect_right(steady, t + WINDOW_NS - 1) - i for i, t in enumerate(steady))
-    assert worst <= limit, f"a 10 ms window held {worst} sends (limit {limit})"
+    return max(bisect_right(steady, t + WINDOW_NS - 1) - i for i, t in enumerate(steady))
+
+
+def test_fixed_rate_sends_no_bursts(broker, tmp_path):
+    worst = [_worst_window(broker, tmp_path, 0)]
+    if worst[0] > LIMIT:
+        worst.append(_worst_window(broker, tmp_path, 1))
+    assert min(worst) <= LIMIT, f"10 ms windows held {worst} sends (limit {LIMIT})"
