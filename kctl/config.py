@@ -24,6 +24,11 @@ Choices worth knowing
   ``ssl.*``, ...) is accepted with a warning (``ProducerConfig.warnings``), so
   an existing ``producer.properties`` works unchanged; the ignored pairs are
   kept in ``ProducerConfig.ignored``.
+* librdkafka's names (``queue.buffering.max.ms``, ``compression.codec``,
+  ``queue.buffering.max.kbytes`` in KiB, ...) are accepted where they mean what a Java
+  property means (``LIBRDKAFKA_ALIASES``: renamed, the value converted where units
+  differ); one whose meaning differs (``batch.num.messages``: a record count, where
+  the Java producer bounds batches in bytes) is refused naming the Java property.
 * Values are parsed as the Java client parses them: integers are plain
   decimal (durations are milliseconds, sizes bytes, no unit suffixes),
   booleans are ``true``/``false`` in any case, enums are case-insensitive.
@@ -603,6 +608,68 @@ PROPERTY_BY_NAME: dict[str, PropertySpec] = {spec.name: spec for spec in PROPERT
 # kctl's own short names for Kafka properties.
 ALIASES: dict[str, str] = {"partitioner": "partitioner.class"}
 
+
+def _kib_to_bytes(value: Any) -> Any:
+    text = str(value).strip()
+    return str(int(text) * 1024) if _INT_RE.fullmatch(text) else value
+
+
+def _zero_is_os_default(value: Any) -> Any:
+    return "-1" if str(value).strip() == "0" else value
+
+
+# librdkafka's names (kcat, confluent-kafka users) for Java producer properties that mean the
+# same: name -> (Java name, value conversion or None). From librdkafka's CONFIGURATION.md.
+LIBRDKAFKA_ALIASES: dict[str, tuple[str, Callable[[Any], Any] | None]] = {
+    "queue.buffering.max.ms": ("linger.ms", None),
+    "compression.codec": ("compression.type", None),
+    "request.required.acks": ("acks", None),
+    "message.send.max.retries": ("retries", None),
+    "message.timeout.ms": ("delivery.timeout.ms", None),
+    "message.max.bytes": ("max.request.size", None),
+    # librdkafka counts KiB here; buffer.memory is bytes.
+    "queue.buffering.max.kbytes": ("buffer.memory", _kib_to_bytes),
+    "socket.timeout.ms": ("request.timeout.ms", None),
+    "metadata.broker.list": ("bootstrap.servers", None),
+    "max.in.flight": ("max.in.flight.requests.per.connection", None),
+    "topic.metadata.refresh.interval.ms": ("metadata.max.age.ms", None),
+    "sasl.mechanisms": ("sasl.mechanism", None),
+    # librdkafka's 0 means the OS default, the Java client's -1 does.
+    "socket.send.buffer.bytes": ("send.buffer.bytes", _zero_is_os_default),
+    "socket.receive.buffer.bytes": ("receive.buffer.bytes", _zero_is_os_default),
+}
+
+# librdkafka properties whose meaning differs from every Java property: refused, naming
+# the Java property that does the nearest job, rather than mapped to something else.
+LIBRDKAFKA_DIFFERENT: dict[str, str] = {
+    "batch.num.messages": "librdkafka's batch.num.messages caps the records in a batch; the Java "
+                          "producer has no record-count limit and bounds a batch in bytes with batch.size",
+    "queue.buffering.max.messages": "librdkafka's queue.buffering.max.messages counts queued records; "
+                                    "the Java producer bounds its queue in bytes with buffer.memory",
+    "compression.level": "librdkafka's compression.level applies to whichever codec is chosen; the Java "
+                         "producer has compression.gzip.level, compression.lz4.level and compression.zstd.level",
+    "sticky.partitioning.linger.ms": "librdkafka switches sticky partitions after a time; the Java producer "
+                                     "switches after batch.size bytes (partitioner.class, "
+                                     "partitioner.adaptive.partitioning.enable)",
+    "queue.buffering.backpressure.threshold": "the Java producer has no such limit; the nearest is "
+                                              "max.in.flight.requests.per.connection",
+}
+
+
+def canonical_setting(setting: Setting) -> Setting:
+    """``setting`` under its Java name: a librdkafka alias is renamed (its value converted
+    where the units differ); a librdkafka property whose meaning differs is refused."""
+    if setting.name in LIBRDKAFKA_DIFFERENT:
+        raise ConfigError(f"{_at(setting.origin)}{setting.name} is not supported: "
+                          f"{LIBRDKAFKA_DIFFERENT[setting.name]}")
+    alias = LIBRDKAFKA_ALIASES.get(setting.name)
+    if alias is None:
+        return setting
+    java, convert = alias
+    value = convert(setting.value) if convert else setting.value
+    origin = f"{setting.origin} {setting.name}" if setting.origin else setting.name
+    return Setting(java, value, origin)
+
 # Java producer properties kctl accepts and ignores, with the reason shown in the warning.
 _WHY_JAVA_ONLY = "names Java classes, which kctl cannot run"
 IGNORED_PROPERTIES: dict[str, str] = {
@@ -837,6 +904,7 @@ class ProducerConfig:
         ignored: dict[str, str] = {}
         warnings: list[str] = []
         for setting in settings:
+            setting = canonical_setting(setting)
             name = ALIASES.get(setting.name, setting.name)
             spec = PROPERTY_BY_NAME.get(name)
             if spec is None:
@@ -903,10 +971,8 @@ class ProducerConfig:
     @property
     def explicit(self) -> frozenset[str]:
         """Kafka names of the properties the user set."""
-        return frozenset(
-            ALIASES.get(s.name, s.name) for s in self.settings
-            if ALIASES.get(s.name, s.name) in PROPERTY_BY_NAME
-        )
+        names = (LIBRDKAFKA_ALIASES.get(s.name, (s.name, None))[0] for s in self.settings)
+        return frozenset(ALIASES.get(n, n) for n in names if ALIASES.get(n, n) in PROPERTY_BY_NAME)
 
     # -- the pieces -----------------------------------------------------------
 
@@ -1154,7 +1220,7 @@ def _invalid_message(spec: PropertySpec, value: Any, origin: str | None, detail:
 
 
 def _known_names() -> list[str]:
-    return [*PROPERTY_BY_NAME, *ALIASES, *IGNORED_PROPERTIES]
+    return [*PROPERTY_BY_NAME, *ALIASES, *IGNORED_PROPERTIES, *LIBRDKAFKA_ALIASES]
 
 
 def _unknown_message(setting: Setting) -> str:
@@ -1178,6 +1244,8 @@ __all__ = [
     "CompressionConfig",
     "CompressionType",
     "IGNORED_PROPERTIES",
+    "LIBRDKAFKA_ALIASES",
+    "LIBRDKAFKA_DIFFERENT",
     "IdempotenceConfig",
     "MetadataConfig",
     "NetworkConfig",
@@ -1197,6 +1265,7 @@ __all__ = [
     "redact_properties",
     "SenderConfig",
     "Setting",
+    "canonical_setting",
     "describe_properties",
     "load_properties_file",
     "parse_assignment",

@@ -8,7 +8,13 @@ Two charts, the same in both forms:
   HdrHistogram's plotter draws it); one curve per cell, from the cell's histogram merged
   over repetitions (intended clock; the send clock in max-throughput mode);
 * over time: throughput (records/s) and p99 (ms) per interval, one line per cell and
-  repetition (a cell's repetitions share its colour), seconds from the end of the warm-up.
+  repetition (a cell's repetitions share its colour; the first repetition is solid, later
+  ones dashed), seconds from the end of the warm-up.
+
+Every chart names the latency clock it plots (``clock_of``): the intended clock (from
+each record's place on the schedule), the send clock for runs without a schedule, or
+"as logged" for a foreign interval log. The percentile axis ends where the data ends.
+The HTML page also lists the workload and each cell's producer settings.
 
 matplotlib and plotly are the ``kctl[bench]`` extra; they are imported here only.
 """
@@ -16,13 +22,15 @@ matplotlib and plotly are the ``kctl[bench]`` extra; they are imported here only
 from __future__ import annotations
 
 import html
-from collections.abc import Sequence
+import json
+from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 from kctl.bench.results import METRICS, CellResult
 from kctl.errors import ConfigError
 
-__all__ = ["percentile_curve", "write_charts", "write_html", "write_pngs"]
+__all__ = ["clock_of", "percentile_curve", "write_charts", "write_html", "write_pngs"]
 
 _TICKS = (0.0, 90.0, 99.0, 99.9, 99.99, 99.999, 99.9999)
 _COLOURS = ("#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2",
@@ -56,6 +64,35 @@ def _tick_label(p: float) -> str:
     return f"{p:g}%"
 
 
+def clock_of(cell: CellResult) -> str:
+    """The latency clock a cell's curve and p99 line plot."""
+    if any(r.summary is not None and r.summary.run.max_throughput for r in cell.reps):
+        return "send clock"
+    if cell.hlog and cell.reps[0].summary is None and "send" not in cell.histograms:
+        return "as logged"
+    return "intended clock"
+
+
+def _clocks_text(cells: Sequence[CellResult]) -> str:
+    clocks = list(dict.fromkeys(clock_of(c) for c in cells))
+    return clocks[0] if len(clocks) == 1 else "clock per cell in the legend"
+
+
+def _legend(cell: CellResult, cells: Sequence[CellResult]) -> str:
+    many = len({clock_of(c) for c in cells}) > 1
+    return f"{cell.label} ({clock_of(cell)})" if many else cell.label
+
+
+def _x_end(cells: Sequence[CellResult]) -> float:
+    """Where the percentile axis ends: the last point of any curve."""
+    ends = [pts[-1][0] for pts in (percentile_curve(c) for c in cells) if pts]
+    return max(ends) if ends else 1.0 / (1.0 - _TICKS[-1] / 100.0)
+
+
+def _ticks_upto(end: float) -> list[float]:
+    return [p for p in _TICKS if 1.0 / (1.0 - p / 100.0) <= end * 1.0001] or [0.0]
+
+
 def _mpl():
     try:
         import matplotlib
@@ -77,14 +114,17 @@ def write_pngs(cells: Sequence[CellResult], out_dir: str | Path, *, title: str =
     for i, cell in enumerate(cells):
         pts = percentile_curve(cell)
         if pts:
-            ax.plot([x for x, _ in pts], [y for _, y in pts], label=cell.label, color=_colour(i),
+            ax.plot([x for x, _ in pts], [y for _, y in pts], label=_legend(cell, cells), color=_colour(i),
                     linewidth=2)
     ax.set_xscale("log")
-    ax.set_xticks([1.0 / (1.0 - p / 100.0) for p in _TICKS])
-    ax.set_xticklabels([_tick_label(p) for p in _TICKS])
+    end = _x_end(cells)
+    ticks = _ticks_upto(end)
+    ax.set_xlim(1.0, end)
+    ax.set_xticks([1.0 / (1.0 - p / 100.0) for p in ticks])
+    ax.set_xticklabels([_tick_label(p) for p in ticks])
     ax.set_xlabel("percentile")
-    ax.set_ylabel("latency (ms)")
-    ax.set_title(f"{title}: latency by percentile")
+    ax.set_ylabel(f"latency (ms), {_clocks_text(cells)}")
+    ax.set_title(f"{title}: latency by percentile ({_clocks_text(cells)})")
     ax.grid(True, which="both", alpha=0.3)
     ax.legend(loc="upper left", fontsize="small")
     fig.tight_layout()
@@ -96,17 +136,21 @@ def write_pngs(cells: Sequence[CellResult], out_dir: str | Path, *, title: str =
     for i, cell in enumerate(cells):
         for j, rep in enumerate(cell.reps):
             t = [row["t_s"] for row in rep.timeline]
-            label = cell.label if j == 0 else None
+            label = _legend(cell, cells) if j == 0 else None
             style = "-" if j == 0 else "--"
             top.plot(t, [row["records_per_s"] for row in rep.timeline], style, color=_colour(i),
                      label=label, marker=".")
             bottom.plot(t, [row["p99_ms"] for row in rep.timeline], style, color=_colour(i),
                         marker=".")
+    from matplotlib.lines import Line2D
     top.set_ylabel("records/s")
     top.set_title(f"{title}: throughput and p99 over time (one line per repetition)")
     top.grid(True, alpha=0.3)
-    top.legend(loc="lower right", fontsize="small")
-    bottom.set_ylabel("p99 (ms)")
+    handles, labels = top.get_legend_handles_labels()
+    handles += [Line2D([], [], color="black", linestyle="-"), Line2D([], [], color="black", linestyle="--")]
+    labels += ["solid: first repetition", "dashed: later repetitions"]
+    top.legend(handles, labels, loc="lower right", fontsize="small")
+    bottom.set_ylabel(f"p99 (ms), {_clocks_text(cells)}")
     bottom.set_xlabel("seconds since the measurement started")
     bottom.grid(True, alpha=0.3)
     fig.tight_layout()
@@ -132,6 +176,9 @@ def _table_html(cells: Sequence[CellResult], best: dict[str, str | None]) -> str
     for cell in cells:
         tds = []
         for m in METRICS:
+            if not cell.has(m.key):
+                tds.append("<td>n/a</td>")
+                continue
             s = cell.stat(m.key)
             mark = " class='best'" if best.get(m.key) == cell.name else ""
             tds.append(f"<td{mark}>{m.fmt.format(s.median)}<br><small>{m.fmt.format(s.min)}–"
@@ -143,20 +190,38 @@ def _table_html(cells: Sequence[CellResult], best: dict[str, str | None]) -> str
             "send time</small></p>")
 
 
+def _settings_html(cells: Sequence[CellResult], workload: Mapping[str, Any] | None) -> str:
+    """The workload (bench's, when known) and every cell's producer settings."""
+    parts = []
+    if workload:
+        rows = "".join(f"<tr><th>{html.escape(str(k))}</th><td style='text-align:left'>"
+                       f"{html.escape(json.dumps(v) if isinstance(v, dict | list) else str(v))}</td></tr>"
+                       for k, v in workload.items() if v not in (None, {}, []))
+        parts.append(f"<h3>Workload</h3><table>{rows}</table>")
+    rows = "".join(f"<tr><th>{html.escape(c.label)}</th><td style='text-align:left'>"
+                   f"{html.escape(', '.join(f'{k}={v}' for k, v in c.properties.items()) or 'defaults')}"
+                   f" <small>({clock_of(c)})</small></td></tr>" for c in cells)
+    parts.append(f"<h3>Producer settings per cell</h3><table>{rows}</table>")
+    return "".join(parts)
+
+
 def write_html(cells: Sequence[CellResult], path: str | Path, *, title: str = "kctl bench",
-               best: dict[str, str | None] | None = None) -> Path:
+               best: dict[str, str | None] | None = None,
+               workload: Mapping[str, Any] | None = None) -> Path:
     """One self-contained page: the comparison table and both charts (plotly JS inlined)."""
     go, pio, make_subplots = _plotly()
     fig1 = go.Figure()
     for i, cell in enumerate(cells):
         pts = percentile_curve(cell)
         fig1.add_trace(go.Scatter(x=[x for x, _ in pts], y=[y for _, y in pts], mode="lines",
-                                  name=cell.label, line={"color": _colour(i), "width": 2}))
-    fig1.update_xaxes(type="log", title="percentile",
-                      tickvals=[1.0 / (1.0 - p / 100.0) for p in _TICKS],
-                      ticktext=[_tick_label(p) for p in _TICKS])
-    fig1.update_yaxes(title="latency (ms)")
-    fig1.update_layout(title="latency by percentile", height=500)
+                                  name=_legend(cell, cells), line={"color": _colour(i), "width": 2}))
+    import math
+    ticks = _ticks_upto(_x_end(cells))
+    fig1.update_xaxes(type="log", title="percentile", range=[0.0, math.log10(_x_end(cells))],
+                      tickvals=[1.0 / (1.0 - p / 100.0) for p in ticks],
+                      ticktext=[_tick_label(p) for p in ticks])
+    fig1.update_yaxes(title=f"latency (ms), {_clocks_text(cells)}")
+    fig1.update_layout(title=f"latency by percentile ({_clocks_text(cells)})", height=500)
 
     fig2 = make_subplots(rows=2, cols=1, shared_xaxes=True, vertical_spacing=0.08)
     for i, cell in enumerate(cells):
@@ -169,9 +234,10 @@ def write_html(cells: Sequence[CellResult], path: str | Path, *, title: str = "k
             fig2.add_trace(go.Scatter(x=t, y=[r["p99_ms"] for r in rep.timeline], showlegend=False,
                                       name=f"{cell.label} #{rep.repetition}", **common), row=2, col=1)
     fig2.update_yaxes(title="records/s", row=1, col=1)
-    fig2.update_yaxes(title="p99 (ms)", row=2, col=1)
+    fig2.update_yaxes(title=f"p99 (ms), {_clocks_text(cells)}", row=2, col=1)
     fig2.update_xaxes(title="seconds since the measurement started", row=2, col=1)
-    fig2.update_layout(title="throughput and p99 over time", height=650)
+    fig2.update_layout(title="throughput and p99 over time (legend: cell #repetition; solid: first "
+                             "repetition, dashed: later ones)", height=650)
 
     div1 = pio.to_html(fig1, full_html=False, include_plotlyjs=True, div_id="percentiles")
     div2 = pio.to_html(fig2, full_html=False, include_plotlyjs=False, div_id="timeline")
@@ -182,6 +248,8 @@ td,th{{border:1px solid #ccc;padding:3px 6px;text-align:right}} td.best{{font-we
 </head><body>
 <h1>{html.escape(title)}</h1>
 {_table_html(cells, best or {})}
+<h2>Workload and settings</h2>
+{_settings_html(cells, workload)}
 <h2>Latency by percentile</h2>
 {div1}
 <h2>Throughput and p99 over time</h2>
@@ -195,8 +263,10 @@ td,th{{border:1px solid #ccc;padding:3px 6px;text-align:right}} td.best{{font-we
 
 
 def write_charts(cells: Sequence[CellResult], out_dir: str | Path, *, title: str = "kctl bench",
-                 best: dict[str, str | None] | None = None) -> list[Path]:
+                 best: dict[str, str | None] | None = None,
+                 workload: Mapping[str, Any] | None = None) -> list[Path]:
     """Both PNGs and ``report.html`` in ``out_dir``."""
     paths = write_pngs(cells, out_dir, title=title)
-    paths.append(write_html(cells, Path(out_dir) / "report.html", title=title, best=best))
+    paths.append(write_html(cells, Path(out_dir) / "report.html", title=title, best=best,
+                            workload=workload))
     return paths

@@ -11,7 +11,10 @@ bad direction (lower throughput, higher latency):
 and the cell regresses when ``worse > allowed``. The two half-spreads are the
 repetitions' own noise: a cell whose runs scatter by 8 % cannot be said to have
 regressed by 5 %. With one repetition the spread is zero and the bound is all there is.
-A cell missing from either side is reported, never failed.
+Cells are matched by name and shown by label (``acks=1``, as in the comparison table). A
+cell missing from either side is reported; a metric one side did not measure (an .hlog
+has no MB/s) is not checked. A gate with no check at all fails: a renamed matrix must
+not turn CI's gate off silently.
 """
 
 from __future__ import annotations
@@ -111,7 +114,8 @@ class GateResult:
 
     @property
     def ok(self) -> bool:
-        return not self.regressions
+        """Nothing regressed, and something was checked."""
+        return bool(self.checks) and not self.regressions
 
 
 def check(current: Sequence[CellResult], baseline: Sequence[CellResult],
@@ -124,10 +128,12 @@ def check(current: Sequence[CellResult], baseline: Sequence[CellResult],
         if b is None:
             continue
         for bound in bounds:
+            if not (cell.has(bound.metric) and b.has(bound.metric)):
+                continue
             better = METRIC_BY_KEY[bound.metric].better
             bs, cs = b.stat(bound.metric), cell.stat(bound.metric)
             worse = (bs.median - cs.median) * better
             allowed = bound.relative * abs(bs.median) + bound.absolute + bs.spread / 2 + cs.spread / 2
-            checks.append(Check(cell.name, bound.metric, bs, cs, bound, worse, allowed))
-    return GateResult(tuple(checks), tuple(n for n in now if n not in base),
-                      tuple(n for n in base if n not in now))
+            checks.append(Check(cell.label, bound.metric, bs, cs, bound, worse, allowed))
+    return GateResult(tuple(checks), tuple(c.label for n, c in now.items() if n not in base),
+                      tuple(c.label for n, c in base.items() if n not in now))

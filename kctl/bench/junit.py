@@ -39,8 +39,15 @@ def write_junit(result: GateResult, path: str | Path, *, elapsed_s: float = 0.0)
         case = ET.Element("testcase", classname=f"kctl.bench.{name}", name="baseline", time="0")
         ET.SubElement(case, "skipped", message="cell not in the baseline")
         cases.append(case)
+    failures = len(result.regressions)
+    if not result.checks:       # a gate that checked nothing fails (gate.py)
+        case = ET.Element("testcase", classname="kctl.bench.gate", name="cells in common", time="0")
+        ET.SubElement(case, "failure", type="nothing-checked",
+                      message="no cell and bounded metric in common with the baseline: nothing checked")
+        cases.append(case)
+        failures += 1
     suite = ET.SubElement(suites, "testsuite", name="kctl.bench", tests=str(len(cases)),
-                          failures=str(len(result.regressions)), errors="0",
+                          failures=str(failures), errors="0",
                           skipped=str(len(result.missing_in_baseline)), time=f"{elapsed_s:.3f}")
     suite.extend(cases)
     tree = ET.ElementTree(suites)

@@ -125,8 +125,13 @@ class CellResult:
     def stat(self, key: str) -> Stat:
         return Stat.of([r.metrics[key] for r in self.reps if key in r.metrics])
 
+    def has(self, key: str) -> bool:
+        """Whether the source measured ``key`` at all (an .hlog has no bytes, batches or
+        errors): a figure it lacks is n/a, never 0."""
+        return any(key in r.metrics for r in self.reps)
+
     def stats(self) -> dict[str, Stat]:
-        return {m.key: self.stat(m.key) for m in METRICS}
+        return {m.key: self.stat(m.key) for m in METRICS if self.has(m.key)}
 
     def latency_histogram(self) -> HdrHistogram | None:
         """The intended clock's histogram, or the send clock's in max-throughput mode."""
@@ -328,13 +333,14 @@ def _rescale(h: HdrHistogram, factor: float) -> HdrHistogram:
 def best_cells(cells: Sequence[CellResult]) -> dict[str, str | None]:
     """Per metric, the name of the cell with the best median (``None`` when there is one
     cell, the metric has no direction, or every cell has the same median: a tie marks
-    nobody)."""
+    nobody). Cells that did not measure a metric take no part in it."""
     out: dict[str, str | None] = {}
     for m in METRICS:
         out[m.key] = None
-        if m.better == 0 or len(cells) < 2:
+        measured = [c for c in cells if c.has(m.key)]
+        if m.better == 0 or len(measured) < 2:
             continue
-        medians = [(c.stat(m.key).median, c.name) for c in cells]
+        medians = [(c.stat(m.key).median, c.name) for c in measured]
         values = {v for v, _ in medians}
         if len(values) < 2:
             continue

@@ -39,7 +39,8 @@ from kctl.bench.results import (
 from kctl.bench.workload import Cell, Workload
 from kctl.config import redact_properties
 from kctl.errors import KctlError
-from kctl.load.produce import ProduceOptions, execute, parse_duration, parse_warmup, prepare
+from kctl.load.produce import ProduceOptions, execute, prepare
+from kctl.quantities import parse_duration, parse_warmup
 from kctl.stats.hlog import IntervalLogWriter, LoggedInterval, read_interval_log
 
 __all__ = ["BenchRunner", "environment"]

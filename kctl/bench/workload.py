@@ -38,7 +38,8 @@ from typing import Any
 
 from kctl.config import REDACTED, SECRET_PROPERTIES, ProducerConfig, Setting, redact_properties
 from kctl.errors import ConfigError, KctlError
-from kctl.load.produce import parse_duration, parse_warmup
+from kctl.topics import validate_topic_name
+from kctl.quantities import parse_duration, parse_rate, parse_warmup
 
 __all__ = ["Cell", "Workload", "load_workload", "parse_matrix_option"]
 
@@ -88,9 +89,8 @@ class Workload:
         if self.workers is not None and self.workers < 1:
             raise ConfigError(f"{where}workers must be at least 1, not {self.workers}")
         parse_duration(self.duration, f"{where}duration")
-        parse_warmup(self.warmup)
-        if not self.topic or _NAME_CHARS.search(self.topic):
-            raise ConfigError(f"{where}topic {self.topic!r} may hold only letters, digits, '.', '_' and '-'")
+        parse_warmup(self.warmup, f"{where}warmup")
+        validate_topic_name(self.topic, f"{where}topic")
         names = [k for k, _ in self.matrix]
         if len(set(names)) != len(names):
             raise ConfigError(f"{where}matrix names a property twice: {', '.join(names)}")
@@ -99,6 +99,8 @@ class Workload:
                 raise ConfigError(f"{where}matrix {name} has no values")
             if len(set(values)) != len(values):
                 raise ConfigError(f"{where}matrix {name} repeats a value: {', '.join(values)}")
+        for cell in self.cells():       # each cell produces to <topic>-<cell>
+            validate_topic_name(f"{self.topic}-{cell.name}", f"{where}topic of cell {cell.label}")
         # Every cell's properties go through the producer's own validation now, so a
         # typo fails before the first run rather than in the middle of the matrix.
         for cell in self.cells():
@@ -158,7 +160,7 @@ def parse_matrix_option(text: str) -> tuple[str, tuple[str, ...]]:
 
 
 _WORKLOAD_KEYS = {"bootstrap", "topic", "partitions", "record_size", "payload", "compressibility",
-                  "keys", "rate", "max", "duration", "warmup", "repetitions", "workers"}
+                  "keys", "rate", "duration", "warmup", "repetitions", "workers"}
 
 
 def _workload_from_table(t: Mapping[str, Any], src: str) -> dict[str, Any]:
@@ -181,13 +183,8 @@ def _workload_from_table(t: Mapping[str, Any], src: str) -> dict[str, Any]:
         if k in t:
             v = t[k]
             out[k] = f"{v}s" if isinstance(v, int | float) and not isinstance(v, bool) else _value_text(v, f"{src}: {k}")
-    rate = t.get("rate")
-    if t.get("max") is True or rate == "max":
-        out["rate"] = 0.0
-    elif rate is not None:
-        if not isinstance(rate, int | float) or isinstance(rate, bool):
-            raise ConfigError(f"{src}: [workload] rate must be records/s or \"max\", not {rate!r}")
-        out["rate"] = float(rate)
+    if "rate" in t:
+        out["rate"] = parse_rate(t["rate"], f"{src}: [workload] rate")
     return out
 
 

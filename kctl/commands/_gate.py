@@ -26,8 +26,10 @@ def run_gate(cells: Sequence[CellResult], baseline: Path, max_regression: str,
     for name in result.missing_now:
         out.print(f"gate: baseline cell {name} was not run: not checked", highlight=False)
     if not result.checks:
-        out.print(f"gate: no cell in common with the baseline {baseline}: nothing checked", highlight=False)
-        return True
+        out.print(f"gate: FAILED: nothing checked: no cell and bounded metric in common with the "
+                  f"baseline {baseline} (cells now: {', '.join(c.label for c in cells) or 'none'}; "
+                  "a renamed matrix needs a new baseline)", highlight=False)
+        return False
     if result.ok:
         out.print(gate_table(result))
         out.print(f"gate: passed: {len(result.checks)} check(s) within {max_regression} "

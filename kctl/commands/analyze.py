@@ -7,7 +7,6 @@ from pathlib import Path
 from typing import Optional
 
 import typer
-from rich.console import Console
 from rich.table import Table
 
 from kctl.errors import ConfigError
@@ -37,7 +36,7 @@ def analyze(
     port: list[str] = typer.Option(["9092"], "--port", "-p",
                                    help="Broker port (repeatable); 'auto' guesses from the traffic."),
     split_mb: int = typer.Option(64, "--split-mb", min=1, help="Split captures larger than this across tasks (by TCP connection)."),
-    bucket: float = typer.Option(1.0, "--bucket", help="Seconds per throughput bucket."),
+    bucket: str = typer.Option("1s", "--bucket", help="Length of a throughput bucket: 500ms, 1s, 1m."),
     top: int = typer.Option(10, "--top", help="Top clients shown."),
     json_out: bool = typer.Option(False, "--json", help="Print the summaries as one JSON object."),
 ) -> None:
@@ -45,15 +44,20 @@ def analyze(
     from kctl.commands.decode import _ports
     from kctl.inspect.report import dumps, format_ts
     from kctl.spark.analyze import analyze as run_analyze
+    from kctl.quantities import parse_duration
     from kctl.spark.session import spark_session
+    from kctl.ui.console import stdout_console
+    bucket_s = parse_duration(bucket, "--bucket")
+    if bucket_s <= 0:
+        raise ConfigError(f"--bucket must be longer than 0, not {bucket!r}")
     missing = [str(f) for f in files if not f.exists()]
     if missing:
         raise ConfigError(f"no such capture: {', '.join(missing)}")
     ports = _ports(port, files)
     spark = spark_session(master, app_name="kctl analyze")
     res = run_analyze([str(f) for f in files], ports, str(out_dir), spark=spark,
-                      split_bytes=split_mb << 20, bucket_s=bucket, top=top)
-    out = Console(soft_wrap=True, highlight=False)
+                      split_bytes=split_mb << 20, bucket_s=bucket_s, top=top)
+    out = stdout_console(highlight=False)
     if json_out:
         out.print(dumps(res.to_dict()), markup=False)
         return
@@ -63,7 +67,7 @@ def analyze(
     out.print(_table("Latency per API (ms)", lat, ["api_name", "requests", "responses", "request_bytes",
                                                    "response_bytes", "p50", "p90", "p99", "p99.9", "p100"]))
     tp = [dict(r, t=format_ts(r["bucket_ns"])) for r in res.throughput]
-    out.print(_table(f"Throughput per topic ({bucket:g} s buckets)", tp,
+    out.print(_table(f"Throughput per topic ({bucket_s:g} s buckets)", tp,
                      ["topic", "direction", "t", "records", "bytes", "records_per_s", "mb_per_s"]))
     out.print(_table("Top clients by bytes", res.clients,
                      ["client_id", "connections", "requests", "bytes", "request_bytes", "response_bytes"]))

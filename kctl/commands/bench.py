@@ -3,13 +3,11 @@
 
 from __future__ import annotations
 
-import sys
 import time
 from pathlib import Path
 from typing import Optional
 
 import typer
-from rich.console import Console
 
 from kctl.bench.charts import write_charts
 from kctl.bench.gate import DEFAULT_MAX_REGRESSION, parse_bounds
@@ -19,23 +17,13 @@ from kctl.bench.workload import Workload, load_workload, parse_matrix_option
 from kctl.commands._gate import run_gate
 from kctl.config import parse_assignment
 from kctl.errors import ConfigError
-from kctl.load.produce import parse_duration
+from kctl.quantities import parse_duration, parse_rate, parse_warmup
 from kctl.ui.bench_view import comparison_table, run_line
-
-
-def _rate(text: Optional[str]) -> Optional[float]:
-    if text is None:
-        return None
-    if text.strip().lower() == "max":
-        return 0.0
-    try:
-        return float(text)
-    except ValueError:
-        raise ConfigError(f"--rate must be records/s or max, not {text!r}") from None
+from kctl.ui.console import stderr_console, stdout_console
 
 
 def bench(
-    workload_file: Optional[Path] = typer.Argument(None, help="Workload TOML ([workload], [properties], [matrix]); options below override it."),
+    workload_file: Optional[Path] = typer.Argument(None, help="Workload TOML with tables [workload], [properties], [matrix]; options below override it."),
     matrix: list[str] = typer.Option([], "--matrix", help="A producer property and its values, e.g. 'acks=1,all' (repeatable)."),
     properties: list[str] = typer.Option([], "-X", help="Producer property name=value for every cell (repeatable)."),
     bootstrap_server: Optional[str] = typer.Option(None, "-b", "--bootstrap-server", help="Brokers. None: start the embedded broker."),
@@ -44,8 +32,8 @@ def bench(
     record_size: Optional[int] = typer.Option(None, "--record-size", help="Value size in bytes."),
     payload: Optional[str] = typer.Option(None, "--payload", help="random | text | zeros."),
     keys: Optional[str] = typer.Option(None, "--keys", help="none | seq | random:N | file:F."),
-    rate: Optional[str] = typer.Option(None, "--rate", help="Records/s over all workers, or max (the default)."),
-    duration: Optional[str] = typer.Option(None, "--duration", help="Length of each measured repetition (default 10s)."),
+    rate: Optional[str] = typer.Option(None, "--rate", help="Records/s over all workers (5000, 5k), or max (the default)."),
+    duration: Optional[str] = typer.Option(None, "--duration", help="Length of each measured repetition: 500ms, 10s, 1m30s (default 10s)."),
     warmup: Optional[str] = typer.Option(None, "--warmup", help="Warm-up before each repetition, not counted (default 2s)."),
     repetitions: Optional[int] = typer.Option(None, "--repetitions", help="Repetitions per cell, interleaved (default 3)."),
     workers: Optional[int] = typer.Option(None, "--workers", help="Worker processes per run (default: CPU cores)."),
@@ -67,9 +55,11 @@ def bench(
         merged_matrix = None
     if duration is not None:
         parse_duration(duration, "--duration")
+    if warmup is not None:
+        parse_warmup(warmup, "--warmup")
     workload = base.with_overrides(
         bootstrap=bootstrap_server, topic=topic, partitions=partitions, record_size=record_size,
-        payload=payload, keys=keys, rate=_rate(rate), duration=duration, warmup=warmup,
+        payload=payload, keys=keys, rate=parse_rate(rate, "--rate") if rate is not None else None, duration=duration, warmup=warmup,
         repetitions=repetitions, workers=workers, matrix=merged_matrix,
         properties=(base.properties + extra) if extra else None)
     if junit_xml and not baseline:
@@ -80,8 +70,8 @@ def bench(
     if out_dir is not None and out_dir.exists() and not out_dir.is_dir():
         raise ConfigError(f"--out {out_dir} exists and is not a directory")
 
-    out = Console() if sys.stdout.isatty() else Console(width=240)
-    err = Console(stderr=True)
+    out = stdout_console()
+    err = stderr_console()
 
     def on_event(message: str) -> None:
         if not quiet:
@@ -100,7 +90,8 @@ def bench(
     if out_dir is not None:
         out_dir.mkdir(parents=True, exist_ok=True)
         results.write(out_dir / "results.json")
-        paths = write_charts(results.cells, out_dir, best=best_cells(results.cells))
+        paths = write_charts(results.cells, out_dir, best=best_cells(results.cells),
+                             workload={**results.workload, "environment": results.environment})
         on_event(f"wrote {out_dir / 'results.json'}, {len(results.cells)} interval log(s) in "
                  f"{out_dir / 'hlog'}, " + ", ".join(str(p) for p in paths))
     if baseline is not None:

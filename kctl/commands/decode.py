@@ -4,18 +4,25 @@ from __future__ import annotations
 
 import binascii
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import typer
 from rich.console import Console
 
-from kctl.errors import ConfigError, DecodeError
+from kctl.errors import ConfigError, RemoteProtocolError
 from kctl.inspect import report
+from kctl.inspect.legs import Leg, read_legs
 from kctl.inspect.session import (
     CaptureNotice, DecodedFrame, decode_files, decode_frame_bytes, guess_broker_ports,
 )
 from kctl.inspect.summary import CaptureSummary
+from kctl.inspect.traffic import describe_ports, tcp_port_bytes
+from kctl.protocol.compression import DEFAULT_RATIO, DecompressionBudget
 from kctl.protocol.schema import API_BY_KEY, API_BY_NAME
+from kctl.ui.console import stderr_console, stdout_console
+
+_LEGS = {"client": (Leg.CLIENT,), "upstream": (Leg.UPSTREAM,), "both": (Leg.CLIENT, Leg.UPSTREAM)}
 
 
 def _api_keys(names: list[str]) -> set[int]:
@@ -31,26 +38,46 @@ def _api_keys(names: list[str]) -> set[int]:
     return keys
 
 
-def _ports(values: list[str], files: list[Path]) -> set[int]:
+def _ports(values: list[str], guess: Callable[[], set[int] | frozenset[int]]) -> set[int]:
     ports: set[int] = set()
     for v in values:
         if v == "auto":
-            ports |= guess_broker_ports(files)
+            ports |= guess()
             continue
         try:
             p = int(v)
         except ValueError:
             raise ConfigError(f"--port {v!r}: a port number or 'auto'") from None
         if not 0 < p < 65536:
-            raise ConfigError(f"--port {p}: outside 1..65535")
+            raise ConfigError(f"--port {p}: outside 1..65535") from None
         ports.add(p)
     return ports
 
 
+def _plan(path: Path, port: list[str], leg: str | None) -> tuple[set[int], frozenset[int] | None]:
+    """(broker ports, pcapng interfaces to read) for one file. A kctl inspect capture
+    names its legs and their broker ports (``inspect/legs.py``): one leg is read (the
+    client leg unless ``--leg``), and ``auto`` takes that leg's ports."""
+    # A pipe read as it arrives (stdin with explicit ports) cannot be read twice.
+    legs = read_legs(path) if path.is_file() else None
+    if legs is None:
+        if leg is not None:
+            raise ConfigError(f"--leg {leg}: {path} is not a kctl inspect capture (it names no "
+                              "legs); leave --leg out to read every packet")
+        return _ports(port, lambda: guess_broker_ports([path])), None
+    chosen = _LEGS[leg or "client"]
+    return (_ports(port, lambda: set(legs.ports_for(chosen)) or guess_broker_ports([path])),
+            legs.interfaces_for(chosen))
+
+
 def decode(
-    files: list[Path] = typer.Argument(None, help="pcap or pcapng capture files."),
-    port: list[str] = typer.Option(["9092"], "--port", "-p",
-                                   help="Broker port (repeatable); 'auto' guesses from the traffic."),
+    files: list[Path] = typer.Argument(None, help="pcap or pcapng capture files; '-' reads one from stdin "
+                                                  "(tcpdump -w - | kctl decode -)."),
+    port: list[str] = typer.Option(["auto"], "--port", "-p",
+                                   help="Broker port (repeatable); 'auto': from a kctl capture's "
+                                        "legs, else guessed from the traffic."),
+    leg: str = typer.Option(None, "--leg", help="kctl inspect captures: client (default), "
+                            "upstream or both legs of the proxy."),
     json_out: bool = typer.Option(False, "--json", help="One JSON object per frame (docs/decode-json.md)."),
     verbose: bool = typer.Option(False, "--verbose", "-v", help="Full decoded tree of every frame."),
     records: bool = typer.Option(False, "--records", help="Print each record of Produce requests and Fetch responses."),
@@ -63,38 +90,59 @@ def decode(
     errors_only: bool = typer.Option(False, "--errors-only", help="Only frames with non-zero error codes or decode errors."),
     summary: bool = typer.Option(False, "--summary", help="Totals per API, topic/partition, errors and throttling."),
     hex_in: bool = typer.Option(False, "--hex", help="Decode one frame given as hex on stdin."),
-    version: int = typer.Option(None, "--version", help="With --hex: the API version of the response's request."),
+    api_version: int = typer.Option(None, "--api-version", help="With --hex: the API version of the response's request."),
+    old_version: bool = typer.Option(False, "--version", hidden=True),
     show_secrets: bool = typer.Option(False, "--show-secrets", help="Show SaslAuthenticate credentials (redacted by default)."),
     max_pending_mb: int = typer.Option(4, "--max-pending-mb", min=1,
                                        help="Out-of-order bytes held per stream before a gap is declared."),
+    max_decompress_ratio: int = typer.Option(
+        DEFAULT_RATIO, "--max-decompress-ratio", min=1,
+        help="Decompressed bytes allowed per captured byte, per frame and per run (beyond "
+             "16 MiB): records of compressed batches past it are not decoded."),
 ) -> None:
     """Decode Kafka frames from pcap/pcapng captures (tcpdump, Wireshark, kctl inspect)."""
-    out = Console(soft_wrap=True, highlight=False)
-    err = Console(stderr=True, soft_wrap=True, highlight=False)
+    if old_version:
+        raise ConfigError("decode --version N is now --api-version N (the API version of the "
+                          "response's request, with --hex); 'kctl --version' prints kctl's version")
+    out = stdout_console(highlight=False)
+    err = stderr_console(highlight=False)
     api_keys = _api_keys(api)
 
     if hex_in:
-        _decode_hex(api_keys, version, json_out, verbose, records, fmt, out, show_secrets)
+        _decode_hex(api_keys, api_version, json_out, verbose, records, fmt, out, show_secrets)
         return
     if not files:
-        raise ConfigError("give capture files to decode (or --hex with a frame on stdin)")
-    ports = _ports(port, files)
+        raise ConfigError("give capture files to decode ('-' for stdin; or --hex with a frame on stdin)")
+    if leg is not None and leg not in _LEGS:
+        raise ConfigError(f"--leg {leg!r}: expected client, upstream or both")
+    files = _stdin_as_file(files, port)
+    plans = [(path, *_plan(path, port, leg)) for path in files]
     client_ids = set(client_id)
     topics = set(topic)
     summ = CaptureSummary() if summary else None
     failures: list[CaptureNotice] = []
+    found = 0
 
-    for item in decode_files(files, ports, max_pending_bytes=max_pending_mb << 20,
-                             show_secrets=show_secrets):
+    budget = DecompressionBudget(ratio=max_decompress_ratio)   # one for the whole run
+    stream_notices = 0
+    for item in (it for path, ports, interfaces in plans
+                 for it in decode_files([path], ports, max_pending_bytes=max_pending_mb << 20,
+                                        show_secrets=show_secrets, interfaces=interfaces,
+                                        budget=budget)):
         if isinstance(item, CaptureNotice):
             if summ is not None:
                 summ.add(item)
             if item.kind == "error":
                 failures.append(item)
+            elif item.conn is not None:
+                # A broker-port stream that was seen but not decoded (skipped as
+                # undecodable, a gap, TLS): Kafka's port, so not "no Kafka traffic".
+                stream_notices += 1
             if not summ:
                 err.print(f"# {item}", markup=False)
             continue
         f: DecodedFrame = item
+        found += 1
         if api_keys and f.api_key not in api_keys:
             continue
         if client_ids and f.client_id not in client_ids:
@@ -117,11 +165,19 @@ def decode(
         else:
             for t in _summary_tables(s):
                 out.print(t)
+    if not found and not failures and not stream_notices:
+        tried = sorted({p for _, ports, _ in plans for p in ports})
+        err.print(f"kctl decode: no Kafka traffic found in {', '.join(str(f) for f in files)} on port"
+                  f"{'s' if len(tried) > 1 else ''} {', '.join(map(str, tried))}; TCP ports seen, with "
+                  f"their payload bytes: {describe_ports(tcp_port_bytes(files))}; give the broker's "
+                  "with --port", markup=False)
+        raise typer.Exit(1)
     if failures:
+        # One line: the file, the file offset of the damage and what it is.
         first = failures[0]
+        where = first.file if first.offset is None else f"{first.file}, file offset {first.offset}"
         more = f" (and {len(failures) - 1} more)" if len(failures) > 1 else ""
-        raise DecodeError(f"{first.file}: {first.message}{more}", offset=first.offset or 0,
-                          field="capture")
+        raise RemoteProtocolError(f"{where}: {first.message}{more}")
 
 
 def _summary_tables(s: dict) -> list:
@@ -168,13 +224,37 @@ def _decode_hex(api_keys: set[int], version: int | None, json_out: bool, verbose
     key = next(iter(api_keys), None)
     if key is not None:
         if version is None:
-            raise ConfigError("--hex with --api (a response) needs --version")
+            raise ConfigError("--hex with --api (a response) needs --api-version")
         if key not in API_BY_KEY:
             raise ConfigError(f"--api {key}: no such API")
     f = decode_frame_bytes(data, api_key=key, api_version=version, show_secrets=show_secrets)
     _emit(f, json_out, verbose or not json_out, records, fmt, set(), out)
     if f.error is not None:
         raise f.error
+
+
+def _stdin_as_file(files: list[Path], ports: list[str]) -> list[Path]:
+    """``-`` is the capture on stdin (tshark's ``-r -``). Read as it arrives when the broker
+    ports are given; ``--port auto`` reads the traffic twice, so stdin is kept in a
+    temporary file first (decoded once tcpdump stops)."""
+    if Path("-") not in files:
+        return files
+    if files.count(Path("-")) > 1:
+        raise ConfigError("'-' (stdin) can be given once")
+    if sys.stdin.isatty():
+        raise ConfigError("'-' reads a capture from stdin, but stdin is a terminal: pipe one in "
+                          "(tcpdump -w - | kctl decode -)")
+    if "auto" not in ports:
+        return [Path("/dev/stdin") if f == Path("-") else f for f in files]
+    import shutil
+    import tempfile
+    spool = tempfile.NamedTemporaryFile(prefix="kctl-stdin-", suffix=".pcap", delete=False)
+    with spool:
+        shutil.copyfileobj(sys.stdin.buffer, spool, 1 << 20)
+    import atexit
+    import os
+    atexit.register(os.unlink, spool.name)
+    return [Path(spool.name) if f == Path("-") else f for f in files]
 
 
 def register(app: typer.Typer) -> None:

@@ -10,6 +10,7 @@ import typer
 
 from kctl.config import ProducerConfig, Setting, load_properties_file, parse_assignment
 from kctl.engine.admin import cluster_overview
+from kctl.topics import validate_topic_name
 
 
 def metadata(
@@ -21,6 +22,8 @@ def metadata(
     json_out: bool = typer.Option(False, "--json", help="One JSON document instead of text."),
 ) -> None:
     """List the cluster's brokers, topics, partitions and leaders, and each broker's API versions."""
+    for t in topic:
+        validate_topic_name(t)
     settings: list[Setting] = []
     for f in producer_config:
         settings.extend(load_properties_file(f))
@@ -32,8 +35,9 @@ def metadata(
             "cluster_id": md.cluster_id, "controller_id": md.controller_id,
             "brokers": [{"node_id": b.broker.node_id, "host": b.broker.host, "port": b.broker.port,
                          "rack": b.broker.rack, "error": b.error,
-                         "apis": [{"api": n, "min": lo, "max": hi, "kctl_uses": use}
-                                  for n, lo, hi, use in b.apis]} for b in brokers],
+                         **({"apis": [{"api": n, "min": lo, "max": hi, "kctl_uses": use}
+                                      for n, lo, hi, use in b.apis]} if apis else {})}
+                        for b in brokers],
             "topics": [{"name": t.name, "error": t.error, "partitions": [
                 {"partition": p.partition, "leader": p.leader, "replicas": list(p.replicas),
                  "isr": list(p.isr), "error": p.error} for p in t.partitions]}

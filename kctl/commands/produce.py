@@ -9,12 +9,57 @@ from pathlib import Path
 from typing import Optional
 
 import typer
-from rich.console import Console
 from rich.live import Live
 
-from kctl.errors import KctlError
+from kctl.errors import ConfigError, KctlError
 from kctl.load.produce import ProduceOptions, execute, prepare
-from kctl.ui.produce_view import ProduceDashboard, plain_line, summary_line, summary_renderable
+from kctl.quantities import parse_byte_rate, parse_duration, parse_rate
+from kctl.ui.console import stderr_console, stdout_console
+from kctl.ui.produce_view import (
+    ProduceDashboard, clock_line, plain_line, summary_line, summary_renderable,
+)
+
+#: kafka-producer-perf-test takes several properties after one flag (argparse nargs="+").
+_MULTI_VALUE = ("--producer-props", "--command-property")
+
+
+def expand_args(args: list[str]) -> list[str]:
+    """``--producer-props a=1 b=2`` -> ``--producer-props a=1 --producer-props b=2``:
+    every following ``name=value`` word belongs to the flag, as in perf-test."""
+    out: list[str] = []
+    i = 0
+    while i < len(args):
+        a = args[i]
+        out.append(a)
+        i += 1
+        if a in _MULTI_VALUE:
+            first = True
+            while i < len(args) and "=" in args[i] and not args[i].startswith("-"):
+                if not first:
+                    out.append(a)
+                out.append(args[i])
+                first = False
+                i += 1
+    return out
+
+
+def _perf_test_rate(throughput: str | None, rate: str | None) -> float:
+    """perf-test's --throughput: records/s; any negative value (-1) = no throttling."""
+    if throughput is None:
+        return parse_rate(rate, "--rate")
+    if rate is not None:
+        raise ConfigError("give --rate or --throughput (perf-test's spelling), not both")
+    try:
+        value = float(throughput)
+    except ValueError:
+        raise ConfigError(f"--throughput must be records/s, or -1 for as fast as possible, "
+                          f"not {throughput!r}") from None
+    if value < 0:
+        return 0.0
+    if value == 0:
+        raise ConfigError("--throughput 0 would never send (perf-test blocks forever); "
+                          "use -1 for as fast as possible")
+    return value
 
 
 def produce(
@@ -24,24 +69,28 @@ def produce(
     partitions: int = typer.Option(6, "--partitions", help="Partitions for a topic kctl creates."),
     replication_factor: int = typer.Option(1, "--replication-factor", help="Replication for a topic kctl creates."),
     no_create_topic: bool = typer.Option(False, "--no-create-topic", help="Fail instead of creating a missing topic."),
-    rate: float = typer.Option(0.0, "--rate", help="Records/s over all workers; 0 = as fast as possible."),
-    rate_bytes: float = typer.Option(0.0, "--rate-bytes", help="Payload bytes/s instead of --rate."),
-    duration: Optional[str] = typer.Option(None, "--duration", help="Run length: 30s, 2m, 500ms (default 10s)."),
+    rate: Optional[str] = typer.Option(None, "--rate", help="Records/s over all workers: 5000, 5k, 1.5M, or max (the default)."),
+    throughput: Optional[str] = typer.Option(None, "--throughput", help="perf-test's spelling of --rate: records/s; -1 = as fast as possible."),
+    rate_bytes: Optional[str] = typer.Option(None, "--rate-bytes", help="Value bytes/s instead of --rate: 200000, 10MB, 10MiB."),
+    duration: Optional[str] = typer.Option(None, "--duration", help="Run length: 500ms, 30s, 1m30s, 2h, or seconds (default 10s)."),
     num_records: Optional[int] = typer.Option(None, "--num-records", help="Records to send (over all workers)."),
-    warmup: Optional[str] = typer.Option(None, "--warmup", help="Excluded from results: a time (5s) or a record count (10000)."),
+    warmup: Optional[str] = typer.Option(None, "--warmup", help="Excluded from results: a time (5s, 1m) or a record count (10000)."),
+    warmup_records: Optional[int] = typer.Option(None, "--warmup-records", help="perf-test's (KIP-1052): the first N records are warm-up, not counted."),
     record_size: int = typer.Option(100, "--record-size", help="Value size in bytes."),
     payload: str = typer.Option("random", "--payload", help="random | text | zeros."),
-    payload_file: Optional[str] = typer.Option(None, "--payload-file", help="Values from a file, split by --payload-delimiter."),
+    payload_monotonic: bool = typer.Option(False, "--payload-monotonic", help="perf-test's: each value is the record's sequence number as text (one sequence per worker; needs --num-records)."),
+    payload_file: Optional[str] = typer.Option(None, "--payload-file", help="Values from a file ('-': stdin), split by --payload-delimiter."),
     payload_delimiter: str = typer.Option("\\n", "--payload-delimiter", help="Separator in --payload-file (escapes allowed)."),
     compressibility: float = typer.Option(0.0, "--compressibility", help="0..1: fraction of each value that compresses away."),
     keys: str = typer.Option("none", "--keys", help="none | seq | random:N | file:F."),
     headers: int = typer.Option(0, "--headers", help="Extra headers per record."),
-    properties: list[str] = typer.Option([], "-X", help="Producer property name=value (Kafka names; repeatable)."),
-    producer_config: list[str] = typer.Option([], "--producer-config", help="Java .properties file of producer properties."),
+    properties: list[str] = typer.Option([], "-X", help="Producer property name=value (Kafka names, or librdkafka's where they mean the same; repeatable)."),
+    producer_props: list[str] = typer.Option([], "--producer-props", "--command-property", metavar="NAME=VALUE...", help="perf-test's spelling of -X (and KIP-1147's): one or more name=value after the flag."),
+    producer_config: list[str] = typer.Option([], "--producer-config", "--producer.config", "--command-config", metavar="FILE", help="Java .properties file of producer properties (perf-test: --producer.config; KIP-1147: --command-config)."),
     workers: Optional[int] = typer.Option(None, "--workers", help="Worker processes (default: cores - 1 when the broker is on this host, else one per core)."),
     hdr_out: Optional[Path] = typer.Option(None, "--hdr-out", help="Write the HdrHistogram interval log (.hlog)."),
     json_out: Optional[Path] = typer.Option(None, "--json-out", help="Write the summary JSON."),
-    interval: float = typer.Option(1.0, "--interval", help="Seconds between interval reports."),
+    interval: str = typer.Option("1s", "--interval", help="Time between interval reports: 250ms, 1s, 5s."),
     verify: bool = typer.Option(False, "--verify", help="Read the produced range back; report lost, duplicated, reordered records."),
     quiet: bool = typer.Option(False, "--quiet", help="Print only the summary."),
     no_id_headers: bool = typer.Option(False, "--no-id-headers", help="Do not add the 24-byte kctl identity header (run, worker, sequence, intended time)."),
@@ -50,22 +99,42 @@ def produce(
     master: Optional[str] = typer.Option(None, "--master", help="Spark master URL with --spark (default local[*])."),
     tasks: Optional[int] = typer.Option(None, "--tasks", help="Spark tasks with --spark (default: --workers, else the cluster's slots)."),
 ) -> None:
-    """Load-test a cluster: open-loop rate schedule, three latency clocks, live stats."""
+    """Load-test a cluster: open-loop rate schedule, three latency clocks, live stats.
+
+    kafka-producer-perf-test's spellings work too: --throughput (-1: as fast as possible),
+    --producer-props a=1 b=2, --producer.config FILE, their KIP-1147 names --command-property
+    and --command-config, --warmup-records N and --payload-monotonic. The last line on stdout
+    is perf-test's closing line (then --verify's, when asked); the line before it names the
+    latency clock.
+    """
+    if warmup_records is not None:
+        if warmup is not None:
+            raise ConfigError("give --warmup or --warmup-records, not both")
+        if warmup_records < 0:
+            raise ConfigError(f"--warmup-records must not be negative, not {warmup_records}")
+        if num_records is not None and warmup_records >= num_records:
+            raise ConfigError("--warmup-records must be fewer than --num-records (as in perf-test)")
+        warmup = str(warmup_records) if warmup_records else None
+    if payload_monotonic:
+        payload = "monotonic"
     plan = prepare(ProduceOptions(
         bootstrap=bootstrap_server, topic=topic, partitions=partitions,
-        replication_factor=replication_factor, create_topic=not no_create_topic, rate=rate,
-        rate_bytes=rate_bytes, duration=duration, num_records=num_records, warmup=warmup,
+        replication_factor=replication_factor, create_topic=not no_create_topic,
+        rate=_perf_test_rate(throughput, rate), rate_bytes=parse_byte_rate(rate_bytes, "--rate-bytes"),
+        duration=duration, num_records=num_records, warmup=warmup,
         record_size=record_size, payload=payload, payload_file=payload_file,
         payload_delimiter=payload_delimiter, compressibility=compressibility, keys=keys,
-        headers=headers, properties=tuple(properties), producer_config=tuple(producer_config),
-        workers=tasks if spark and tasks is not None else workers, interval=interval, verify=verify,
+        headers=headers, properties=tuple(properties) + tuple(producer_props),
+        producer_config=tuple(producer_config),
+        workers=tasks if spark and tasks is not None else workers,
+        interval=parse_duration(interval, "--interval"), verify=verify,
         id_headers=not no_id_headers, seed=seed))
     run_factory = None
     if spark or master or tasks is not None:
         from kctl.spark.load import spark_run_factory   # imports pyspark only here
         run_factory = spark_run_factory(master, explicit_tasks=tasks is not None or workers is not None)
-    out = Console()
-    err = Console(stderr=True)
+    out = stdout_console()
+    err = stderr_console()
     live_view = out.is_terminal and not quiet
     for w in plan.warnings:
         err.print(f"[yellow]warning:[/] {w}", highlight=False)
@@ -100,8 +169,10 @@ def produce(
         json_out.write_text(json.dumps(summary.to_json(), indent=2, sort_keys=False) + "\n")
     if out.is_terminal:
         out.print(summary_renderable(summary))
-    else:
-        print(summary_line(summary))
+    # perf-test's closing line, last on stdout (scripts take it with tail -1); the clock
+    # its latencies come from on the line before.
+    print(clock_line(summary))
+    print(summary_line(summary), flush=True)
     if outcome.result.interrupted:
         err.print("interrupted: the schedule was stopped early; the summary covers what ran")
     failures = outcome.result.failures

@@ -22,7 +22,7 @@ def replay(
     key_col: Optional[str] = typer.Option(None, "--key-col", help="Column for the record key (default: no key)."),
     value_col: Optional[str] = typer.Option(None, "--value-col", help="Column for the value (default: the whole row as JSON)."),
     value_format: str = typer.Option("json", "--value-format", help="json | raw."),
-    rate: float = typer.Option(0.0, "--rate", help="Records/s over all tasks; 0 = as fast as possible."),
+    rate: Optional[str] = typer.Option(None, "--rate", help="Records/s over all tasks (5000, 5k), or max (the default)."),
     master: Optional[str] = typer.Option(None, "--master", help="Spark master URL (default local[*])."),
     tasks: Optional[int] = typer.Option(None, "--tasks", help="Producing tasks (default: the cluster's slots)."),
     partitions: int = typer.Option(6, "--partitions", help="Partitions for a topic kctl creates."),
@@ -30,20 +30,25 @@ def replay(
     producer_config: list[str] = typer.Option([], "--producer-config", help="Java .properties file of producer properties."),
     hdr_out: Optional[Path] = typer.Option(None, "--hdr-out", help="Write the HdrHistogram interval log (.hlog)."),
     json_out: Optional[Path] = typer.Option(None, "--json-out", help="Write the summary JSON."),
-    interval: float = typer.Option(1.0, "--interval", help="Seconds between interval reports."),
+    interval: str = typer.Option("1s", "--interval", help="Time between interval reports: 250ms, 1s, 5s."),
     verify: bool = typer.Option(False, "--verify", help="Read the topic back; report lost, duplicated, reordered records."),
     quiet: bool = typer.Option(False, "--quiet", help="Print only the summary."),
 ) -> None:
     """Produce the rows of a dataset to a topic from Spark executors, reported like kctl produce."""
     import time
 
-    from rich.console import Console
-
     from kctl.load.produce import ProduceOptions, execute, prepare
+    from kctl.quantities import parse_duration, parse_rate
+    from kctl.topics import validate_topic_name
     from kctl.spark.replay import read_dataset, records_frame, replay_run_factory
     from kctl.spark.session import available_slots, spark_session
-    from kctl.ui.produce_view import plain_line, summary_line
-    err = Console(stderr=True)
+    from kctl.ui.console import stderr_console
+    from kctl.ui.produce_view import clock_line, plain_line, summary_line
+    err = stderr_console()
+    # Every value is checked before Spark starts.
+    validate_topic_name(topic)
+    rate_per_s = parse_rate(rate, "--rate")
+    interval_s = parse_duration(interval, "--interval")
     spark = spark_session(master, app_name="kctl replay")
     records = records_frame(read_dataset(spark, dataset, fmt), key_col=key_col, value_col=value_col,
                             value_format=value_format).cache()
@@ -52,9 +57,9 @@ def replay(
         raise ConfigError(f"{dataset}: no rows to replay")
     n = min(tasks if tasks is not None else available_slots(spark), count)
     plan = prepare(ProduceOptions(
-        bootstrap=bootstrap_server, topic=topic, partitions=partitions, rate=rate, num_records=count,
+        bootstrap=bootstrap_server, topic=topic, partitions=partitions, rate=rate_per_s, num_records=count,
         properties=tuple(properties), producer_config=tuple(producer_config), workers=n,
-        interval=interval, verify=verify, payload="zeros", record_size=0))
+        interval=interval_s, verify=verify, payload="zeros", record_size=0))
 
     def on_event(message: str) -> None:
         if not quiet:
@@ -73,7 +78,8 @@ def replay(
         value_format=value_format, record_size=None, payload="dataset"))
     if json_out:
         json_out.write_text(json.dumps(summary.to_json(), indent=2) + "\n")
-    print(summary_line(summary))
+    print(clock_line(summary))
+    print(summary_line(summary), flush=True)
     if outcome.verify is not None:
         v = outcome.verify
         print(f"verify: {v.expected} acknowledged, {v.found} found, {v.lost} lost, "

@@ -3,24 +3,33 @@ interval logs); no broker needed (thin: files -> kctl.bench.results -> render)."
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 from typing import Optional
 
 import typer
-from rich.console import Console
-
 from kctl.bench.charts import write_charts
 from kctl.bench.gate import DEFAULT_MAX_REGRESSION, parse_bounds
 from kctl.bench.results import CellResult, best_cells, load_run
 from kctl.commands._gate import run_gate
 from kctl.errors import ConfigError
 from kctl.ui.bench_view import comparison_table
+from kctl.ui.console import stderr_console, stdout_console
 
 
 def _run_name(path: Path) -> str:
     p = path if path.is_dir() else path.parent if path.name == "results.json" else path
     return p.name if p.is_dir() else p.stem
+
+
+def run_names(paths: list[Path]) -> list[str]:
+    """A distinct label per run: the file's stem (``s``), its name when two stems are the
+    same (``s.json``, ``s.hlog``: a summary and the interval log of one run), its path
+    when even those are."""
+    names = [_run_name(p) for p in paths]
+    for better in (lambda p: p.name, str):
+        dupes = {n for n in names if names.count(n) > 1}
+        names = [better(p) if n in dupes else n for p, n in zip(paths, names, strict=True)]
+    return names
 
 
 def report(
@@ -39,20 +48,21 @@ def report(
     if junit_xml and baseline is None:
         raise ConfigError("--junit-xml reports the regression gate: give --baseline too")
     cells: list[CellResult] = []
-    for path in runs:
+    for path, prefix in zip(runs, run_names(runs), strict=True):
         loaded = load_run(path, hlog_unit=hlog_unit)
         if len(runs) > 1:
-            prefix = _run_name(path)
             for c in loaded:
-                c.label = f"{prefix}: {c.label}" if c.label != prefix else prefix
+                # Names must differ too: the best-per-column marks and charts go by name.
+                c.label = f"{prefix}: {c.label}" if c.label != _run_name(path) else prefix
+                c.name = f"{prefix}/{c.name}"
         cells.extend(loaded)
-    out = Console() if sys.stdout.isatty() else Console(width=240)
+    out = stdout_console()
     out.print(comparison_table(cells, title="kctl report"))
     if out_dir is not None:
         if out_dir.exists() and not out_dir.is_dir():
             raise ConfigError(f"--out {out_dir} exists and is not a directory")
         paths = write_charts(cells, out_dir, title="kctl report", best=best_cells(cells))
-        Console(stderr=True).print("wrote " + ", ".join(str(p) for p in paths), highlight=False)
+        stderr_console().print("wrote " + ", ".join(str(p) for p in paths), highlight=False)
     if baseline is not None and not run_gate(cells, baseline, max_regression, junit_xml, out):
         raise typer.Exit(1)
 

@@ -7,7 +7,10 @@ can be laid out from a template; ``--compressibility`` (0..1) makes that
 fraction of each value a repeated run, so compression ratios are realistic
 and controllable. ``--payload-file`` (split by ``--payload-delimiter``, a
 newline by default) gives values of their own sizes, as
-kafka-producer-perf-test does.
+kafka-producer-perf-test does; ``--payload-file -`` reads them from stdin.
+``--payload-monotonic`` (perf-test's) makes each value the record's sequence number
+as decimal text (``0``, ``1``, ``2``, ...), one sequence per worker: the pool holds a
+worker's whole share, so values never repeat within a worker.
 
 Keys (``--keys``): ``none``; ``seq`` (the record's position in its worker's
 schedule, as decimal text); ``random:N`` (N distinct keys of one width,
@@ -21,25 +24,34 @@ from __future__ import annotations
 
 import random
 import string
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
 from kctl.errors import ConfigError
 
 POOL_SIZE = 1024
+#: Most values a monotonic pool holds (each is a Python bytes object in every worker).
+MAX_MONOTONIC = 10_000_000
 _TEXT = (string.ascii_letters + string.digits + " .,;-").encode()
 
 
 @dataclass(frozen=True, slots=True)
 class PayloadSpec:
-    kind: str = "random"          # random | text | zeros | file
+    kind: str = "random"          # random | text | zeros | file | monotonic
     record_size: int = 100
     compressibility: float = 0.0
     file: str | None = None
     delimiter: bytes = b"\n"
     seed: int = 0
+    count: int = 0                # monotonic: values per worker
 
     def validate(self) -> None:
+        if self.kind == "monotonic":
+            if not 0 < self.count <= MAX_MONOTONIC:
+                raise ConfigError(f"--payload-monotonic holds one value per record of a worker's share: "
+                                  f"1..{MAX_MONOTONIC:,} per worker, not {self.count:,}")
+            return
         if self.kind not in ("random", "text", "zeros", "file"):
             raise ConfigError(f"--payload must be random, text or zeros, not {self.kind!r}")
         if self.kind != "file" and not 0 <= self.record_size <= 100 * 1024 * 1024:
@@ -62,6 +74,9 @@ def make_pool(spec: PayloadSpec) -> PayloadPool:
     spec.validate()
     if spec.kind == "file":
         return _from_file(spec)
+    if spec.kind == "monotonic":
+        values = tuple(str(i).encode() for i in range(spec.count))
+        return PayloadPool(values, None if spec.count > 10 else 1)
     rng = random.Random(spec.seed)
     size = spec.record_size
     count = 1 if spec.kind == "zeros" else POOL_SIZE
@@ -87,8 +102,11 @@ def _from_file(spec: PayloadSpec) -> PayloadPool:
     if not spec.file:
         raise ConfigError("--payload-file needs a file name")
     path = Path(spec.file)
+    if spec.file == "-" and sys.stdin.isatty():
+        raise ConfigError("--payload-file -: stdin is a terminal; pipe the payloads in "
+                          "(for example: cat values.txt | kctl produce --payload-file -)")
     try:
-        data = path.read_bytes()
+        data = sys.stdin.buffer.read() if spec.file == "-" else path.read_bytes()
     except OSError as e:
         raise ConfigError(f"cannot read --payload-file {spec.file}: {e.strerror}") from None
     if not spec.delimiter:

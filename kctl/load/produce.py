@@ -11,7 +11,6 @@ caller (the command) renders through the ``on_round``/``on_event`` callbacks.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable, Sequence
 from contextlib import ExitStack
 from dataclasses import dataclass
@@ -20,6 +19,7 @@ from typing import Any
 from kctl.config import (
     ProducerConfig,
     Setting,
+    canonical_setting,
     load_properties_file,
     parse_assignment,
     redact_properties,
@@ -31,30 +31,10 @@ from kctl.load.payload import KeySpec, PayloadSpec, make_pool, parse_keys
 from kctl.load.run import LoadResult, LoadRun, LoadSpec
 from kctl.load.verify import VerifyResult, verify
 from kctl.load.worker_count import WorkerCount, default_workers
+from kctl.quantities import parse_duration, parse_warmup
+from kctl.topics import validate_topic_name
 from kctl.stats.aggregate import RunStats
 from kctl.stats.summary import RunSummary
-
-_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h)?\s*$")
-_UNIT_S = {"ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0, None: 1.0}
-
-
-def parse_duration(text: str, what: str) -> float:
-    """``"90"``, ``"90s"``, ``"500ms"``, ``"2m"``, ``"1h"`` -> seconds."""
-    m = _DURATION.match(text)
-    if not m:
-        raise ConfigError(f"{what} must be a duration such as 30s, 500ms, 2m or 1h, not {text!r}")
-    return float(m.group(1)) * _UNIT_S[m.group(2)]
-
-
-def parse_warmup(text: str | None) -> tuple[int, float]:
-    """``--warmup``: a plain number is records, a number with a unit is time."""
-    if not text:
-        return 0, 0.0
-    t = text.strip()
-    if t.isdigit():
-        return int(t), 0.0
-    return 0, parse_duration(t, "--warmup")
-
 
 @dataclass(frozen=True)
 class ProduceOptions:
@@ -129,42 +109,124 @@ def prepare(o: ProduceOptions) -> ProducePlan:
         raise ConfigError(f"--workers must be at least 1, not {o.workers}")
     if o.verify and not o.id_headers:
         raise ConfigError("--verify needs the record identity headers: drop --no-id-headers")
+    validate_topic_name(o.topic)
     duration_s = parse_duration(o.duration, "--duration") if o.duration else None
     num_records = o.num_records
     if duration_s is None and num_records is None:
         duration_s = 10.0
     warm_records, warm_s = parse_warmup(o.warmup)
 
-    payload_spec = PayloadSpec(kind="file" if o.payload_file else o.payload,
-                               record_size=o.record_size, compressibility=o.compressibility,
-                               file=o.payload_file, delimiter=_delimiter(o.payload_delimiter),
-                               seed=o.seed)
-    pool = make_pool(payload_spec)
-    keys: KeySpec = parse_keys(o.keys)
-    rate = o.rate
-    if o.rate_bytes:
-        rate = o.rate_bytes / max(pool.mean_size, 1.0)
-
     settings: list[Setting] = []
     for f in o.producer_config:
         settings.extend(load_properties_file(f))
     settings.extend(parse_assignment(x, "-X") for x in o.properties)
-    # bootstrap.servers comes from -b (or the embedded broker); a value in -X or a file
-    # is used when -b is absent.
-    config = ProducerConfig.from_settings(
-        settings + [Setting("bootstrap.servers", o.bootstrap or "127.0.0.1:9092", "-b")])
+    # librdkafka's names for Java properties become the Java names here, so the workers,
+    # the summary and the report all see one spelling.
+    settings = [canonical_setting(x) for x in settings]
     if o.workers is not None:
         workers = WorkerCount(o.workers, "--workers")
     else:
         given = o.bootstrap or next((str(x.value) for x in reversed(settings)
                                      if x.name == "bootstrap.servers"), None)
         workers = default_workers(given)
+
+    monotonic_count = 0
+    if o.payload == "monotonic":
+        if o.payload_file:
+            raise ConfigError("give --payload-file or --payload-monotonic, not both")
+        if num_records is None:
+            raise ConfigError("--payload-monotonic numbers the records: give --num-records "
+                              "(as kafka-producer-perf-test requires)")
+        monotonic_count = -(-num_records // workers.count)
+    payload_spec = PayloadSpec(kind="file" if o.payload_file else o.payload,
+                               record_size=o.record_size, compressibility=o.compressibility,
+                               file=o.payload_file, delimiter=_delimiter(o.payload_delimiter),
+                               seed=o.seed, count=monotonic_count)
+    pool = make_pool(payload_spec)
+    keys: KeySpec = parse_keys(o.keys)
+    rate = o.rate
+    if o.rate_bytes:
+        rate = o.rate_bytes / max(pool.mean_size, 1.0)
+
+    # bootstrap.servers comes from -b (or the embedded broker); a value in -X or a file
+    # is used when -b is absent.
+    config = ProducerConfig.from_settings(
+        settings + [Setting("bootstrap.servers", o.bootstrap or "127.0.0.1:9092", "-b")])
+    check_record_size(config, record_size_upper_bound(
+        max(map(len, pool.values)), _max_key_len(keys, num_records),
+        _header_sizes(o.headers, o.id_headers)), what=_size_origin(o, pool))
     spec_args = dict(topic=o.topic, rate=rate, num_records=num_records, duration_s=duration_s,
                      warmup_records=warm_records, warmup_s=warm_s, payload=pool, keys=keys,
                      extra_headers=o.headers, id_headers=o.id_headers, workers=workers.count,
                      workers_reason=workers.reason,
                      interval_s=o.interval, verify=o.verify, seed=o.seed)
     return ProducePlan(o, tuple(settings), config, spec_args, tuple(config.warnings))
+
+
+# -- the Java client's checks before a record is sent -----------------------------------------
+
+#: Java's DefaultRecordBatch header (RECORD_BATCH_OVERHEAD) in front of every batch.
+_BATCH_OVERHEAD = 61
+#: kctl's record identity: one header "kctl" with a 24-byte value (docs/DESIGN.md).
+_IDENTITY_HEADER = (len(b"kctl"), 24)
+
+
+def _varint_len(n: int) -> int:
+    z = (n << 1) ^ (n >> 63)
+    length = 1
+    while z >= 0x80:
+        z >>= 7
+        length += 1
+    return length
+
+
+def record_size_upper_bound(value_len: int, key_len: int | None,
+                            headers: Sequence[tuple[int, int]]) -> int:
+    """What the Java producer's ``ensureValidRecordSize`` compares with max.request.size and
+    buffer.memory: ``AbstractRecords.estimateSizeInBytesUpperBound`` for RecordBatch v2, one
+    record with the largest offset and timestamp deltas, plus the batch header."""
+    body = 1 + 10 + 5          # attributes, timestamp delta (varlong max), offset delta (varint max)
+    body += 1 if key_len is None else _varint_len(key_len) + key_len
+    body += _varint_len(value_len) + value_len
+    body += _varint_len(len(headers))
+    for k, v in headers:
+        body += _varint_len(k) + k + _varint_len(v) + v
+    return _BATCH_OVERHEAD + _varint_len(body) + body
+
+
+def check_record_size(config: ProducerConfig, size: int, *, what: str) -> None:
+    """Java's RecordTooLargeException, raised before anything is created or sent."""
+    if size > config.max_request_size:
+        raise ConfigError(
+            f"RecordTooLargeException: {what} is {size} bytes when serialized, larger than "
+            f"{config.max_request_size}, the value of max.request.size "
+            "(raise -X max.request.size, and the topic's max.message.bytes, or send smaller records)")
+    if size > config.buffer_memory:
+        raise ConfigError(
+            f"RecordTooLargeException: {what} is {size} bytes when serialized, larger than the "
+            f"total memory buffer of {config.buffer_memory} bytes configured with buffer.memory")
+
+
+def _max_key_len(keys: KeySpec, num_records: int | None) -> int | None:
+    if not keys.keyed:
+        return None
+    if keys.kind == "seq":
+        return len(str(num_records)) if num_records else 20
+    return max(map(len, keys.keys))
+
+
+def _header_sizes(extra: int, id_headers: bool) -> list[tuple[int, int]]:
+    """(key bytes, value bytes) of every header a record carries (load/worker.py's)."""
+    sizes = [(len(f"h{i}"), len(f"value-{i}")) for i in range(extra)]
+    return sizes + ([_IDENTITY_HEADER] if id_headers else [])
+
+
+def _size_origin(o: ProduceOptions, pool) -> str:
+    if o.payload_file:
+        return f"the largest payload of --payload-file ({max(map(len, pool.values))} bytes)"
+    if o.payload == "monotonic":
+        return "a --payload-monotonic record"
+    return f"a record of --record-size {o.record_size}"
 
 
 def _bootstrap_from(plan: ProducePlan) -> str | None:

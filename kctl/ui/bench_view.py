@@ -34,6 +34,9 @@ def comparison_table(cells: Sequence[CellResult], *, title: str = "kctl bench") 
     for cell in cells:
         row: list[Text | str] = [cell.label]
         for m in METRICS:
+            if not cell.has(m.key):
+                row.append(Text("n/a", style="dim"))
+                continue
             s = cell.stat(m.key)
             is_best = best.get(m.key) == cell.name
             head = _fig(m.key, s.median) + ("*" if is_best else "")

@@ -4,7 +4,8 @@
 ``DashboardState`` (kctl/stats/aggregate.py) from a callable on every refresh, so it
 can be handed to ``rich.live.Live(ProduceDashboard(lambda: stats.snapshot(time.time_ns())))``
 as is. ``plain_line`` is the non-terminal form: one kafka-producer-perf-test-style line
-per interval. ``summary_renderable`` / ``summary_line`` show the ``RunSummary`` at the end.
+per interval. ``summary_renderable`` / ``summary_line`` (kafka-producer-perf-test's closing
+line, exactly) and ``clock_line`` show the ``RunSummary`` at the end.
 
 Nothing here computes a statistic: the figures come ready from the stats layer.
 """
@@ -24,7 +25,7 @@ from kctl.stats.latency import CLOCKS, LatencyFigures
 from kctl.stats.summary import RunSummary
 from kctl.ui.units import human_bytes
 
-__all__ = ["ProduceDashboard", "plain_line", "summary_line", "summary_renderable"]
+__all__ = ["ProduceDashboard", "clock_line", "plain_line", "summary_line", "summary_renderable"]
 
 _CLOCK_HELP = {
     "intended": "ack - intended send time (schedule)",
@@ -212,21 +213,37 @@ def plain_line(s: DashboardState) -> str:
     return "".join(parts)
 
 
-def summary_line(summary: RunSummary) -> str:
-    """kafka-producer-perf-test's final line, from the summary (MB/sec: record values)::
+def _clock_of(summary: RunSummary) -> str:
+    return "send" if summary.run.max_throughput else "intended"
 
-        1000000 records sent, 49990.1 records/sec (4.77 MB/sec), 3.21 ms avg latency,
-        45.00 ms max latency, 2.9 ms 50th, 8.1 ms 90th, 12.0 ms 99th, 40.1 ms 99.9th.
-    """
+
+def clock_line(summary: RunSummary) -> str:
+    """Which clock the closing line's latencies come from, on a line of its own."""
+    clock = _clock_of(summary)
+    why = ("no schedule (as fast as possible), so latency runs from when each record was handed "
+           "to the producer" if clock == "send" else
+           "latency runs from each record's intended send time on the schedule, so stalls count")
+    return f"latency clock: {clock}: {why}"
+
+
+def summary_line(summary: RunSummary) -> str:
+    """kafka-producer-perf-test's closing line, in its exact shape and number formats
+    (``%d records sent, %f records/sec (%.2f MB/sec), %.2f ms avg latency, %.2f ms max
+    latency, %d ms 50th, %d ms 95th, %d ms 99th, %d ms 99.9th.``), from the summary.
+    MB/sec is value bytes in MiB/s, as perf-test's. perf-test's percentiles are whole
+    milliseconds (it measures them so); kctl's exact figures are in the summary. With a
+    warm-up the figures leave it out, and the line says ``steady state`` as perf-test's
+    ``--warmup-records`` line does."""
     counts, rates = summary.counts, summary.rates
-    clock = "send" if summary.run.max_throughput else "intended"
-    lat = summary.latency[clock]
-    line = (f"{counts.acked} records sent, {rates.records_per_s:.1f} records/sec "
+    lat = summary.latency[_clock_of(summary)]
+    steady = " steady state" if (summary.config.get("warmup_records")
+                                 or summary.config.get("warmup_s")
+                                 or summary.run.warmup.intervals) else ""
+    line = (f"{counts.acked}{steady} records sent, {rates.records_per_s:f} records/sec "
             f"({rates.mb_per_s:.2f} MB/sec), {lat.mean_ms:.2f} ms avg latency, "
-            f"{lat.max_ms:.2f} ms max latency, {lat.p50_ms:.1f} ms 50th, {lat.p90_ms:.1f} ms 90th, "
-            f"{lat.p99_ms:.1f} ms 99th, {lat.p999_ms:.1f} ms 99.9th ({clock} clock).")
-    if counts.failed:
-        line += f" {counts.failed} records failed ({_counts(counts.failed_by_error)})."
+            f"{lat.max_ms:.2f} ms max latency, {int(lat.p50_ms)} ms 50th, "
+            f"{int(lat.p95_ms)} ms 95th, {int(lat.p99_ms)} ms 99th, "
+            f"{int(lat.p999_ms)} ms 99.9th.")
     return line
 
 
