@@ -280,7 +280,7 @@ class Worker:
         grace = self.spec.stop_grace_s if self.stop.is_set() else None
         done = p.flush(grace)
         if not done:
-            self.abandoned = p.accumulator.incomplete_count
+            self.abandoned = p.unresolved_records
         p.close(0 if not done else None)
         gc.unfreeze()
         self._report(final=True)
