@@ -31,6 +31,7 @@ import time
 from kctl.broker import EmbeddedBroker
 from kctl.engine import admin
 from kctl.engine.blocking_client import BlockingClient
+from kctl.stats.summary import RunSummary
 
 PARTITIONS = 6
 TOPIC = "bench-verify"
@@ -44,11 +45,10 @@ def kctl_verify(bootstrap: str, n: int) -> float:
                         "--verify", "--quiet", "--json-out", out],
                        check=True, capture_output=True, timeout=900)
         with open(out) as f:
-            s = json.load(f)
-    v = s["verify"]
-    if not v["ok"] or v["found"] != n:
+            v = RunSummary.from_json(json.load(f)).verify
+    if v is None or not v.ok or v.found != n:
         raise SystemExit(f"verify did not account for every record: {v}")
-    return float(v["read_s"])
+    return v.read_s
 
 
 def confluent_read(bootstrap: str, n: int) -> float:

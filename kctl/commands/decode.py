@@ -124,6 +124,7 @@ def decode(
     found = 0
 
     budget = DecompressionBudget(ratio=max_decompress_ratio)   # one for the whole run
+    stream_notices = 0
     for item in (it for path, ports, interfaces in plans
                  for it in decode_files([path], ports, max_pending_bytes=max_pending_mb << 20,
                                         show_secrets=show_secrets, interfaces=interfaces,
@@ -133,6 +134,10 @@ def decode(
                 summ.add(item)
             if item.kind == "error":
                 failures.append(item)
+            elif item.conn is not None:
+                # A broker-port stream that was seen but not decoded (skipped as
+                # undecodable, a gap, TLS): Kafka's port, so not "no Kafka traffic".
+                stream_notices += 1
             if not summ:
                 err.print(f"# {item}", markup=False)
             continue
@@ -160,7 +165,7 @@ def decode(
         else:
             for t in _summary_tables(s):
                 out.print(t)
-    if not found and not failures:
+    if not found and not failures and not stream_notices:
         tried = sorted({p for _, ports, _ in plans for p in ports})
         err.print(f"kctl decode: no Kafka traffic found in {', '.join(str(f) for f in files)} on port"
                   f"{'s' if len(tried) > 1 else ''} {', '.join(map(str, tried))}; TCP ports seen, with "
