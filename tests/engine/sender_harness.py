@@ -88,7 +88,7 @@ class Harness:
         """Time passes (and the answers queued meanwhile arrive), then one loop turn."""
         self.clock.advance(ms=ms)
         self.net.poll(0, self.clock.now_ns())
-        self.producer._step(0)
+        self.producer.poll(0)   # one loop turn (the fake clock stands still)
 
     def await_request(self, api_name, turns=50, ms=1):
         """Loop turns (``ms`` apart) until exactly one ``api_name`` request is pending."""
