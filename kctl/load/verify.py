@@ -294,7 +294,7 @@ def verify(bootstrap: str, topic: str, run_id: str,
             jobs.put((partition, lo, hi))
         out: queue.Queue = queue.Queue()
         threads = [threading.Thread(target=_read_partitions, name=f"kctl-verify-{i}", daemon=True,
-                                    args=(jobs, out, topic, tid if version >= 13 else None,
+                                    args=(jobs, out, topic, tid if requests.names_topics_by_id(version) else None,
                                           leaders, connect, fetch_bytes,
                                           requests.READ_COMMITTED if read_committed
                                           else requests.READ_UNCOMMITTED))
