@@ -293,8 +293,9 @@ def verify(bootstrap: str, topic: str, run_id: str,
         for partition, (lo, hi) in sorted(ranges.items()):
             jobs.put((partition, lo, hi))
         out: queue.Queue = queue.Queue()
+        by_id = tid if requests.names_topics_by_id(version) else None
         threads = [threading.Thread(target=_read_partitions, name=f"kctl-verify-{i}", daemon=True,
-                                    args=(jobs, out, topic, tid if requests.names_topics_by_id(version) else None,
+                                    args=(jobs, out, topic, by_id,
                                           leaders, connect, fetch_bytes,
                                           requests.READ_COMMITTED if read_committed
                                           else requests.READ_UNCOMMITTED))
