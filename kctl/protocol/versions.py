@@ -29,6 +29,7 @@ class NegotiatedVersions:
 
     chosen: Mapping[int, int]
     broker: Mapping[int, VersionRange]
+    local_max: Mapping[int, int] | None = None   # kctl's caps (client_versions), when negotiated with them
 
     def version_for(self, api_key: int) -> int | None:
         return self.chosen.get(api_key)
@@ -41,7 +42,13 @@ class NegotiatedVersions:
             offer = (f"v{offered.min_version}-v{offered.max_version}" if offered
                      else "does not offer it")
             info = schema.API_BY_KEY.get(api_key)
-            ours = f"v{info.min_version}-v{info.max_version}" if info else "none"
+            if self.local_max is not None and api_key not in self.local_max:
+                raise UnsupportedVersionError(
+                    f"kctl's clients do not send {name} (it is not in client_versions.CLIENT_MAX_VERSIONS)")
+            top = info.max_version if info else 0
+            if self.local_max is not None:
+                top = min(top, self.local_max[api_key])
+            ours = f"v{info.min_version}-v{top}" if info else "none"
             raise UnsupportedVersionError(f"no common version of {name}: broker {offer}, kctl {ours}")
         return v
 
@@ -65,4 +72,4 @@ def negotiate(broker_ranges: Iterable[VersionRange],
         lo = max(info.min_version, r.min_version)
         if hi >= lo:
             chosen[key] = hi
-    return NegotiatedVersions(chosen=chosen, broker=broker)
+    return NegotiatedVersions(chosen=chosen, broker=broker, local_max=local_max)

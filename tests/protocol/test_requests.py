@@ -33,8 +33,10 @@ def test_table_is_within_the_schema_and_caps_negotiation():
         info = schema.API_BY_NAME[name]
         assert info.min_version <= v <= info.max_version, name
     offered = [VersionRange(a.api_key, a.min_version, a.max_version) for a in schema.API_BY_KEY.values()]
-    chosen = negotiate(offered, CLIENT_MAX_VERSIONS).chosen
-    assert chosen == dict(CLIENT_MAX_VERSIONS), "every listed API at its cap, nothing else"
+    negotiated = negotiate(offered, CLIENT_MAX_VERSIONS)
+    assert negotiated.chosen == dict(CLIENT_MAX_VERSIONS), "every listed API at its cap, nothing else"
+    with pytest.raises(UnsupportedVersionError, match="kctl's clients do not send DescribeCluster"):
+        negotiated.require(schema.API_BY_NAME["DescribeCluster"].api_key)
 
 
 @pytest.mark.parametrize("version", versions("Metadata"))
