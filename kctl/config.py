@@ -687,7 +687,7 @@ IGNORED_PROPERTIES: dict[str, str] = {
     "client.dns.lookup": "kctl resolves each address as given",
     "metadata.recovery.strategy": "kctl does not rebootstrap yet",
     "metadata.recovery.rebootstrap.trigger.ms": "kctl does not rebootstrap yet",
-    "transaction.two.phase.commit.enable": "kctl does not run transactions yet",
+    "transaction.two.phase.commit.enable": "kctl does not take part in two-phase commit (KIP-939)",
 }
 # The rest of these families (Java keystores, Kerberos, OAuth, ...) kctl does not use.
 IGNORED_PREFIXES: tuple[str, ...] = ("ssl.", "sasl.")
@@ -1154,8 +1154,6 @@ def _resolve_defaults(values: dict[str, Any], explicit: frozenset[str], warnings
             f"({current.reconnect_backoff_max_ms}): a constant backoff of "
             f"{current.reconnect_backoff_max_ms} ms applies"
         )
-    if current.transactional_id is not None:
-        warnings.append("transactional.id is accepted, but kctl does not run transactions yet")
 
 
 def _check_rules(v: Any, explicit: frozenset[str] | None, origins: Mapping[str, str | None]) -> None:

@@ -42,7 +42,8 @@ def _describe(plan: FaultPlan) -> str:
         parts.append("blackhole")
     if plan.lose_rate:
         limit = f" (at most {plan.lose_limit})" if plan.lose_limit is not None else ""
-        parts.append(f"lose records {plan.lose_rate}{limit}")
+        what = f"reject records with {plan.lose_error}" if plan.lose_error else "lose records"
+        parts.append(f"{what} {plan.lose_rate}{limit}")
     if parts and plan.seed is not None:
         parts.append(f"seed {plan.seed}")
     return ", ".join(parts)
@@ -95,6 +96,10 @@ def inspect(
     lose_records: str = typer.Option(None, "--lose-records",
                                      help="RATE[:LIMIT] Produce requests lose one partition's batch, "
                                           "yet it is acknowledged (data loss), e.g. 1:1."),
+    reject_records: str = typer.Option(None, "--reject-records",
+                                       help="NAME:RATE[:LIMIT] Produce requests have one partition's batch "
+                                            "refused with error NAME without the broker writing it, "
+                                            "e.g. OUT_OF_ORDER_SEQUENCE_NUMBER:1:1."),
     virtual_brokers: int = typer.Option(1, "--virtual-brokers", min=1,
                                         help="Present the one upstream broker as N brokers."),
     show: str = typer.Option("stats", "--show", help="stats (live view) or frames (one line per frame)."),
@@ -143,12 +148,19 @@ def inspect(
     up_security = upstream_security(properties, tls=upstream_tls, ca=upstream_ca, cert=upstream_cert,
                                     key=upstream_key)
     host, port = parse_hostport(listen, what="--listen")
+    if lose_records and reject_records:
+        raise ConfigError("give --lose-records or --reject-records, not both")
     lose_rate, lose_limit = FaultPlan.parse_lose(lose_records) if lose_records else (0.0, None)
+    lose_error = None
+    if reject_records:
+        lose_error, _, rest = reject_records.partition(":")
+        lose_error = lose_error.strip().upper()
+        lose_rate, lose_limit = FaultPlan.parse_lose(rest or "1", f"--reject-records {lose_error}:")
     plan = FaultPlan(
         delay_ms=FaultPlan.parse_delay(delay_ms) if delay_ms else None, throttle_ms=throttle_ms,
         error=ErrorRewrite.parse(inject_error) if inject_error else None, drop_rate=drop_rate,
         tiny_segments=tiny_segments, blackhole=blackhole, lose_rate=lose_rate,
-        lose_limit=lose_limit, seed=seed)
+        lose_limit=lose_limit, lose_error=lose_error, seed=seed)
     lines: queue.SimpleQueue[FrameEvent | ProcessorLost] = queue.SimpleQueue()
     n = processors or default_processors()
     proxy = InspectorProxy(upstream, host, port, faults=plan, capture=capture,

@@ -21,6 +21,8 @@ from kctl.ui.produce_view import (
 
 #: kafka-producer-perf-test takes several properties after one flag (argparse nargs="+").
 _MULTI_VALUE = ("--producer-props", "--command-property")
+#: Exit status of a run Ctrl-C cut short (128 + SIGINT, as kctl/cli.py for any command).
+EXIT_INTERRUPTED = 130
 
 
 def expand_args(args: list[str]) -> list[str]:
@@ -95,6 +97,8 @@ def produce(
     quiet: bool = typer.Option(False, "--quiet", help="Print only the summary."),
     no_id_headers: bool = typer.Option(False, "--no-id-headers", help="Do not add the 24-byte kctl identity header (run, worker, sequence, intended time)."),
     seed: int = typer.Option(0, "--seed", help="Seed for payloads and keys."),
+    transaction_duration_ms: Optional[int] = typer.Option(None, "--transaction-duration-ms", help="Transactions, as kafka-producer-perf-test: commit every N ms (default 3000 when transactional.id is set; sets transactional.id to perf-test's default when it is not). With several workers each uses <transactional.id>-<worker>."),
+    transactional_id: Optional[str] = typer.Option(None, "--transactional-id", help="perf-test's spelling of -X transactional.id=ID."),
     spark: bool = typer.Option(False, "--spark", help="Run the workers as Spark tasks (needs kctl[spark])."),
     master: Optional[str] = typer.Option(None, "--master", help="Spark master URL with --spark (default local[*])."),
     tasks: Optional[int] = typer.Option(None, "--tasks", help="Spark tasks with --spark (default: --workers, else the cluster's slots)."),
@@ -128,7 +132,8 @@ def produce(
         producer_config=tuple(producer_config),
         workers=tasks if spark and tasks is not None else workers,
         interval=parse_duration(interval, "--interval"), verify=verify,
-        id_headers=not no_id_headers, seed=seed))
+        id_headers=not no_id_headers, seed=seed, transaction_duration_ms=transaction_duration_ms,
+        transactional_id=transactional_id))
     run_factory = None
     if spark or master or tasks is not None:
         from kctl.spark.load import spark_run_factory   # imports pyspark only here
@@ -174,7 +179,9 @@ def produce(
     print(clock_line(summary))
     print(summary_line(summary), flush=True)
     if outcome.result.interrupted:
+        # The summary (and --json-out, --hdr-out) are written; the status says the run was cut short.
         err.print("interrupted: the schedule was stopped early; the summary covers what ran")
+        sys.exit(EXIT_INTERRUPTED)
     failures = outcome.result.failures
     if failures:
         first = sorted(failures.items())[0]

@@ -233,12 +233,14 @@ class RecordAccumulator:
                     value_size: int | None = None, intended_first_ns: int = -1,
                     intended_step_ns: int = 0, first_seq: int = -1,
                     positions: Sequence[int] | None = None,
-                    positions_base: int = 0) -> BulkAppendResult:
+                    positions_base: int = 0, handed_ns: int = -1) -> BulkAppendResult:
         """A slice of values (and keys) sharing ``template`` (``record_bytes`` each,
         framing included, an upper bound), spread over as many batches as needed.
         Appends a prefix of ``values`` when the pool runs dry; the caller waits for
         memory and appends the rest. ``positions``/``positions_base``: the
-        records' places on the schedule (``AppendSlice``)."""
+        records' places on the schedule (``AppendSlice``). ``handed_ns``: when the
+        caller handed them over (the send clock starts there, memory waits included;
+        default ``now_ns``)."""
         if self.closed:
             raise RuntimeError("append after the producer was closed")
         dq = self._deque(tp)
@@ -267,11 +269,12 @@ class RecordAccumulator:
             if positions is None:
                 first = intended_first_ns + done * intended_step_ns if intended_first_ns >= 0 else -1
                 last.append_bulk(values[done:done + take], keys[done:done + take] if keyed else None,
-                                 record_bytes, now_ns, first, intended_step_ns, seq)
+                                 record_bytes, now_ns, first, intended_step_ns, seq,
+                                 handed_ns=handed_ns)
             else:
                 last.append_bulk(values[done:done + take], keys[done:done + take] if keyed else None,
                                  record_bytes, now_ns, intended_first_ns, intended_step_ns, seq,
-                                 positions[done:done + take], positions_base)
+                                 positions[done:done + take], positions_base, handed_ns)
             done += take
         return BulkAppendResult(done, new)
 
@@ -496,6 +499,18 @@ class RecordAccumulator:
             if tp.topic == topic:
                 out.extend(dq)
                 dq.clear()
+        return out
+
+    def remove_if(self, predicate: Callable[[ProducerBatch], bool]) -> list[ProducerBatch]:
+        """Takes the queued batches ``predicate`` picks out (an aborting transaction's
+        batches that were never drained)."""
+        out: list[ProducerBatch] = []
+        for dq in self._deques.values():
+            if any(predicate(b) for b in dq):
+                keep = [b for b in dq if not predicate(b)]
+                out.extend(b for b in dq if predicate(b))
+                dq.clear()
+                dq.extend(keep)
         return out
 
     def remove_all(self) -> list[ProducerBatch]:

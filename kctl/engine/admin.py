@@ -2,9 +2,9 @@
 
 Metadata, topic creation, a single Produce, and reading a partition back with
 Fetch, each over a ``BlockingClient`` at the versions it negotiated. Requests
-are built by field name; the version-specific layout is the codec's business,
-except where a field's *meaning* changes with the version (topic names vs topic
-ids in Fetch v13+ and Produce v13+), which is handled here once.
+come from ``protocol/requests.py``, the one builder per request, which also
+decides what changes meaning with the version (topic ids in Fetch and Produce
+v13+, "all topics" in Metadata v0): nothing here looks at a version.
 """
 
 from __future__ import annotations
@@ -15,14 +15,17 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from kctl.engine.blocking_client import BlockingClient
-from kctl.engine.metadata import ALLOW_AUTO_CREATE_MIN_VERSION
 from kctl.errors import BrokerError, KctlError
-from kctl.protocol import messages
+from kctl.protocol import messages, requests
 from kctl.protocol.error_codes import broker_error, error_for
 from kctl.protocol.records import RecordBatch, decode_batches
 
 TOPIC_ALREADY_EXISTS = 36
 _ZERO_UUID = uuid.UUID(int=0)
+_METADATA = messages.message_class("MetadataRequest")
+_CREATE_TOPICS = messages.message_class("CreateTopicsRequest")
+_PRODUCE = messages.message_class("ProduceRequest")
+_FETCH = messages.message_class("FetchRequest")
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,15 +87,8 @@ def _error_name(code: int) -> str | None:
 def fetch_metadata(client: BlockingClient, topics: Iterable[str] | None = None,
                    *, allow_auto_topic_creation: bool = False) -> ClusterMetadata:
     """Brokers and the given topics (all topics when ``topics`` is None)."""
-    req_cls = messages.message_class("MetadataRequest")
-    version = client.version_for(req_cls())
-    if topics is None:
-        wanted = [] if version == 0 else None  # "all topics": an empty array in v0, null since v1
-    else:
-        wanted = [req_cls.MetadataRequestTopic(name=t) for t in topics]
-    req = req_cls(topics=wanted)
-    if version >= ALLOW_AUTO_CREATE_MIN_VERSION:  # older brokers decide by their own config
-        req.allow_auto_topic_creation = allow_auto_topic_creation
+    version = client.version_for(_METADATA())
+    req = requests.metadata(version, topics, allow_auto_topic_creation=allow_auto_topic_creation)
     resp = client.request(req, version=version)
     brokers = tuple(BrokerInfo(b.node_id, b.host, b.port, b.rack) for b in resp.brokers)
     out: dict[str, TopicInfo] = {}
@@ -110,16 +106,11 @@ def create_topics(client: BlockingClient, names: Sequence[str], *, partitions: i
                   replication_factor: int = 1, configs: dict[str, str] | None = None,
                   timeout_ms: int = 30_000, exist_ok: bool = True) -> dict[str, str | None]:
     """Creates topics; returns each name's error name (None when created or already there)."""
-    req_cls = messages.message_class("CreateTopicsRequest")
-    topic_cls = req_cls.CreatableTopic
-    cfg_cls = req_cls.CreatableTopicConfig
-    req = req_cls(
-        topics=[topic_cls(name=n, num_partitions=partitions, replication_factor=replication_factor,
-                          assignments=[],
-                          configs=[cfg_cls(name=k, value=v) for k, v in (configs or {}).items()])
-                for n in names],
-        timeout_ms=timeout_ms, validate_only=False)
-    resp = client.request(req)
+    version = client.version_for(_CREATE_TOPICS())
+    req = requests.create_topics(version, names, partitions=partitions,
+                                 replication_factor=replication_factor, configs=configs,
+                                 timeout_ms=timeout_ms)
+    resp = client.request(req, version=version)
     result: dict[str, str | None] = {}
     for t in resp.topics:
         if t.error_code == 0 or (exist_ok and t.error_code == TOPIC_ALREADY_EXISTS):
@@ -134,20 +125,15 @@ def produce(client: BlockingClient, topic: str, partition: int, records: bytes, 
             acks: int = -1, timeout_ms: int = 30_000, topic_id: uuid.UUID | None = None,
             transactional_id: str | None = None) -> ProduceResult | None:
     """Sends one record blob to one partition; ``None`` for acks=0 (no response)."""
-    req_cls = messages.message_class("ProduceRequest")
-    tcls = req_cls.TopicProduceData
-    version = client.version_for(req_cls())
-    by_id = version >= 13
-    if by_id and topic_id is None:
+    version = client.version_for(_PRODUCE())
+    if topic_id is None and requests.names_topics_by_id(version):
         topic_id = _topic_id(client, topic)
-    req = req_cls(
-        transactional_id=transactional_id, acks=acks, timeout_ms=timeout_ms,
-        topic_data=[tcls(name="" if by_id else topic, topic_id=topic_id if by_id else _ZERO_UUID,
-                         partition_data=[req_cls.PartitionProduceData(index=partition, records=records)])])
+    out = requests.produce(version, acks=acks, timeout_ms=timeout_ms, transactional_id=transactional_id,
+                           topics=[requests.ProduceTopic(topic, topic_id, [(partition, records)])])
     if acks == 0:
-        client.send_only(req, version=version)
+        client.send_only(out.body, version=out.version)
         return None
-    resp = client.request(req, version=version)
+    resp = client.request(out.body, version=out.version)
     p = resp.responses[0].partition_responses[0]
     if p.error_code:
         raise broker_error(p.error_code, p.error_message or "")
@@ -168,6 +154,7 @@ class RawFetch:
     high_watermark: int
     log_start_offset: int
     records: bytes
+    last_stable_offset: int = -1
 
 
 def topic_id(client: BlockingClient, topic: str) -> uuid.UUID:
@@ -177,28 +164,23 @@ def topic_id(client: BlockingClient, topic: str) -> uuid.UUID:
 
 def fetch_raw(client: BlockingClient, topic: str, partition: int, offset: int, *,
               max_bytes: int = 16 * 1024 * 1024, max_wait_ms: int = 100,
-              topic_id: uuid.UUID | None = None) -> RawFetch:
-    """One Fetch of one partition from ``offset`` (read_uncommitted), records undecoded."""
-    req_cls = messages.message_class("FetchRequest")
-    tcls = req_cls.FetchTopic
-    version = client.version_for(req_cls())
-    by_id = version >= 13
-    if by_id and topic_id is None:
+              topic_id: uuid.UUID | None = None,
+              isolation_level: int = requests.READ_UNCOMMITTED) -> RawFetch:
+    """One Fetch of one partition from ``offset``, records undecoded.
+    ``isolation_level`` ``requests.READ_COMMITTED``: up to the last stable offset."""
+    version = client.version_for(_FETCH())
+    if topic_id is None and requests.names_topics_by_id(version):
         topic_id = _topic_id(client, topic)
-    req = req_cls(
-        replica_id=-1, max_wait_ms=max_wait_ms, min_bytes=1, max_bytes=max_bytes,
-        isolation_level=0, session_id=0, session_epoch=-1,
-        topics=[tcls(topic="" if by_id else topic, topic_id=topic_id if by_id else _ZERO_UUID,
-                     partitions=[req_cls.FetchPartition(partition=partition, fetch_offset=offset,
-                                                     partition_max_bytes=max_bytes)])],
-        forgotten_topics_data=[], rack_id="")
-    resp = client.request(req, version=version)
+    out = requests.fetch(version, topic=topic, topic_id=topic_id, partition=partition, offset=offset,
+                         max_bytes=max_bytes, max_wait_ms=max_wait_ms, isolation_level=isolation_level)
+    resp = client.request(out.body, version=out.version)
     if resp.error_code:
         raise broker_error(resp.error_code)
     p = resp.responses[0].partitions[0]
     if p.error_code:
         raise broker_error(p.error_code)
-    return RawFetch(p.high_watermark, p.log_start_offset, bytes(p.records or b""))
+    return RawFetch(p.high_watermark, p.log_start_offset, bytes(p.records or b""),
+                    p.last_stable_offset)
 
 
 def fetch(client: BlockingClient, topic: str, partition: int, offset: int, *,

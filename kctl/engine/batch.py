@@ -222,7 +222,7 @@ class ProducerBatch:
         "_values", "_keys", "_timestamps", "_headers", "_callbacks", "template", "value_size",
         "slices", "_encoded_for", "compression", "compression_level", "result", "retry_after_ns",
         "sent_ns", "node_id", "split_generation", "created_wall_ms", "_encoded", "wall_offset_ns",
-        "_builder", "_split_into", "value_bytes",
+        "_builder", "_split_into", "value_bytes", "sequence_reset",
     )
 
     def __init__(self, tp: TopicPartition, created_ns: int, capacity: int,
@@ -253,6 +253,7 @@ class ProducerBatch:
         self.producer_epoch = NO_PRODUCER_EPOCH
         self.base_sequence = NO_SEQUENCE
         self.is_transactional = False
+        self.sequence_reset = False   # re-sequenced after an epoch bump (Java's sequenceHasBeenReset)
         self.template = template
         self.value_size = value_size
         self.compression = compression
@@ -355,16 +356,18 @@ class ProducerBatch:
     def append_bulk(self, values: Sequence[bytes], keys: Sequence[bytes | None] | None,
                     record_bytes: int, now_ns: int, intended_first_ns: int = -1,
                     intended_step_ns: int = 0, first_seq: int = -1,
-                    positions: Sequence[int] | None = None, positions_base: int = 0) -> None:
-        """Appends a slice of same-template values; the caller checked ``room_for``."""
+                    positions: Sequence[int] | None = None, positions_base: int = 0,
+                    handed_ns: int = -1) -> None:
+        """Appends a slice of same-template values; the caller checked ``room_for``.
+        ``handed_ns``: when they were handed to the producer (default ``now_ns``)."""
         assert self.state is _OPEN and self.template is not None
         self._values.extend(values)
         if self._keys is not None:
             self._keys.extend(keys)  # type: ignore[arg-type]
         n = len(values)
         self.value_bytes += n * self.value_size if self.value_size is not None else sum(map(len, values))
-        self.slices.append(AppendSlice(n, now_ns, intended_first_ns, intended_step_ns, first_seq,
-                                       positions, positions_base))
+        self.slices.append(AppendSlice(n, now_ns if handed_ns < 0 else handed_ns, intended_first_ns,
+                                       intended_step_ns, first_seq, positions, positions_base))
         self.record_count += n
         self.estimated_bytes += n * record_bytes
         self.last_append_ns = now_ns
@@ -379,6 +382,14 @@ class ProducerBatch:
         self.producer_epoch = producer_epoch
         self.base_sequence = base_sequence
         self.is_transactional = is_transactional
+
+    def reset_producer_state(self, producer_id: int, producer_epoch: int, base_sequence: int) -> None:
+        """New sequence state for a batch that already had one (an epoch bump, or a
+        failed batch's gap closed): it is re-encoded before it is sent again."""
+        self.producer_id = producer_id
+        self.producer_epoch = producer_epoch
+        self.base_sequence = base_sequence
+        self.sequence_reset = True
 
     def encode(self, now_wall_ms: int) -> memoryview:
         """The batch's RecordBatch v2 bytes (built once; again only if the producer

@@ -40,6 +40,7 @@ from kctl.config import SecurityConfig
 from kctl.engine.sasl import SASL_AUTHENTICATE, SASL_HANDSHAKE, SaslAuthenticator
 from kctl.errors import AuthenticationError, DecodeError, KctlError, RemoteProtocolError
 from kctl.protocol import messages, schema
+from kctl.protocol.client_versions import CLIENT_MAX_VERSIONS
 from kctl.protocol.error_codes import error_for
 from kctl.protocol.versions import NegotiatedVersions, VersionRange, negotiate
 
@@ -109,7 +110,7 @@ def read_api_versions_response(data: bytes, version: int, address: str) -> ApiVe
     UNSUPPORTED_VERSION and its own range: the answer then names the version to
     retry with. Any other error, or no usable retry, is a ``RemoteProtocolError``.
     """
-    max_version = schema.API_BY_KEY[API_VERSIONS].max_version
+    max_version = CLIENT_MAX_VERSIONS[API_VERSIONS]
     try:
         resp = messages.decode_response(data, API_VERSIONS, version).body
     except DecodeError:
@@ -124,8 +125,8 @@ def read_api_versions_response(data: bytes, version: int, address: str) -> ApiVe
     if resp.error_code != 0:
         err = error_for(resp.error_code)
         raise RemoteProtocolError(f"broker {address} refused ApiVersions: {err.name}")
-    return ApiVersionsAnswer(negotiate(VersionRange(k.api_key, k.min_version, k.max_version)
-                                       for k in resp.api_keys))
+    return ApiVersionsAnswer(negotiate((VersionRange(k.api_key, k.min_version, k.max_version)
+                                        for k in resp.api_keys), CLIENT_MAX_VERSIONS))
 
 
 class ClientHandshake:
@@ -137,7 +138,7 @@ class ClientHandshake:
         self.address = address
         self.state = HandshakeState.API_VERSIONS
         self.versions: NegotiatedVersions | None = None
-        self._api_versions_version = schema.API_BY_KEY[API_VERSIONS].max_version
+        self._api_versions_version = CLIENT_MAX_VERSIONS[API_VERSIONS]
         self._sasl: SaslAuthenticator | None = None
         # The request handed out and not yet answered, and the one to hand out next.
         self._sent: HandshakeRequest | None = None

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from kctl.config import MetadataConfig
 from kctl.engine.batch import TopicPartition
 from kctl.engine.clock import NS_PER_MS
-from kctl.protocol import messages
+from kctl.protocol import requests
 from kctl.protocol.error_codes import error_for
 
 _ZERO_UUID = uuid.UUID(int=0)
@@ -52,12 +52,6 @@ class MetadataUpdate:
 
     topic_errors: dict[str, str] = field(default_factory=dict)   # fatal per-topic errors
     leaders_changed: bool = False
-
-
-# Metadata v0-v3 has no allow_auto_topic_creation: such brokers decide by their own
-# auto.create.topics.enable, and a request cannot ask otherwise (Java's builder refuses
-# to send false there; kctl sends the version's only meaning instead).
-ALLOW_AUTO_CREATE_MIN_VERSION = 4
 
 
 class Metadata:
@@ -134,15 +128,12 @@ class Metadata:
         allowed = self._last_attempt_ns + self._backoff_ns()
         return max(due - now_ns, allowed - now_ns, 0)
 
-    def build_request(self, now_ns: int, version: int | None = None):
-        """The Metadata request to send now (at ``version`` when known); marks a refresh in progress."""
+    def build_request(self, now_ns: int, version: int):
+        """The Metadata request to send now at ``version`` (``requests.metadata``: the
+        producer's topics, never auto-created); marks a refresh in progress."""
         self._in_progress = True
         self._last_attempt_ns = now_ns
-        cls = messages.message_class("MetadataRequest")
-        req = cls(topics=[cls.MetadataRequestTopic(name=t) for t in sorted(self.topics)])
-        if version is None or version >= ALLOW_AUTO_CREATE_MIN_VERSION:
-            req.allow_auto_topic_creation = False
-        return req
+        return requests.metadata(version, sorted(self.topics), allow_auto_topic_creation=False)
 
     def failed_update(self, now_ns: int) -> None:
         self._in_progress = False

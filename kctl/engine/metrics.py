@@ -34,6 +34,10 @@ class MetricsSnapshot:
     records_by_node: dict[int, int]
     epoch_bumps: int
     value_bytes_acked: int = 0
+    records_abandoned: int = 0
+    abandoned_by_reason: dict[str, int] = field(default_factory=dict)
+    transactions_committed: int = 0
+    transactions_aborted: int = 0
 
 
 @dataclass
@@ -55,8 +59,12 @@ class ProducerMetrics:
     batch_fill_total: float = 0.0  # sum over first drains of estimated bytes / batch.size
     request_latency_ns_total: int = 0
     epoch_bumps: int = 0
+    records_abandoned: int = 0   # records given up without a verdict (the run stopped first)
+    transactions_committed: int = 0
+    transactions_aborted: int = 0
     errors_by_name: Counter = field(default_factory=Counter)   # every error seen, retries too
     failed_by_error: Counter = field(default_factory=Counter)  # records that finally failed
+    abandoned_by_reason: Counter = field(default_factory=Counter)
     records_by_partition: Counter = field(default_factory=Counter)
     records_by_node: Counter = field(default_factory=Counter)
 
@@ -68,4 +76,6 @@ class ProducerMetrics:
             self.queue_time_ns_total, self.batch_fill_total, self.request_latency_ns_total,
             dict(self.errors_by_name), dict(self.failed_by_error),
             {(tp[0], tp[1]): n for tp, n in self.records_by_partition.items()},
-            dict(self.records_by_node), self.epoch_bumps, self.value_bytes_acked)
+            dict(self.records_by_node), self.epoch_bumps, self.value_bytes_acked,
+            self.records_abandoned, dict(self.abandoned_by_reason), self.transactions_committed,
+            self.transactions_aborted)

@@ -11,13 +11,23 @@ steady stream of sends keeps data flowing without a background thread.
 librdkafka's ``poll``); ``flush()`` runs it until everything sent so far has
 resolved; ``close()`` flushes within a timeout and fails what is left.
 
-Blocking: a send that needs metadata for a new topic, or memory when
-``buffer.memory`` is used up, runs the loop until it has them or
-``max.block.ms`` passes, then raises a clear ``KctlError``.
+Blocking: a send that needs metadata for a new topic runs the loop until it
+has it or ``max.block.ms`` passes, then raises a clear ``KctlError``. A send that
+needs memory when ``buffer.memory`` is used up runs the loop until memory frees;
+after ``max.block.ms`` its records fail with BUFFER_EXHAUSTED (Java's
+BufferExhaustedException, delivered through the callback), and the producer goes
+on. Records handed over together (one ``send_bulk`` call) wait together: one
+wait, then every record of the call that did not get memory fails.
 
 Each record resolves exactly once, through its ``RecordHandle`` (and the
-callback given to ``send``): acknowledged with its offset, or failed with a
-Kafka error name (or kctl's: DELIVERY_TIMEOUT).
+callback given to ``send``): acknowledged with its offset, failed with a
+Kafka error name (or kctl's: DELIVERY_TIMEOUT, BUFFER_EXHAUSTED), or abandoned
+(``close(abandon_reason=...)``: the run stopped before it had a verdict).
+
+Transactions (``transactional.id``): ``init_transactions()``, then
+``begin_transaction()`` / sends / ``commit_transaction()`` or
+``abort_transaction()``, as the Java client's; each runs the loop until the
+coordinator has answered (transactions.py).
 """
 
 from __future__ import annotations
@@ -35,6 +45,7 @@ from kctl.engine.accumulator import (
 )
 from kctl.engine.batch import (
     RECORD_BATCH_OVERHEAD,
+    BatchResult,
     BatchState,
     ProducerBatch,
     RecordHandle,
@@ -49,13 +60,22 @@ from kctl.engine.metrics import ProducerMetrics
 from kctl.engine.network import NetworkClient
 from kctl.engine.partitioner import Partitioner
 from kctl.engine.sender import Sender
-from kctl.errors import ConfigError, InvalidPartitionError, KctlError
+from kctl.engine.transactions import (
+    TransactionConfig,
+    TransactionResult,
+    Transactions,
+    TransactionState,
+)
+from kctl.errors import BufferExhaustedError, ConfigError, InvalidPartitionError, KctlError
 from kctl.protocol.batch_builder import BatchTemplate
 from kctl.protocol.compression import Compression
 from kctl.protocol.records import Header
 
 PLAIN = RecordShape()
 _OPEN = BatchState.OPEN
+#: The error a record gets when buffer.memory stayed full for max.block.ms (Java's
+#: BufferExhaustedException).
+BUFFER_EXHAUSTED = "BUFFER_EXHAUSTED"
 #: Keys whose partition a topic remembers (murmur2 costs more than the rest of a send).
 KEY_CACHE_SIZE = 65536
 
@@ -84,10 +104,11 @@ class _BulkRun:
     """One ``send_bulk`` call's common facts and running counters."""
 
     __slots__ = ("template", "record_bytes", "value_size", "intended_first_ns",
-                 "intended_step_ns", "next_seq", "opened", "switched")
+                 "intended_step_ns", "next_seq", "opened", "switched", "handed_ns", "no_memory")
 
     def __init__(self, template: BatchTemplate, record_bytes: int, value_size: int | None,
-                 intended_first_ns: int, intended_step_ns: int, first_seq: int) -> None:
+                 intended_first_ns: int, intended_step_ns: int, first_seq: int,
+                 handed_ns: int) -> None:
         self.template = template
         self.record_bytes = record_bytes
         self.value_size = value_size
@@ -96,10 +117,23 @@ class _BulkRun:
         self.next_seq = first_seq
         self.opened = 0
         self.switched = False
+        self.handed_ns = handed_ns    # when the call handed the records over (the send clock)
+        # A wait for memory ran out: the rest of the call fails without waiting again.
+        self.no_memory: BufferExhaustedError | None = None
 
 
 class ProducerClosedError(KctlError):
     """send() after close()."""
+
+
+class ProducerFatalError(KctlError):
+    """The producer cannot go on (fenced, not authorized, an unsupported version):
+    Java's fatal errors. Every record it held has failed with the error's name."""
+
+
+class TransactionAbortableError(KctlError):
+    """The transaction failed and must be aborted (``abort_transaction()``); the
+    producer can then go on with a new one (Java's abortable errors)."""
 
 
 class Producer:
@@ -113,7 +147,16 @@ class Producer:
         self.metrics = ProducerMetrics()
         self.pool = BufferPool(config.buffer_pool.buffer_memory, config.buffer_pool.batch_size)
         idem_cfg = config.idempotence
-        self.idempotence = Idempotence(idem_cfg) if idem_cfg.enabled else None
+        transactional = idem_cfg.transactional_id is not None
+        self.idempotence = (Idempotence(transactional=transactional, metrics=self.metrics)
+                            if idem_cfg.enabled else None)
+        self.transactions: Transactions | None = None
+        if transactional:
+            assert self.idempotence is not None   # config.py: transactional.id needs idempotence
+            self.transactions = Transactions(
+                TransactionConfig(idem_cfg.transactional_id, idem_cfg.transaction_timeout_ms,
+                                  config.effective_retry_backoff_ms),
+                self.idempotence, self.metrics)
         sender_cfg = config.sender
         self.accumulator = RecordAccumulator(
             config.accumulator, self.pool, sequences=self.idempotence,
@@ -127,10 +170,15 @@ class Producer:
                              idempotence=self.idempotence, metrics=self.metrics,
                              wall_ms=self.clock.wall_ms, on_batch_done=on_batch_done,
                              batch_size=config.batch_size,
-                             on_partition_load=self._on_partition_load)
+                             on_partition_load=self._on_partition_load,
+                             transactions=self.transactions,
+                             transaction_timeout_ms=idem_cfg.transaction_timeout_ms)
         self.max_block_ns = config.max_block_ms * NS_PER_MS
         self._next_wake_ns = 0
         self._closed = False
+        self._on_batch_done = on_batch_done
+        # send() must ask first: is a transaction open, has the producer failed for good?
+        self._guarded = self.idempotence is not None
         self._topics: dict[str, _TopicState] = {}
         self._load_topics: set[str] = set()
         self._templates: dict[RecordShape, BatchTemplate] = {}
@@ -227,6 +275,8 @@ class Producer:
         failed. The returned handle is a view of the record's batch."""
         if self._closed:
             raise ProducerClosedError("send() after close()")
+        if self._guarded:
+            self._check_ready_for_send()
         if headers:
             headers = tuple(h if type(h) is Header else Header(h[0], h[1]) for h in headers)
         t = self._topics.get(topic)
@@ -275,10 +325,20 @@ class Producer:
                 part = pt.partition(topic, None, t.num_partitions, t.available)
                 tp = t.tps[part]
                 result = acc.append(tp, ts, key, value, headers, now, callback=callback)
-            while result.needs_memory:
-                self._wait_for_memory(result.needs_memory)
+            if result.needs_memory:
+                try:
+                    self._wait_for_memory(result.needs_memory)
+                except BufferExhaustedError as e:
+                    return self._failed_record(tp, ts, key, value, headers, now, callback, e)
                 result = acc.append(tp, ts, key, value, headers, self.clock.now_ns(),
                                     callback=callback)
+                while result.needs_memory:   # freed memory went to a bigger need: wait again
+                    try:
+                        self._wait_for_memory(result.needs_memory)
+                    except BufferExhaustedError as e:
+                        return self._failed_record(tp, ts, key, value, headers, now, callback, e)
+                    result = acc.append(tp, ts, key, value, headers, self.clock.now_ns(),
+                                        callback=callback)
             batch = result.batch
             assert batch is not None
             index = result.index
@@ -322,9 +382,46 @@ class Producer:
         budget[:] = [-1, 0, 0, 0]
 
     def _wait_for_memory(self, size: int) -> None:
+        """Runs the loop until ``size`` bytes are free (BufferExhaustedError after max.block.ms)."""
         buffer = self.pool.allocate(size, max_block_ms=self.config.max_block_ms,
                                     clock=self.clock, run_step=self._run_step)
         self.pool.deallocate(buffer, size)
+
+    def _buffer_exhausted(self, records: int, error: BufferExhaustedError) -> None:
+        """``records`` never got memory: they fail (counted as any failed record)."""
+        m = self.metrics
+        m.records_failed += records
+        m.failed_by_error[BUFFER_EXHAUSTED] += records
+        m.errors_by_name[BUFFER_EXHAUSTED] += 1
+
+    def _failed_record(self, tp: TopicPartition, ts: int, key: bytes | None, value: bytes | None,
+                       headers: Sequence[Header], now: int,
+                       callback: Callable[[RecordHandle], object] | None,
+                       error: BufferExhaustedError) -> RecordHandle:
+        """A ``send()`` whose record got no memory: a handle already failed with
+        BUFFER_EXHAUSTED; its callback runs now (Java's FutureFailure and callback)."""
+        batch = ProducerBatch(tp, now, 0, None, created_wall_ms=ts)
+        batch.try_append(ts, key, value, headers, 0, now, callback)
+        self._buffer_exhausted(1, error)
+        batch.complete(BatchState.FAILED, BatchResult(-1, -1, BUFFER_EXHAUSTED, str(error)))
+        if self._on_batch_done is not None:
+            self._on_batch_done(batch)
+        return RecordHandle(batch, 0)
+
+    def _check_ready_for_send(self) -> None:
+        """Java's failIfNotReadyForSend: after a fatal error nothing can be sent; a
+        transactional producer sends only inside a transaction that has not failed."""
+        fatal = self.sender.fatal_error or (self.idempotence.fatal_error if self.idempotence else None)
+        if fatal:
+            raise ProducerFatalError(f"the producer cannot send after a fatal error: {fatal}")
+        txn = self.transactions
+        if txn is not None and txn.state is not TransactionState.IN_TRANSACTION:
+            if txn.has_error:
+                raise TransactionAbortableError(
+                    f"cannot send: transaction {txn.transactional_id!r} failed ({txn.last_error}); "
+                    "abort it first")
+            raise KctlError(f"cannot send in transaction state {txn.state.value}: "
+                            "call begin_transaction() first")
 
     # -- the load path --------------------------------------------------------------------------
     def send_bulk(self, topic: str, pool: RecordPool, start: int, count: int, *,
@@ -345,6 +442,8 @@ class Producer:
             raise ProducerClosedError("send_bulk() after close()")
         if count <= 0:
             return 0
+        if self._guarded:
+            self._check_ready_for_send()
         if shape.identity is not None and first_seq < 0:
             raise KctlError("send_bulk: records with an identity need first_seq")
         t = self._topics.get(topic)
@@ -355,7 +454,7 @@ class Producer:
         template, record_bytes = self._template_for(shape, pool)
         size = len(pool.values)
         run = _BulkRun(template, record_bytes, pool.value_size, intended_first_ns, intended_step_ns,
-                       first_seq)
+                       first_seq, self.clock.now_ns())
         done = 0
         start %= size
         while done < count:
@@ -496,20 +595,32 @@ class Producer:
                     tp, values[done:] if done else values, run.record_bytes, run.template, now,
                     self.clock.wall_ms(), keys=(keys[done:] if done else keys) if keys is not None else None,
                     value_size=run.value_size, intended_first_ns=first, intended_step_ns=step,
-                    first_seq=run.next_seq)
+                    first_seq=run.next_seq, handed_ns=run.handed_ns)
             else:
                 res = self.accumulator.append_bulk(
                     tp, values[done:] if done else values, run.record_bytes, run.template, now,
                     self.clock.wall_ms(), keys=(keys[done:] if done else keys) if keys is not None else None,
                     value_size=run.value_size, intended_first_ns=run.intended_first_ns,
                     intended_step_ns=step, first_seq=run.next_seq,
-                    positions=positions[done:] if done else positions, positions_base=stream_offset)
+                    positions=positions[done:] if done else positions, positions_base=stream_offset,
+                    handed_ns=run.handed_ns)
             done += res.appended
             if run.next_seq >= 0:
                 run.next_seq += res.appended
             run.opened += res.new_batches
             if res.needs_memory:
-                self._wait_for_memory(res.needs_memory)
+                try:
+                    if run.no_memory:
+                        raise run.no_memory
+                    self._wait_for_memory(res.needs_memory)
+                except BufferExhaustedError as e:
+                    # Every record of this call that got no memory fails (one wait per call).
+                    run.no_memory = e
+                    left = total - done
+                    self._buffer_exhausted(left, e)
+                    if run.next_seq >= 0:
+                        run.next_seq += left
+                    return
 
     # -- flush and close ------------------------------------------------------------------------
     def flush(self, timeout_s: float | None = None) -> bool:
@@ -526,25 +637,98 @@ class Producer:
         finally:
             self.accumulator.end_flush()
 
-    def close(self, timeout_s: float | None = None) -> None:
-        """Flushes within ``timeout_s`` (forever when None); fails what is left; closes sockets."""
+    def close(self, timeout_s: float | None = None, *, abandon_reason: str | None = None) -> None:
+        """Flushes within ``timeout_s`` (forever when None); closes sockets. What is left
+        after the timeout fails with PRODUCER_CLOSED, or with ``abandon_reason`` is
+        abandoned: given up without a verdict (the broker may still have it), counted
+        apart from failures. An open transaction that cannot commit is aborted first
+        (as Java's close)."""
         if self._closed:
             return
         self._closed = True
-        self.accumulator.close()
         try:
+            txn = self.transactions
+            if txn is not None and txn.state in (TransactionState.IN_TRANSACTION,
+                                                 TransactionState.ABORTABLE_ERROR):
+                try:
+                    self._run_until(txn.begin_abort(), timeout_s, "abort_transaction")
+                except KctlError:
+                    pass   # fenced or timed out: what is left is failed or abandoned below
+            self.accumulator.close()
             if not self.flush(timeout_s):
-                now = self.clock.now_ns()
-                for b in self.accumulator.remove_all():
-                    self.sender._fail(b, "PRODUCER_CLOSED",
-                                      "the producer was closed before the record was sent", now)
-                self.sender.fail_in_flight("PRODUCER_CLOSED",
-                                           "the producer was closed before the broker answered", now)
+                if abandon_reason is not None:
+                    self.sender.abandon_everything(abandon_reason)
+                else:
+                    now = self.clock.now_ns()
+                    for b in self.accumulator.remove_all():
+                        self.sender._fail(b, "PRODUCER_CLOSED",
+                                          "the producer was closed before the record was sent", now,
+                                          count_error=True)
+                    self.sender.fail_in_flight("PRODUCER_CLOSED",
+                                               "the producer was closed before the broker answered", now)
         finally:
             # acks=0 has nothing to wait for: close gracefully so the broker reads
             # the last request before it sees the connection end.
             self.network.close_all(linger_s=1.0 if self.config.acks == 0 else 0.0)
             self.pool.close()
+
+    # -- transactions (Java's initTransactions / beginTransaction / commitTransaction / abortTransaction) --
+    def _txn(self) -> Transactions:
+        if self.transactions is None:
+            raise KctlError("this producer is not transactional: set transactional.id")
+        return self.transactions
+
+    def _run_until(self, result: TransactionResult, timeout_s: float | None, what: str) -> None:
+        """Runs the loop until the coordinator has answered ``result`` (max.block.ms by
+        default, as Java); raises on its error: ``ProducerFatalError`` for a fatal one,
+        ``TransactionAbortableError`` when the transaction must be aborted."""
+        limit_ns = int((self.config.max_block_ms / 1000 if timeout_s is None else timeout_s) * 1e9)
+        deadline = self.clock.now_ns() + limit_ns
+        while not result.done:
+            now = self.clock.now_ns()
+            if now >= deadline:
+                raise KctlError(f"{what}: no answer from the transaction coordinator within "
+                                f"{limit_ns // 1_000_000} ms (max.block.ms)")
+            self._step(min(deadline - now, 10 * NS_PER_MS))
+        if result.error is not None:
+            txn = self._txn()
+            if txn.has_fatal_error:
+                raise ProducerFatalError(f"{what}: {result.error}")
+            raise TransactionAbortableError(f"{what}: {result.error}")
+
+    def init_transactions(self, timeout_s: float | None = None) -> None:
+        """Finds the transaction coordinator and gets the producer id for
+        ``transactional.id`` (fencing any older producer with the same id)."""
+        self._run_until(self._txn().initialize(), timeout_s, "init_transactions")
+
+    def begin_transaction(self) -> None:
+        txn = self._txn()
+        if txn.has_error:
+            raise TransactionAbortableError(f"begin_transaction: the producer is in error: {txn.last_error}")
+        txn.begin()
+
+    def commit_transaction(self, timeout_s: float | None = None) -> None:
+        """Sends what is queued, waits for every record's answer, then commits (EndTxn).
+        ``TransactionAbortableError``: the transaction must be aborted instead."""
+        txn = self._txn()
+        result = txn.begin_commit()
+        self.flush(timeout_s)
+        self._run_until(result, timeout_s, "commit_transaction")
+
+    def abort_transaction(self, timeout_s: float | None = None) -> None:
+        """Fails what was never sent, waits for what was, then aborts (EndTxn); bumps the
+        epoch when the coordinator can and an error asked for it."""
+        self._run_until(self._txn().begin_abort(), timeout_s, "abort_transaction")
+
+    @property
+    def transaction_error(self) -> str | None:
+        """The error that makes the open transaction abortable (None: none)."""
+        txn = self.transactions
+        return txn.last_error if txn is not None and txn.has_abortable_error else None
+
+    @property
+    def fatal_error(self) -> str | None:
+        return self.sender.fatal_error or (self.idempotence.fatal_error if self.idempotence else None)
 
     def __enter__(self) -> Producer:
         return self

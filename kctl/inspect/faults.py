@@ -56,6 +56,13 @@ topic id for Produce v13+ (a client mixing both is tracked twice, harmlessly).
 With idempotence on, the broker answers the next batch of that partition
 with OUT_OF_ORDER_SEQUENCE_NUMBER (a sequence gap), which is what a real loss
 looks like to an idempotent producer.
+
+Rejected batches (``lose_error``): the same removal, but the answer carries that
+error for the batch (base_offset -1) instead of a forged success: the broker
+refused a batch it never wrote. An error rewrite of a response cannot stand in for
+this when the client retries under a new sequence (an epoch bump after
+OUT_OF_ORDER_SEQUENCE_NUMBER or UNKNOWN_PRODUCER_ID): the broker has the batch,
+so the retry would write it twice.
 """
 
 from __future__ import annotations
@@ -145,6 +152,8 @@ class FaultPlan:
                     while the client is told it was written (module docstring)
     lose_limit      at most this many requests lose a batch, across the proxy's
                     connections (None: no limit)
+    lose_error      a Kafka error name: the lost batch is answered with this error
+                    (rejected, never written) instead of a forged success
     seed            seed of the random choices (None: a fresh one per run)
     """
 
@@ -159,6 +168,7 @@ class FaultPlan:
     blackhole: bool = False
     lose_rate: float = 0.0
     lose_limit: int | None = None
+    lose_error: str | None = None
     seed: int | None = None
 
     def __post_init__(self) -> None:
@@ -178,6 +188,9 @@ class FaultPlan:
             raise ConfigError(f"lose rate {self.lose_rate} is outside 0..1")
         if self.lose_limit is not None and self.lose_limit < 0:
             raise ConfigError(f"lose limit {self.lose_limit} is negative")
+        if self.lose_error is not None and (self.lose_error not in ERRORS_BY_NAME
+                                            or self.lose_error == "NONE"):
+            raise ConfigError(f"unknown Kafka error name {self.lose_error!r} for rejected batches")
         for names in (self.delay_apis, self.throttle_apis, self.drop_apis):
             _api_keys(names)  # validates
 
@@ -196,13 +209,13 @@ class FaultPlan:
             raise ConfigError(f"--delay-ms {text!r}: expected MS or LO-HI, e.g. 50 or 10-100") from None
 
     @staticmethod
-    def parse_lose(text: str) -> tuple[float, int | None]:
+    def parse_lose(text: str, flag: str = "--lose-records") -> tuple[float, int | None]:
         """``"0.01"`` -> (0.01, None); ``"1:3"`` -> (1.0, 3) (``--lose-records RATE[:LIMIT]``)."""
         rate, sep, limit = text.partition(":")
         try:
             return float(rate), (int(limit) if sep else None)
         except ValueError:
-            raise ConfigError(f"--lose-records {text!r}: expected RATE[:LIMIT], e.g. 0.01 or 1:3") from None
+            raise ConfigError(f"{flag} {text!r}: expected RATE[:LIMIT], e.g. 0.01 or 1:3") from None
 
 
 @dataclass(frozen=True, slots=True)
@@ -250,6 +263,7 @@ class LostBatch:
     partition: int
     offset_count: int               # offsets the batch would have taken (its record count)
     records: bytes
+    error_code: int = 0             # non-zero: answered with this error (rejected), not forged
 
     @property
     def topic(self) -> TopicKey:
@@ -370,9 +384,21 @@ def forge_produce_success(body: Any, lost: LostBatch, base_offset: int, log_star
     """Adds a success entry for ``lost`` to a Produce response: error_code 0, the given
     offsets, log_append_time_ms -1 (the topic's timestamps are CreateTime, as far as
     the client can tell). Joins the topic's entry when the response has one."""
+    _add_produce_entry(body, lost, 0, base_offset, log_start_offset)
+
+
+def forge_produce_error(body: Any, lost: LostBatch, log_start_offset: int) -> None:
+    """Adds an entry for a rejected batch: its error code, base_offset -1, and the
+    partition's log start offset as last seen (-1: unknown)."""
+    _add_produce_entry(body, lost, lost.error_code, -1, log_start_offset)
+
+
+def _add_produce_entry(body: Any, lost: LostBatch, error_code: int, base_offset: int,
+                       log_start_offset: int) -> None:
     cls = type(body)
-    entry = cls.PartitionProduceResponse(index=lost.partition, error_code=0, base_offset=base_offset,
-                                         log_append_time_ms=-1, log_start_offset=log_start_offset)
+    entry = cls.PartitionProduceResponse(index=lost.partition, error_code=error_code,
+                                         base_offset=base_offset, log_append_time_ms=-1,
+                                         log_start_offset=log_start_offset)
     for t in body.responses:
         if topic_key(t) == lost.topic:
             t.partition_responses.append(entry)
@@ -502,6 +528,12 @@ class LossLedger:
             nxt, _ = self.next_offsets.get(key, (0, 0))
             self.next_offsets[key] = (max(nxt, base_offset + count), log_start_offset)
 
+    def log_start(self, topic: TopicKey, partition: int) -> int:
+        """The partition's log start offset as last acknowledged (-1: not seen)."""
+        with self.lock:
+            known = self.next_offsets.get((topic, partition))
+        return -1 if known is None else known[1]
+
     def forge(self, topic: TopicKey, partition: int, count: int) -> tuple[int, int]:
         """(base_offset, log_start_offset) to tell the client for a lost batch of
         ``count`` offsets; later forgeries on the partition come after it. (-1, -1)
@@ -572,6 +604,8 @@ class FaultInjector:
             return RequestDecision(offset_counts=counts)
         ti, pi = candidates[self.rng.randrange(len(candidates))]
         lost = remove_partition(body, ti, pi)
+        if plan.lose_error is not None:
+            lost = dataclasses.replace(lost, error_code=ERRORS_BY_NAME[plan.lose_error].code)
         del counts[(lost.topic, lost.partition)]
         return RequestDecision(lost, forward=bool(body.topic_data), offset_counts=counts)
 
@@ -602,7 +636,10 @@ class FaultInjector:
         if lost is None:
             return decision
         # Last, so no other fault touches it, and even if the plan has changed since:
-        # the client must see its batch acknowledged, never missing from the answer.
+        # the client must see its batch answered, never missing from the answer.
+        if lost.error_code:
+            forge_produce_error(body, lost, self.ledger.log_start(lost.topic, lost.partition))
+            return dataclasses.replace(decision, errors_injected=decision.errors_injected + 1)
         base_offset, log_start = self.ledger.forge(lost.topic, lost.partition, lost.offset_count)
         forge_produce_success(body, lost, base_offset, max(log_start, 0))
         return dataclasses.replace(decision, forged=1)

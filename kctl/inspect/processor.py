@@ -663,8 +663,10 @@ class Processor:
                     fault = injector.on_request(api_key, request.body)
                     if fault.lost is not None:
                         forward = encode_request_frame(request) if fault.forward else None
-                        stats.on_fault("lost")
-                        stats.on_fault("lost_records", fault.lost.offset_count)
+                        # A rejected batch (lose_error) is answered with an error, not lost.
+                        kind = "rejected" if fault.lost.error_code else "lost"
+                        stats.on_fault(kind)
+                        stats.on_fault(f"{kind}_records", fault.lost.offset_count)
             if forward is not None:
                 self._forward_frame(link, forward, wall)
         if expects_response:

@@ -94,7 +94,8 @@ class StatsSnapshot:
     apis: dict[str, ApiSnapshot]
     errors: dict[str, int]           # Kafka error name -> times seen in responses
     faults: dict[str, int]           # delayed, throttled, errors_injected, dropped, swallowed, tiny,
-                                     # lost (batches), lost_records, forged (acks of lost batches)
+                                     # lost (batches), lost_records, forged (acks of lost batches),
+                                     # rejected, rejected_records (batches answered with lose_error)
     connections: tuple[ConnectionSnapshot, ...]
     connections_total: int
     decode_errors: int

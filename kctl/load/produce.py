@@ -62,6 +62,14 @@ class ProduceOptions:
     verify: bool = False
     id_headers: bool = True
     seed: int = 0
+    transaction_duration_ms: int | None = None
+    transactional_id: str | None = None
+
+
+#: kafka-producer-perf-test's defaults: a transaction's duration when transactional.id is
+#: given without one, and the transactional.id when only the duration is given.
+DEFAULT_TRANSACTION_DURATION_MS = 3000
+DEFAULT_TRANSACTIONAL_ID = "performance-producer-default-transactional-id"
 
 
 @dataclass(frozen=True)
@@ -123,6 +131,13 @@ def prepare(o: ProduceOptions) -> ProducePlan:
     # librdkafka's names for Java properties become the Java names here, so the workers,
     # the summary and the report all see one spelling.
     settings = [canonical_setting(x) for x in settings]
+    if o.transaction_duration_ms is not None and o.transaction_duration_ms <= 0:
+        raise ConfigError(f"--transaction-duration-ms must be positive, not {o.transaction_duration_ms}")
+    if o.transactional_id is not None:
+        settings.append(Setting("transactional.id", o.transactional_id, "--transactional-id"))
+    elif o.transaction_duration_ms is not None and not any(
+            x.name == "transactional.id" and x.value not in (None, "") for x in settings):
+        settings.append(Setting("transactional.id", DEFAULT_TRANSACTIONAL_ID, "--transaction-duration-ms"))
     if o.workers is not None:
         workers = WorkerCount(o.workers, "--workers")
     else:
@@ -159,7 +174,9 @@ def prepare(o: ProduceOptions) -> ProducePlan:
                      warmup_records=warm_records, warmup_s=warm_s, payload=pool, keys=keys,
                      extra_headers=o.headers, id_headers=o.id_headers, workers=workers.count,
                      workers_reason=workers.reason,
-                     interval_s=o.interval, verify=o.verify, seed=o.seed)
+                     interval_s=o.interval, verify=o.verify, seed=o.seed,
+                     transaction_duration_ms=(o.transaction_duration_ms or DEFAULT_TRANSACTION_DURATION_MS)
+                     if config.transactional_id is not None else None)
     return ProducePlan(o, tuple(settings), config, spec_args, tuple(config.warnings))
 
 
@@ -291,7 +308,8 @@ def execute(plan: ProducePlan, *, on_event: Callable[[str], None] = lambda _m: N
             "payload": "file" if plan.options.payload_file else plan.options.payload,
             "compressibility": plan.options.compressibility, "keys": plan.options.keys,
             "headers": plan.options.headers, "id_headers": spec.id_headers,
-            "verify": spec.verify, "producer": redact_properties(props)}
+            "verify": spec.verify, "transaction_duration_ms": spec.transaction_duration_ms,
+            "producer": redact_properties(props)}
         # on_start is called by the run once its stats exist (after the workers' common start).
         run = run_factory(spec, config_for_summary=summary_config, hdr_out=hdr_out, on_round=on_round,
                           on_start=on_start)
@@ -299,5 +317,6 @@ def execute(plan: ProducePlan, *, on_event: Callable[[str], None] = lambda _m: N
         checked = None
         if spec.verify and not result.failures:
             on_event("verifying: reading the produced range back")
-            checked = verify(bootstrap, spec.topic, spec.run_id, result.acked_runs, security=security)
+            checked = verify(bootstrap, spec.topic, spec.run_id, result.acked_runs, security=security,
+                             read_committed=spec.transaction_duration_ms is not None)
         return ProduceOutcome(bootstrap, embedded, result, checked, result.summary.with_verify(checked))

@@ -24,7 +24,7 @@ from typing import Any
 from kctl.config import ProducerConfig
 from kctl.errors import KctlError
 from kctl.load.payload import KeySpec, PayloadPool
-from kctl.load.schedule import split
+from kctl.load.schedule import split, window_ns
 from kctl.load.worker import StartGate, WorkerSpec, run_worker
 from kctl.stats.aggregate import RunStats
 from kctl.stats.hlog import IntervalLogWriter
@@ -59,6 +59,15 @@ class LoadSpec:
     stop_grace_s: float = 5.0
     seed: int = 0
     run_id: str = field(default_factory=lambda: uuid.uuid4().hex[:12])
+    transaction_duration_ms: int | None = None   # commit every N ms (transactional.id set)
+
+    def worker_producer(self, worker: int) -> ProducerConfig:
+        """Worker ``worker``'s producer: with several workers, each transactional one has
+        its own ``transactional.id`` (``<id>-<worker>``): one id shared would fence the others."""
+        tid = self.producer.transactional_id
+        if tid is None or self.workers == 1:
+            return self.producer
+        return self.producer.with_properties({"transactional.id": f"{tid}-{worker}"})
 
 
 @dataclass
@@ -98,13 +107,14 @@ class LoadRun:
         procs = []
         for w, sched in enumerate(schedules):
             ws = WorkerSpec(
-                worker=w, run_id=spec.run_id, topic=spec.topic, producer=spec.producer,
+                worker=w, run_id=spec.run_id, topic=spec.topic, producer=spec.worker_producer(w),
                 schedule_rate=sched.rate, schedule_phase_ns=sched.phase_ns,
                 num_records=sched.num_records, duration_ns=duration_ns, start_wall_ns=0,
                 warmup_records=warm_each, warmup_ns=int(spec.warmup_s * 1e9),
                 payload=spec.payload, keys=spec.keys, extra_headers=spec.extra_headers,
                 id_headers=spec.id_headers, interval_s=spec.interval_s,
-                stop_grace_s=spec.stop_grace_s, seed=spec.seed, verify=spec.verify)
+                stop_grace_s=spec.stop_grace_s, seed=spec.seed, verify=spec.verify,
+                transaction_duration_ms=spec.transaction_duration_ms)
             proc = ctx.Process(target=run_worker, args=(ws, reports, stop, gate),
                                name=f"kctl-worker-{w}", daemon=True)
             proc.start()
@@ -125,7 +135,10 @@ class LoadRun:
         self.stats = stats = RunStats(
             workers=spec.workers, start_wall_ns=start_wall, target_rate=spec.rate or None,
             config=self.config_for_summary, run_id=spec.run_id, duration_s=spec.duration_s,
-            num_records=spec.num_records, hlog=hlog, workers_reason=spec.workers_reason)
+            num_records=spec.num_records, hlog=hlog, workers_reason=spec.workers_reason,
+            transactional=spec.transaction_duration_ms is not None,
+            window_s=_seconds(window_ns(spec.rate, num_records=spec.num_records,
+                                        duration_ns=duration_ns)))
         if self.on_start is not None:
             self.on_start(self)
         for msg in early:
@@ -174,6 +187,7 @@ class LoadRun:
                 if p.is_alive():
                     p.terminate()
                     p.join(timeout=2)
+        stats.interrupted = interrupted
         stats.finish()
         summary = stats.summary()
         if hlog is not None:
@@ -221,3 +235,7 @@ class LoadRun:
                 finished.add(msg.worker)
                 if msg.acked_runs is not None:
                     acked[msg.worker] = msg.acked_runs
+
+
+def _seconds(ns: int | None) -> float | None:
+    return None if ns is None else ns / 1e9

@@ -48,6 +48,19 @@ class Schedule:
             return by_time
         return self.num_records if by_time is None else min(self.num_records, by_time)
 
+    @property
+    def end_ns(self) -> int | None:
+        """The end of this worker's window (paced): when its next record would be due
+        after the last, never past the run's duration. None: no window (max
+        throughput, or no bound)."""
+        total = self.total
+        if not self.paced or total is None:
+            return None
+        end = self.start_ns + self.phase_ns + total * self.interval_ns
+        if self.duration_ns is not None:
+            end = min(end, self.start_ns + self.duration_ns)
+        return end
+
     def intended_ns(self, i: int) -> int:
         return self.start_ns + self.phase_ns + i * self.interval_ns
 
@@ -72,6 +85,17 @@ class Schedule:
             return True
         return (not self.paced and self.duration_ns is not None
                 and now_ns >= self.start_ns + self.duration_ns)
+
+
+def window_ns(rate: float, *, num_records: int | None, duration_ns: int | None) -> int | None:
+    """The whole run's schedule window (paced): ``num_records / rate`` or the duration,
+    whichever is shorter; rates are measured over it. None in max-throughput mode."""
+    if rate <= 0:
+        return None
+    by_count = round(num_records * NS_PER_S / rate) if num_records is not None else None
+    if by_count is None:
+        return duration_ns
+    return by_count if duration_ns is None else min(by_count, duration_ns)
 
 
 def split(rate: float, workers: int, start_ns: int, *, num_records: int | None,

@@ -38,7 +38,7 @@ from typing import Any
 from kctl.engine import admin
 from kctl.engine.blocking_client import BlockingClient
 from kctl.errors import KctlError
-from kctl.protocol import messages
+from kctl.protocol import messages, requests
 from kctl.protocol.identity import IDENTITY_SIZE, ScannedBatch, run_tag, scan_batches
 from kctl.stats.summary import VerifyResult
 
@@ -210,7 +210,8 @@ def _leaders(client: BlockingClient, topic: str) -> tuple[dict[int, str], Any]:
 
 
 def _read_partitions(jobs: queue.Queue, out: queue.Queue, topic: str, topic_id: Any,
-                     leaders: dict[int, str], connect: Any, fetch_bytes: int) -> None:
+                     leaders: dict[int, str], connect: Any, fetch_bytes: int,
+                     isolation_level: int = requests.READ_UNCOMMITTED) -> None:
     """A reader thread: takes (partition, lo, hi) jobs; puts (partition, batches) chunks,
     then (partition, None) when the partition is done, or (partition, error)."""
     clients: dict[str, BlockingClient] = {}
@@ -229,7 +230,7 @@ def _read_partitions(jobs: queue.Queue, out: queue.Queue, topic: str, topic_id: 
                 idle_since = None
                 while offset < hi:
                     raw = admin.fetch_raw(client, topic, partition, offset, max_bytes=fetch_bytes,
-                                          topic_id=topic_id)
+                                          topic_id=topic_id, isolation_level=isolation_level)
                     batches, _ = scan_batches(raw.records)
                     batches = [b for b in batches if b.next_offset > offset]
                     if not batches:
@@ -254,8 +255,10 @@ def _read_partitions(jobs: queue.Queue, out: queue.Queue, topic: str, topic_id: 
 def verify(bootstrap: str, topic: str, run_id: str,
            acked: Mapping[int, Mapping[int, Iterable[tuple[int, int, int]]]], *,
            security: Any = None, readers: int = READERS, fetch_bytes: int = FETCH_BYTES,
-           max_examples: int = 10) -> VerifyResult:
+           max_examples: int = 10, read_committed: bool = False) -> VerifyResult:
     """``acked``: worker -> partition -> runs of (offset, count, first_seq).
+    ``read_committed``: read as a read_committed consumer (a transactional run): up to
+    the last stable offset.
     ``bootstrap``: any broker's ``host:port`` (the first of a list is used)."""
     started = time.monotonic()
     tally = _Tally()
@@ -290,9 +293,12 @@ def verify(bootstrap: str, topic: str, run_id: str,
         for partition, (lo, hi) in sorted(ranges.items()):
             jobs.put((partition, lo, hi))
         out: queue.Queue = queue.Queue()
+        by_id = tid if requests.names_topics_by_id(version) else None
         threads = [threading.Thread(target=_read_partitions, name=f"kctl-verify-{i}", daemon=True,
-                                    args=(jobs, out, topic, tid if version >= 13 else None,
-                                          leaders, connect, fetch_bytes))
+                                    args=(jobs, out, topic, by_id,
+                                          leaders, connect, fetch_bytes,
+                                          requests.READ_COMMITTED if read_committed
+                                          else requests.READ_UNCOMMITTED))
                    for i in range(max(1, min(readers, len(ranges))))]
         for t in threads:
             t.start()

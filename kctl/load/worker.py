@@ -17,8 +17,17 @@ processes, each with its own engine and connections). Its loop:
   histograms of that interval, cumulative engine counters, in-flight requests,
   buffer pool use); at the end a final one and the acknowledged ranges that
   ``--verify`` checks;
+- a paced worker that has handed out its last record stays until its schedule's
+  window ends (rates are records over that window);
+- transactional (``transaction_duration_ms``, kafka-producer-perf-test's
+  ``--transaction-duration-ms``): ``init_transactions`` before the start, a
+  transaction begun at the start and committed whenever it is that old (and at the
+  end); each commit's time (flush and EndTxn) goes into a commit-latency histogram.
+  A commit that fails with an abortable error aborts the transaction and goes on;
+  a fatal one (fenced) fails the worker;
 - ``stop`` (set by the parent on Ctrl-C) ends the schedule early; what is in
-  flight is given ``stop_grace_s`` to finish, then abandoned (and counted).
+  flight is given ``stop_grace_s`` to finish, then abandoned (counted, with the
+  reason).
 
 Latency is recorded per acknowledged batch and append slice (stats/latency.py).
 Records carry their identity in one ``kctl`` header (protocol/identity.py): run
@@ -48,13 +57,13 @@ from kctl.config import ProducerConfig
 from kctl.engine.batch import BatchState, ProducerBatch
 from kctl.engine.bulk import RecordPool, RecordShape
 from kctl.engine.clock import SystemClock
-from kctl.engine.producer import Producer
+from kctl.engine.producer import Producer, TransactionAbortableError
 from kctl.errors import KctlError
 from kctl.load.payload import KeySpec, PayloadPool
 from kctl.load.schedule import Schedule
 from kctl.protocol.identity import IdentityStamp, run_tag
 from kctl.protocol.records import Header
-from kctl.stats.latency import LatencyRecorder
+from kctl.stats.latency import LatencyRecorder, encode_histogram, new_histogram
 from kctl.stats.report import WorkerFailed, WorkerInterval, WorkerReady
 
 #: Records handed to the producer at once on a schedule (a slice's records share one
@@ -92,6 +101,7 @@ class WorkerSpec:
     stop_grace_s: float = 5.0
     seed: int = 0
     verify: bool = False
+    transaction_duration_ms: int | None = None   # commit every N ms (needs transactional.id)
 
 
 @dataclass
@@ -111,6 +121,14 @@ class AckedRuns:
         for s in batch.slices:
             out.append((offset if base >= 0 else -1, s.count, s.first_seq))
             offset += s.count
+
+    def mark(self) -> dict[int, int]:
+        """Where each partition's runs end now (``truncate`` goes back there)."""
+        return {p: len(r) for p, r in self.runs.items()}
+
+    def truncate(self, mark: dict[int, int]) -> None:
+        for p, r in self.runs.items():
+            del r[mark.get(p, 0):]
 
 
 def record_shape(spec: WorkerSpec) -> RecordShape:
@@ -179,6 +197,10 @@ class Worker:
         self._interval_start_wall = self.clock.wall_ns()
         self._interval_warmup = False
         self.abandoned = 0
+        self.txn_ns = (spec.transaction_duration_ms or 0) * 1_000_000
+        self.txn_started_ns = 0
+        self._txn_mark: dict[int, int] = {}
+        self.commit_latency = new_histogram()   # µs, this interval's commits
 
     def _set_start(self, start_wall_ns: int) -> None:
         spec = self.spec
@@ -208,6 +230,8 @@ class Worker:
         p = self.producer
         topic = spec.topic
         p.partitions_for(topic)          # metadata and connections before the start
+        if self.txn_ns:
+            p.init_transactions()
         pool = record_pool(spec, self.rng)
         shape = record_shape(spec)
         if self.start_gate is not None:
@@ -231,23 +255,37 @@ class Worker:
         size = len(pool) if pool is not None else 0
         dense = not paced or step < REPORT_SLACK_NS
         slice_max = SLICE_MAX if paced else SLICE_MAX_UNPACED
+        txn_ns = self.txn_ns
+        if txn_ns:
+            self._begin_transaction()
         while not self.stop.is_set():
             now = self.clock.now_ns()
             if sched.over(self.seq, now):
                 break
+            if txn_ns and now - self.txn_started_ns >= txn_ns:
+                self._end_transaction(None)
+                self._begin_transaction()
+                now = self.clock.now_ns()
             due = sched.due(now)
             sent = due > self.seq
             if sent:
                 k = min(due - self.seq, slice_max)
                 seq = self.seq
-                if pool is not None:
-                    p.send_bulk(topic, pool, seq % size, k, shape=shape,
-                                intended_first_ns=sched.intended_ns(seq) if paced else -1,
-                                intended_step_ns=step, first_seq=seq)
-                else:
-                    p.send_bulk(topic, self._seq_key_pool(seq, k), 0, k, shape=shape,
-                                intended_first_ns=sched.intended_ns(seq) if paced else -1,
-                                intended_step_ns=step, first_seq=seq)
+                try:
+                    if pool is not None:
+                        p.send_bulk(topic, pool, seq % size, k, shape=shape,
+                                    intended_first_ns=sched.intended_ns(seq) if paced else -1,
+                                    intended_step_ns=step, first_seq=seq)
+                    else:
+                        p.send_bulk(topic, self._seq_key_pool(seq, k), 0, k, shape=shape,
+                                    intended_first_ns=sched.intended_ns(seq) if paced else -1,
+                                    intended_step_ns=step, first_seq=seq)
+                except TransactionAbortableError:
+                    # The open transaction failed (a batch of it did): abort it and go on
+                    # in a new one; the slice was not taken and goes again.
+                    self._abort_transaction(None)
+                    self._begin_transaction()
+                    continue
                 self.seq = seq + k
                 now = self.clock.now_ns()
             wait_ns = sched.next_due_ns(self.seq) - now if paced else 0
@@ -264,7 +302,22 @@ class Worker:
                 continue
             if not sent:
                 p.poll(min(max(0, wait_ns) / 1e9, 0.05))
+        self._wait_for_window_end(next_report)
         self._finish()
+
+    def _wait_for_window_end(self, next_report: float) -> None:
+        """A paced worker stays (answering the broker, reporting) until its schedule's
+        window ends: the run's rate is records over that window, so the last interval
+        must reach it (the last record is due one record interval before it)."""
+        end = self.schedule.end_ns
+        if end is None:
+            return
+        p = self.producer
+        while not self.stop.is_set() and (left := end - self.clock.now_ns()) > 0:
+            if time.monotonic() >= next_report:
+                self._report(final=False)
+                next_report += self.spec.interval_s
+            p.poll(min(left / 1e9, 0.05))
 
     def _seq_key_pool(self, seq: int, k: int) -> RecordPool:
         """``--keys seq``: the records' schedule positions as decimal text, a fresh key
@@ -275,13 +328,41 @@ class Worker:
         return RecordPool(tuple(values[(seq + i) % n] for i in range(k)),
                           tuple(str(seq + i).encode() for i in range(k)), payload.value_size)
 
+    # -- transactions ----------------------------------------------------------------------------
+    def _begin_transaction(self) -> None:
+        self.producer.begin_transaction()
+        self.txn_started_ns = self.clock.now_ns()
+        self._txn_mark = self.acked.mark()
+
+    def _end_transaction(self, timeout_s: float | None) -> None:
+        """Commits the open transaction (its records flushed first) and records how long
+        that took; an abortable error aborts it instead (counted by the engine)."""
+        p = self.producer
+        t0 = self.clock.now_ns()
+        try:
+            p.commit_transaction(timeout_s)
+        except TransactionAbortableError:
+            self._abort_transaction(timeout_s)
+            return
+        self.commit_latency.record_value(max(1, (self.clock.now_ns() - t0) // 1000))
+
+    def _abort_transaction(self, timeout_s: float | None) -> None:
+        self.producer.abort_transaction(timeout_s)
+        self.acked.truncate(self._txn_mark)   # --verify: an aborted transaction's records are not expected
+
     def _finish(self) -> None:
+        """Waits for every record's verdict (and commits the open transaction); when
+        stopped (Ctrl-C), for ``stop_grace_s`` at most, then abandons what is left
+        (an open transaction is aborted): counted apart, with the reason."""
         p = self.producer
         grace = self.spec.stop_grace_s if self.stop.is_set() else None
         done = p.flush(grace)
-        if not done:
-            self.abandoned = p.unresolved_records
-        p.close(0 if not done else None)
+        txn = p.transactions
+        if done and txn is not None and txn.in_transaction:
+            self._end_transaction(grace)
+        reason = None if done else (f"run stopped: no verdict within the {grace:g} s stop grace")
+        p.close(0 if not done else None, abandon_reason=reason)
+        self.abandoned = p.metrics.records_abandoned
         gc.unfreeze()
         self._report(final=True)
 
@@ -296,9 +377,18 @@ class Worker:
             buffer_total=p.pool.total_memory,
             warmup=self._interval_warmup, final=final,
             records_scheduled=self.seq, abandoned=self.abandoned,
+            commit_latency=self._take_commit_latency(),
             acked_runs=dict(self.acked.runs) if final and self.spec.verify else None))
         self._interval_start_wall = now_wall
         self._interval_warmup = self._in_warmup(self.clock.now_ns())
+
+
+    def _take_commit_latency(self) -> bytes | None:
+        h = self.commit_latency
+        if not self.txn_ns or not h.get_total_count():
+            return None
+        self.commit_latency = new_histogram()
+        return encode_histogram(h)
 
 
 def run_worker(spec: WorkerSpec, reports: Any, stop: Any, start_gate: StartGate | None = None) -> None:

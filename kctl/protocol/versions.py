@@ -29,6 +29,7 @@ class NegotiatedVersions:
 
     chosen: Mapping[int, int]
     broker: Mapping[int, VersionRange]
+    local_max: Mapping[int, int] | None = None   # kctl's caps (client_versions), when negotiated with them
 
     def version_for(self, api_key: int) -> int | None:
         return self.chosen.get(api_key)
@@ -41,14 +42,22 @@ class NegotiatedVersions:
             offer = (f"v{offered.min_version}-v{offered.max_version}" if offered
                      else "does not offer it")
             info = schema.API_BY_KEY.get(api_key)
-            ours = f"v{info.min_version}-v{info.max_version}" if info else "none"
+            if self.local_max is not None and api_key not in self.local_max:
+                raise UnsupportedVersionError(
+                    f"kctl's clients do not send {name} (it is not in client_versions.CLIENT_MAX_VERSIONS)")
+            top = info.max_version if info else 0
+            if self.local_max is not None:
+                top = min(top, self.local_max[api_key])
+            ours = f"v{info.min_version}-v{top}" if info else "none"
             raise UnsupportedVersionError(f"no common version of {name}: broker {offer}, kctl {ours}")
         return v
 
 
 def negotiate(broker_ranges: Iterable[VersionRange],
               local_max: Mapping[int, int] | None = None) -> NegotiatedVersions:
-    """Highest common version per API; ``local_max`` optionally caps kctl's side."""
+    """Highest common version per API. ``local_max`` (API key -> highest version, e.g.
+    ``client_versions.CLIENT_MAX_VERSIONS``) caps kctl's side, and an API it does not
+    list is not chosen at all; without it, the schema's versions are kctl's side."""
     broker = {r.api_key: r for r in broker_ranges}
     chosen: dict[int, int] = {}
     for key, r in broker.items():
@@ -56,9 +65,11 @@ def negotiate(broker_ranges: Iterable[VersionRange],
         if info is None:
             continue
         hi = min(info.max_version, r.max_version)
-        if local_max is not None and key in local_max:
+        if local_max is not None:
+            if key not in local_max:
+                continue
             hi = min(hi, local_max[key])
         lo = max(info.min_version, r.min_version)
         if hi >= lo:
             chosen[key] = hi
-    return NegotiatedVersions(chosen=chosen, broker=broker)
+    return NegotiatedVersions(chosen=chosen, broker=broker, local_max=local_max)

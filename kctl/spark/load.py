@@ -215,13 +215,14 @@ class SparkLoadRun:
                           duration_ns=duration_ns)
         warm_each = -(-spec.warmup_records // spec.workers) if spec.warmup_records else 0
         return [WorkerSpec(
-            worker=w, run_id=spec.run_id, topic=spec.topic, producer=spec.producer,
+            worker=w, run_id=spec.run_id, topic=spec.topic, producer=spec.worker_producer(w),
             schedule_rate=s.rate, schedule_phase_ns=s.phase_ns, num_records=s.num_records,
             duration_ns=duration_ns, start_wall_ns=0, warmup_records=warm_each,
             warmup_ns=int(spec.warmup_s * 1e9), payload=spec.payload, keys=spec.keys,
             extra_headers=spec.extra_headers, id_headers=spec.id_headers,
             interval_s=spec.interval_s, stop_grace_s=spec.stop_grace_s, seed=spec.seed,
-            verify=spec.verify) for w, s in enumerate(schedules)]
+            verify=spec.verify, transaction_duration_ms=spec.transaction_duration_ms)
+            for w, s in enumerate(schedules)]
 
     def run(self) -> LoadResult:
         spark = spark_session(self.master)
@@ -267,7 +268,8 @@ def run_reports_job(spark: Any, spec: LoadSpec, job: Callable[[tuple[str, int] |
                              target_rate=spec.rate or None, config=config_for_summary,
                              run_id=spec.run_id, duration_s=spec.duration_s,
                              num_records=spec.num_records, hlog=hlog,
-                             workers_reason=spec.workers_reason)
+                             workers_reason=spec.workers_reason,
+                             transactional=spec.transaction_duration_ms is not None)
             state.update(stats=stats, hlog=hlog, merger=ReportMerger(stats, on_round))
             owner.stats = stats
             if getattr(owner, "on_start", None) is not None:
@@ -317,6 +319,7 @@ def run_reports_job(spark: Any, spec: LoadSpec, job: Callable[[tuple[str, int] |
             listener.close()
     merger = ensure_stats(time.time_ns()) if state["merger"] is None else state["merger"]
     stats = merger.stats
+    stats.interrupted = interrupted
     stats.finish()
     summary = stats.summary()
     if state["hlog"] is not None:

@@ -67,6 +67,7 @@ from kctl.stats.summary import (
     RunInfo,
     RunSummary,
     Throttle,
+    TransactionTotals,
     WarmupTotals,
     WorkerFailure,
 )
@@ -165,6 +166,12 @@ class DashboardState:
     workers_reason: str                # why this many ran (the default's reason, or "--workers")
     workers_running: int
     workers_failed: tuple[tuple[int, str], ...]
+    # transactional runs (--transaction-duration-ms); totals since the start
+    transactional: bool = False
+    transactions_committed: int = 0
+    transactions_aborted: int = 0
+    commit_latency: LatencyFigures = EMPTY_FIGURES
+    splits: int = 0
 
 
 # -- rounds ----------------------------------------------------------------------------------------
@@ -245,13 +252,17 @@ class RunStats:
     into the summary. ``duration_s`` / ``num_records``: the planned run, for the progress
     fraction (wall time since ``start_wall_ns``; records scheduled, warm-up included).
     ``hlog``: an ``IntervalLogWriter`` that gets one line per clock per measured round.
+    ``window_s``: the schedule's window (load/schedule.py ``window_ns``) of a paced run;
+    the measured span ends there at the latest, so a rate is records over the schedule's
+    window, not over the time the last answers took.
     """
 
     def __init__(self, *, workers: int, start_wall_ns: int, target_rate: float | None = None,
                  config: Mapping[str, Any] | None = None, run_id: str | None = None,
                  duration_s: float | None = None, num_records: int | None = None,
                  hlog: IntervalLogWriter | None = None, clocks: Sequence[str] = CLOCKS,
-                 max_lag_rounds: int = 2, workers_reason: str = "") -> None:
+                 max_lag_rounds: int = 2, workers_reason: str = "",
+                 window_s: float | None = None, transactional: bool = False) -> None:
         if workers < 1:
             raise ValueError("workers must be >= 1")
         self.workers = workers
@@ -261,6 +272,11 @@ class RunStats:
         self.config = dict(config or {})
         self.run_id = run_id or uuid.uuid4().hex[:12]
         self.duration_s = duration_s
+        self.window_s = window_s
+        self.interrupted = False   # Ctrl-C stopped the run (LoadRun says so)
+        self.transactional = transactional
+        self._had_warmup = False
+        self._commit_latency = new_histogram()   # every commit of the run (warm-up too)
         self.num_records = num_records
         self.hlog = hlog
         self.clocks = tuple(clocks)
@@ -313,6 +329,7 @@ class RunStats:
         self._last_metrics[w] = msg.metrics
         hists = {c: decode_histogram(b) for c, b in msg.histograms.items() if c in self.clocks}
         if msg.warmup:
+            self._had_warmup = True
             self._warmup = metrics_sum(self._warmup, delta)
         else:
             self._results = metrics_sum(self._results, delta)
@@ -324,6 +341,8 @@ class RunStats:
         self._in_flight[w] = dict(msg.in_flight_by_node)
         self._buffer[w] = (msg.buffer_available, msg.buffer_total)
         self._scheduled[w] = msg.records_scheduled
+        if msg.commit_latency is not None:
+            self._commit_latency.add(decode_histogram(msg.commit_latency))
         self._abandoned[w] = msg.abandoned
 
         r = max(self._next_round.get(w, 0), self._closed_upto + 1)
@@ -405,7 +424,13 @@ class RunStats:
 
     # -- output ------------------------------------------------------------------------------------
     def _measured_span_s(self) -> float:
-        return max(0, self._measured_end_ns - self._measured_start_ns) / 1e9
+        start, end = self._measured_start_ns, self._measured_end_ns
+        if self.open_loop and self.window_s is not None and end > start:
+            # The schedule's window: from the run's start (or the warm-up's end) to its end.
+            end = min(end, self.start_wall_ns + int(self.window_s * 1e9))
+            if not self._had_warmup:
+                start = min(start, self.start_wall_ns)
+        return max(0, end - start) / 1e9
 
     def snapshot(self, now_wall_ns: int) -> DashboardState:
         with self._lock:
@@ -466,6 +491,12 @@ class RunStats:
             workers_reason=self.workers_reason,
             workers_running=max(0, self.workers - len(self._done)),
             workers_failed=tuple(sorted(self._failed.items())),
+            transactional=self.transactional,
+            transactions_committed=total.transactions_committed,
+            transactions_aborted=total.transactions_aborted,
+            commit_latency=(LatencyFigures.from_histogram(self._commit_latency)
+                            if self.transactional else EMPTY_FIGURES),
+            splits=total.splits,
         )
 
     def cumulative_histograms(self) -> dict[str, HdrHistogram]:
@@ -496,7 +527,9 @@ class RunStats:
             workers_failed=tuple(WorkerFailure(w, e) for w, e in sorted(self._failed.items())),
             intervals=self._measured_rounds, max_throughput=not self.open_loop,
             warmup=WarmupTotals(self._warmup_rounds, wu.records_sent, wu.records_acked,
-                                wu.records_failed, wu.bytes_sent))
+                                wu.records_failed, wu.bytes_sent),
+            interrupted=self.interrupted)
+        total = metrics_sum(res, wu)
         return RunSummary(
             run=run,
             config=_jsonable(self.config),
@@ -504,6 +537,7 @@ class RunStats:
                 sent=res.records_sent, acked=res.records_acked, failed=res.records_failed,
                 failed_by_error=dict(sorted(res.failed_by_error.items())),
                 abandoned=sum(self._abandoned.values()), scheduled=sum(self._scheduled.values()),
+                abandoned_by_reason=dict(sorted(total.abandoned_by_reason.items())),
                 bytes_sent=res.bytes_sent, value_bytes=res.value_bytes_acked,
                 batches_sent=res.batches_sent, batches_acked=res.batches_acked,
                 requests_sent=res.requests_sent, responses_received=res.responses_received),
@@ -523,7 +557,10 @@ class RunStats:
             errors_by_name=dict(sorted(res.errors_by_name.items())),
             partitions=tuple(PartitionCount(t, p, n)
                              for (t, p), n in sorted(res.records_by_partition.items())),
-            brokers=tuple(BrokerCount(node, n) for node, n in sorted(res.records_by_node.items())))
+            brokers=tuple(BrokerCount(node, n) for node, n in sorted(res.records_by_node.items())),
+            transactions=TransactionTotals(
+                total.transactions_committed, total.transactions_aborted,
+                LatencyFigures.from_histogram(self._commit_latency)) if self.transactional else None)
 
 
 def _iso(wall_ns: int) -> str:

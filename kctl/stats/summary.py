@@ -18,7 +18,7 @@ from typing import Any
 from kctl.stats.latency import LatencyFigures
 
 __all__ = ["SUMMARY_SCHEMA", "Batching", "BrokerCount", "Counts", "PartitionCount", "Rates",
-           "RunInfo", "RunSummary", "Throttle", "VerifyResult", "WarmupTotals", "WorkerFailure"]
+           "RunInfo", "RunSummary", "Throttle", "TransactionTotals", "VerifyResult", "WarmupTotals", "WorkerFailure"]
 
 #: Bumped when a summary key changes meaning or goes away (adding keys does not bump it).
 SUMMARY_SCHEMA = "kctl.produce.summary/1"
@@ -64,6 +64,7 @@ class RunInfo:
     intervals: int
     max_throughput: bool
     warmup: WarmupTotals
+    interrupted: bool = False     # Ctrl-C cut the run short: the figures cover what ran
 
     @property
     def intended_from(self) -> str:
@@ -76,7 +77,8 @@ class RunInfo:
                 "workers": self.workers, "workers_reason": self.workers_reason,
                 "workers_failed": [{"worker": w.worker, "error": w.error} for w in self.workers_failed],
                 "intervals": self.intervals, "max_throughput": self.max_throughput,
-                "intended_from": self.intended_from, "warmup": self.warmup.to_json()}
+                "intended_from": self.intended_from, "warmup": self.warmup.to_json(),
+                "interrupted": self.interrupted}
 
     @classmethod
     def from_json(cls, d: Mapping[str, Any]) -> RunInfo:
@@ -87,7 +89,7 @@ class RunInfo:
                    tuple(WorkerFailure(int(w["worker"]), str(w["error"]))
                          for w in d.get("workers_failed", ())),
                    int(d.get("intervals", 0)), bool(d.get("max_throughput", False)),
-                   WarmupTotals.from_json(d.get("warmup") or {}))
+                   WarmupTotals.from_json(d.get("warmup") or {}), bool(d.get("interrupted", False)))
 
 
 @dataclass(frozen=True, slots=True)
@@ -104,11 +106,14 @@ class Counts:
     batches_acked: int = 0
     requests_sent: int = 0
     responses_received: int = 0
+    abandoned_by_reason: Mapping[str, int] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
         return {"sent": self.sent, "acked": self.acked, "failed": self.failed,
                 "failed_by_error": dict(sorted(self.failed_by_error.items())),
-                "abandoned": self.abandoned, "scheduled": self.scheduled,
+                "abandoned": self.abandoned,
+                "abandoned_by_reason": dict(sorted(self.abandoned_by_reason.items())),
+                "scheduled": self.scheduled,
                 "bytes_sent": self.bytes_sent, "value_bytes": self.value_bytes,
                 "batches_sent": self.batches_sent, "batches_acked": self.batches_acked,
                 "requests_sent": self.requests_sent, "responses_received": self.responses_received}
@@ -119,6 +124,8 @@ class Counts:
                                               "bytes_sent", "value_bytes", "batches_sent",
                                               "batches_acked", "requests_sent", "responses_received")}
         return cls(failed_by_error={str(k): int(v) for k, v in (d.get("failed_by_error") or {}).items()},
+                   abandoned_by_reason={str(k): int(v)
+                                        for k, v in (d.get("abandoned_by_reason") or {}).items()},
                    **ints)
 
 
@@ -155,6 +162,26 @@ class Batching:
     def from_json(cls, d: Mapping[str, Any]) -> Batching:
         return cls(float(d.get("records_per_batch", 0.0)), float(d.get("batch_fill", 0.0)),
                    float(d.get("queue_time_ms_mean", 0.0)), int(d.get("splits", 0)))
+
+
+@dataclass(frozen=True, slots=True)
+class TransactionTotals:
+    """A transactional run's transactions (``--transaction-duration-ms``)."""
+
+    committed: int = 0
+    aborted: int = 0
+    commit_latency: LatencyFigures | None = None   # commitTransaction: flush and EndTxn
+
+    def to_json(self) -> dict[str, Any]:
+        lat = self.commit_latency
+        return {"committed": self.committed, "aborted": self.aborted,
+                "commit_latency": lat.to_dict() if lat is not None else None}
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> TransactionTotals:
+        lat = d.get("commit_latency")
+        return cls(int(d.get("committed", 0)), int(d.get("aborted", 0)),
+                   LatencyFigures.from_dict(lat) if lat else None)
 
 
 @dataclass(frozen=True, slots=True)
@@ -230,9 +257,17 @@ class RunSummary:
     brokers: tuple[BrokerCount, ...]
     verify: VerifyResult | None = None
     schema: str = SUMMARY_SCHEMA
+    transactions: TransactionTotals | None = None   # transactional runs only
 
     def with_verify(self, verify: VerifyResult | None) -> RunSummary:
         return replace(self, verify=verify)
+
+    @property
+    def unaccounted(self) -> int:
+        """Scheduled records that are none of acked, failed or abandoned (warm-up
+        included); 0 at the end of every complete run: the accounting invariant."""
+        c, w = self.counts, self.run.warmup
+        return c.scheduled - (c.acked + c.failed + c.abandoned + w.records_acked + w.records_failed)
 
     def to_json(self) -> dict[str, Any]:
         """The summary JSON document (docs/produce-summary.md)."""
@@ -251,6 +286,8 @@ class RunSummary:
                            for p in self.partitions],
             "brokers": [{"node_id": b.node_id, "records_acked": b.records_acked} for b in self.brokers],
         }
+        if self.transactions is not None:
+            out["transactions"] = self.transactions.to_json()
         if self.verify is not None:
             out["verify"] = self.verify.to_json()
         return out
@@ -264,6 +301,7 @@ class RunSummary:
         try:
             throttle = d.get("throttle") or {}
             verify = d.get("verify")
+            txn = d.get("transactions")
             return cls(
                 run=RunInfo.from_json(d.get("run") or {}),
                 config=dict(d.get("config") or {}),
@@ -279,6 +317,7 @@ class RunSummary:
                 brokers=tuple(BrokerCount(int(b["node_id"]), int(b["records_acked"]))
                               for b in d.get("brokers") or ()),
                 verify=VerifyResult.from_json(verify) if verify else None,
-                schema=schema)
+                schema=schema,
+                transactions=TransactionTotals.from_json(txn) if txn else None)
         except (KeyError, TypeError, AttributeError) as e:
             raise ValueError(f"malformed kctl produce summary ({type(e).__name__}: {e})") from None

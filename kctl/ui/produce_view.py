@@ -150,7 +150,11 @@ class ProduceDashboard:
         used_pct = 100 * s.buffer_used / s.buffer_total if s.buffer_total else 0.0
         b.add_row("buffer pool", f"{human_bytes(s.buffer_used)} / {human_bytes(s.buffer_total)} ({used_pct:.0f}%)")
         b.add_row("throttled", f"{s.throttle_time_ms:,} ms in {s.throttled_requests:,} requests")
-        b.add_row("retries", f"{s.retries:,}")
+        b.add_row("retries", f"{s.retries:,} ({s.splits:,} splits)")
+        if s.transactional:
+            b.add_row("transactions", f"{s.transactions_committed:,} committed, "
+                      f"{s.transactions_aborted:,} aborted")
+            b.add_row("commit p50/p99", f"{_ms(s.commit_latency.p50_ms)} / {_ms(s.commit_latency.p99_ms)} ms")
 
         n = Table(title="brokers", title_justify="left")
         n.add_column("node", no_wrap=True)
@@ -257,7 +261,14 @@ def summary_renderable(summary: RunSummary) -> Group:
     head.add_row("workers", f"{run.workers}" + (f" ({len(run.workers_failed)} failed)"
                                                  if run.workers_failed else "")
                  + (f": {run.workers_reason}" if run.workers_reason else ""))
-    head.add_row("records", f"{counts.acked:,} acked / {counts.sent:,} sent / {counts.failed:,} failed")
+    if run.interrupted:
+        head.add_row(Text("interrupted", style="bold red"),
+                     Text("Ctrl-C cut the run short: the figures cover what ran", style="red"))
+    head.add_row("records", f"{counts.scheduled:,} scheduled: {counts.acked + run.warmup.records_acked:,} "
+                 f"acked, {counts.failed + run.warmup.records_failed:,} failed, "
+                 f"{counts.abandoned:,} abandoned ({counts.sent:,} sent)")
+    for reason, n in counts.abandoned_by_reason.items():
+        head.add_row("abandoned", f"{n:,}: {reason}")
     head.add_row("rate", f"{rates.records_per_s:,.1f} records/s (target {_rate(rates.target_records_per_s)})")
     head.add_row("throughput", f"{rates.mb_per_s:.2f} MB/s of values, {rates.wire_mb_per_s:.2f} MB/s on the wire")
     wu = run.warmup
@@ -267,7 +278,14 @@ def summary_renderable(summary: RunSummary) -> Group:
     head.add_row("records/batch", f"{b.records_per_batch:.1f}")
     head.add_row("batch fill", f"{100 * b.batch_fill:.0f}%")
     head.add_row("throttled", f"{summary.throttle.time_ms:,} ms in {summary.throttle.requests:,} requests")
-    head.add_row("retries", f"{summary.retries:,}")
+    head.add_row("retries", f"{summary.retries:,} ({summary.batching.splits:,} splits)")
+    txn = summary.transactions
+    if txn is not None:
+        head.add_row("transactions", f"{txn.committed:,} committed, {txn.aborted:,} aborted")
+        if txn.commit_latency is not None and txn.commit_latency.count:
+            c = txn.commit_latency
+            head.add_row("commit latency", f"p50 {_ms(c.p50_ms)} / p99 {_ms(c.p99_ms)} / "
+                         f"max {_ms(c.max_ms)} ms ({c.count:,} commits)")
 
     lat = Table(title="latency (ms)", title_justify="left")
     lat.add_column("clock", no_wrap=True)

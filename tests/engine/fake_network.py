@@ -11,8 +11,10 @@ from collections import defaultdict
 
 from kctl.engine.network import ClientRequest, ClientResponse
 from kctl.protocol import messages, schema
+from kctl.protocol.client_versions import CLIENT_MAX_VERSIONS
 
-ALL_VERSIONS = {info.api_key: info.max_version for info in schema.API_BY_KEY.values()}
+#: What a broker offering everything negotiates with kctl: kctl's own table.
+ALL_VERSIONS = dict(CLIENT_MAX_VERSIONS)
 
 
 class FakeNetwork:

@@ -15,7 +15,6 @@ from kctl.broker import EmbeddedBroker
 from kctl.config import ProducerConfig
 from kctl.engine import admin
 from kctl.engine.blocking_client import BlockingClient
-from kctl.errors import BufferExhaustedError
 from kctl.engine.producer import Producer
 from kctl.inspect.faults import ErrorRewrite, FaultPlan
 from kctl.inspect.proxy import InspectorProxy
@@ -201,7 +200,10 @@ def test_message_too_large_splits_and_delivers(broker):
     check_read_back(broker, topic, handles)
 
 
-def test_buffer_memory_exhausted_fails_after_max_block_ms(broker):
+def test_buffer_memory_exhausted_fails_those_records_and_the_producer_goes_on(broker):
+    """Java's BufferExhaustedException: a send that waited max.block.ms for memory fails
+    that record through its callback; the producer goes on and recovers with the broker
+    (issue 12, item 2)."""
     topic = new_topic(broker)
     with InspectorProxy([broker.bootstrap]) as proxy:
         cfg = config(proxy.bootstrap, **{"buffer.memory": "8192", "batch.size": "2048",
@@ -210,14 +212,25 @@ def test_buffer_memory_exhausted_fails_after_max_block_ms(broker):
         with Producer(cfg) as p:
             p.partitions_for(topic)
             proxy.set_faults(FaultPlan(blackhole=True))
-            handles = []
+            handles, calls = [], Counter()
             t0 = time.monotonic()
-            with pytest.raises(BufferExhaustedError, match="max.block.ms"):
-                for i in range(10_000):
-                    handles.append(p.send(topic, b"y" * 500, partition=i % 3))
-            assert 0.35 <= time.monotonic() - t0 < 3
+            while not any(h.error == "BUFFER_EXHAUSTED" for h in handles):
+                assert time.monotonic() - t0 < 10, "memory never ran out"
+                i = len(handles)
+                handles.append(p.send(topic, b"y" * 500, partition=i % 3,
+                                      callback=lambda h, i=i: calls.update([i])))
+            waited = time.monotonic() - t0
+            assert 0.35 <= waited < 5
+            (failed,) = [h for h in handles if h.done]
+            assert failed.error == "BUFFER_EXHAUSTED" and "max.block.ms" in failed.error_message
+            assert calls[len(handles) - 1] == 1, "the callback ran for the failed record"
             proxy.set_faults(None)
             assert p.flush(10)
+            later = p.send(topic, b"z", partition=0)
+            assert p.flush(10) and later.error is None, "the producer recovered"
+            m = p.metrics
+            assert m.failed_by_error["BUFFER_EXHAUSTED"] == 1
+            assert m.records_acked + m.records_failed == len(handles) + 1
     assert all(h.done for h in handles)
 
 

@@ -6,105 +6,7 @@ import uuid
 
 import pytest
 
-from kctl.config import ProducerConfig
-from kctl.engine.clock import NS_PER_MS, FakeClock
-from kctl.engine.producer import Producer
-from kctl.protocol import messages
-from kctl.protocol.error_codes import ERRORS_BY_NAME
-from kctl.protocol.records import decode_batches
-
-from .fake_network import FakeNetwork
-
-MetadataResponse = messages.message_class("MetadataResponse")
-ProduceResponse = messages.message_class("ProduceResponse")
-InitProducerIdResponse = messages.message_class("InitProducerIdResponse")
-
-
-def code(name):
-    return ERRORS_BY_NAME[name].code
-
-
-TOPIC_ID = uuid.UUID(int=0xC0FFEE)
-
-
-def metadata_body(topic="t", partitions=2, leaders=None, nodes=(0,), topic_id=TOPIC_ID):
-    leaders = leaders or {p: nodes[p % len(nodes)] for p in range(partitions)}
-    return MetadataResponse(
-        throttle_time_ms=0,
-        brokers=[MetadataResponse.MetadataResponseBroker(node_id=n, host="127.0.0.1", port=9000 + n)
-                 for n in nodes],
-        cluster_id="c", controller_id=nodes[0],
-        topics=[MetadataResponse.MetadataResponseTopic(
-            error_code=0, name=topic, topic_id=topic_id, is_internal=False,
-            partitions=[MetadataResponse.MetadataResponsePartition(
-                error_code=0, partition_index=p, leader_id=leaders[p], leader_epoch=1,
-                replica_nodes=[leaders[p]], isr_nodes=[leaders[p]], offline_replicas=[])
-                for p in range(partitions)])])
-
-
-def produce_body(request, errors=None, base_offset=0, throttle_ms=0, log_start_offset=0):
-    """Answers every partition of ``request``; ``errors`` maps partition -> error name."""
-    errors = errors or {}
-    topics = []
-    for t in request.body.topic_data:
-        parts = [ProduceResponse.PartitionProduceResponse(
-            index=p.index, error_code=code(errors[p.index]) if p.index in errors else 0,
-            base_offset=-1 if p.index in errors else base_offset, log_append_time_ms=-1,
-            log_start_offset=log_start_offset, record_errors=[], error_message=None)
-            for p in t.partition_data]
-        topics.append(ProduceResponse.TopicProduceResponse(name=t.name, topic_id=t.topic_id,
-                                                           partition_responses=parts))
-    return ProduceResponse(responses=topics, throttle_time_ms=throttle_ms)
-
-
-def sent_batches(request):
-    body = NET.wire_bodies[request.correlation_id]
-    return {p.index: decode_batches(p.records).batches[0]
-            for t in body.topic_data for p in t.partition_data}
-
-
-NET = None
-
-
-class Harness:
-    def __init__(self, nodes=(0,), partitions=2, leaders=None, **props):
-        self.clock = FakeClock(now_ns=10**12)
-        settings = {"bootstrap.servers": "127.0.0.1:9000", "linger.ms": "5", **props}
-        self.config = ProducerConfig.from_properties(settings)
-        global NET
-        self.net = NET = FakeNetwork(self.clock, nodes,
-                                     max_in_flight=self.config.max_in_flight_requests_per_connection)
-        self.done = []
-        self.producer = Producer(self.config, clock=self.clock, network=self.net,
-                                 on_batch_done=self.done.append)
-        self.meta = metadata_body(partitions=partitions, leaders=leaders, nodes=nodes)
-
-    def step(self, ms=0):
-        """Time passes (and the answers queued meanwhile arrive), then one loop turn."""
-        self.clock.advance(ms=ms)
-        self.net.poll(0, self.clock.now_ns())
-        self.producer._step(0)
-
-    def answer_metadata(self):
-        for r in self.net.pending("Metadata"):
-            self.net.respond(r, self.meta)
-        self.step()
-
-    def answer_init(self, producer_id=42, epoch=0):
-        for r in self.net.pending("InitProducerId"):
-            self.net.respond(r, InitProducerIdResponse(throttle_time_ms=0, error_code=0,
-                                                       producer_id=producer_id, producer_epoch=epoch))
-        self.step()
-
-    def start(self):
-        """Runs until metadata is known (and a producer id, with idempotence)."""
-        self.step()
-        self.answer_metadata()
-        if self.producer.idempotence is not None:
-            self.answer_init()
-
-    def send(self, n, partition=0, value=b"v"):
-        return [self.producer.send("t", value + str(i).encode(), partition=partition) for i in range(n)]
+from .sender_harness import TOPIC_ID, Harness, metadata_body, produce_body, sent_batches
 
 
 def test_idempotent_producer_gets_an_id_before_producing():
@@ -302,24 +204,6 @@ class TestIdempotentSequences:
         h.net.respond(req, produce_body(req, errors={0: "DUPLICATE_SEQUENCE_NUMBER"}))
         h.step()
         assert handles[0].done and handles[0].error is None
-
-    def test_out_of_order_for_the_oldest_batch_fails_it_and_bumps_the_epoch(self):
-        h = Harness(**{"linger.ms": "0"})
-        h.start()
-        first = h.send(1)
-        h.step()
-        (req,) = h.net.requests("Produce")
-        h.net.respond(req, produce_body(req, errors={0: "OUT_OF_ORDER_SEQUENCE_NUMBER"}))
-        h.step()
-        assert first[0].error == "OUT_OF_ORDER_SEQUENCE_NUMBER"
-        (bump,) = h.net.pending("InitProducerId")
-        assert (bump.body.producer_id, bump.body.producer_epoch) == (42, 0)
-        h.answer_init(producer_id=42, epoch=1)
-        later = h.send(1)
-        h.step()
-        batch = sent_batches(h.net.requests("Produce")[-1])[0]
-        assert (batch.producer_epoch, batch.base_sequence) == (1, 0)
-        assert later[0].done is False
 
     def test_retry_keeps_order_with_five_in_flight(self):
         h = Harness(**{"linger.ms": "0", "batch.size": "100", "retry.backoff.ms": "10"})

@@ -259,7 +259,7 @@ def _round_trip(inj, version, parts, base_offsets, corr):
         frame = empty_produce_response(version, corr)
     resp = messages.decode_response(frame, PRODUCE, version)
     d = inj.on_response(PRODUCE, 4 + len(frame), resp.body, decision)
-    if d.forged:
+    if d.forged or d.errors_injected:
         frame = messages.encode_response(PRODUCE, version, resp.header.correlation_id, resp.body)
     return decision, forwarded, messages.decode_response(frame, PRODUCE, version)
 
@@ -301,6 +301,27 @@ def test_lost_batch_leaves_the_request_and_is_acked_anyway(version):
     # The limit is spent: the next request goes through whole.
     third, fwd, _ = _round_trip(inj, version, parts, {0: 17, 1: 27}, 3)
     assert third.lost is None and set(_partitions(fwd.body)) == {0, 1}
+
+
+@pytest.mark.parametrize("version", [3, 9, 13])
+def test_rejected_batch_is_not_forwarded_and_is_answered_with_its_error(version):
+    """``lose_error``: the batch is taken out as a lost one, but the client hears the error
+    (base_offset -1, the log start offset last seen) instead of a forged success."""
+    inj = FaultInjector(FaultPlan(lose_rate=1.0, lose_limit=1, lose_error="OUT_OF_ORDER_SEQUENCE_NUMBER",
+                                  seed=4))
+    _round_trip(inj, version, {0: _batch(0, 4), 1: _batch(1, 2)}, {0: 10, 1: 20}, 1)
+    parts = {0: _batch(0, 3, 4), 1: _batch(1, 5, 2)}
+    decision, fwd, resp = _round_trip(inj, version, parts, {0: 14, 1: 22}, 2)
+    lost = decision.lost
+    assert lost is not None and lost.error_code == 45
+    kept = 1 - lost.partition
+    assert set(_partitions(fwd.body)) == {kept}
+    entries = _entries(resp.body)
+    rejected = entries[lost.partition]
+    assert rejected.error_code == 45 and rejected.base_offset == -1
+    if version >= 5:
+        assert rejected.log_start_offset == 3
+    assert entries[kept].error_code == 0 and entries[kept].base_offset == (14, 22)[kept]
 
 
 @pytest.mark.parametrize("version", [3, 9, 12, 13])

@@ -125,6 +125,16 @@ def test_bad_lose_records_is_a_one_line_error():
     assert run.stderr.strip().splitlines()[-1].startswith("kctl: error: --lose-records 'often'")
 
 
+def test_bad_reject_records_is_a_one_line_error():
+    for arg, first in (("NOPE:1", "kctl: error: unknown Kafka error name 'NOPE'"),
+                       ("OUT_OF_ORDER_SEQUENCE_NUMBER:often",
+                        "kctl: error: --reject-records OUT_OF_ORDER_SEQUENCE_NUMBER: 'often'")):
+        run = subprocess.run([sys.executable, "-m", "kctl", "inspect", "--upstream", "127.0.0.1:1",
+                              "--reject-records", arg], capture_output=True, text=True, timeout=30)
+        assert run.returncode == 2
+        assert run.stderr.strip().splitlines()[-1].startswith(first), run.stderr
+
+
 def _snapshot():
     s = ProxyStats()
     s.on_connection_open(0, "127.0.0.1:5000", "127.0.0.1:9092", "127.0.0.1:19092")

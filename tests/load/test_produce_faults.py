@@ -1,0 +1,201 @@
+"""``kctl produce`` under faults injected by kctl's fault proxy in front of the embedded
+broker (issue 12, items 1-5). Every run is read back (``--verify``: every acknowledged
+record present once, in order per partition) and checked against the accounting
+invariant: every scheduled record is exactly one of acked, failed (by error name) or
+abandoned (with the reason)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+
+from kctl.inspect.faults import FaultPlan
+from kctl.inspect.proxy import InspectorProxy
+from kctl.stats.summary import RunSummary
+
+pytestmark = pytest.mark.broker
+
+_topics = iter(range(10**6))
+
+
+def produce_args(bootstrap, out, *extra):
+    return [sys.executable, "-m", "kctl", "produce", "-b", bootstrap,
+            "-t", f"pfaults-{os.getpid()}-{next(_topics)}", "--partitions", "2", "--workers", "1",
+            "--quiet", "--verify", "--json-out", str(out), *extra]
+
+
+def run(bootstrap, out, *extra, timeout=90):
+    return subprocess.run(produce_args(bootstrap, out, *extra), timeout=timeout,
+                          capture_output=True, text=True)
+
+
+def read_summary(out) -> tuple[dict, RunSummary]:
+    doc = json.loads(out.read_text())
+    return doc, RunSummary.from_json(doc)
+
+
+def check_accounted_and_read_back(doc, s: RunSummary):
+    c = s.counts
+    assert s.unaccounted == 0, f"scheduled {c.scheduled} != acked {c.acked} + failed {c.failed} " \
+                               f"+ abandoned {c.abandoned} (+ warm-up)"
+    assert c.failed == sum(c.failed_by_error.values())
+    assert c.abandoned == sum(c.abandoned_by_reason.values())
+    v = doc["verify"]
+    assert v["ok"] and v["expected"] == c.acked and v["found"] == c.acked, v
+
+
+def test_out_of_order_sequence_is_retried_with_an_epoch_bump(broker, tmp_path):
+    """Item 1: the broker refuses a batch with OUT_OF_ORDER_SEQUENCE_NUMBER (the fault
+    layer answers it without writing it); an idempotent producer bumps its epoch and
+    retries: nothing fails, exit 0, the error is in errors_by_name."""
+    out = tmp_path / "s.json"
+    plan = FaultPlan(lose_rate=1.0, lose_limit=1, lose_error="OUT_OF_ORDER_SEQUENCE_NUMBER", seed=3)
+    with InspectorProxy([broker.bootstrap], faults=plan) as proxy:
+        r = run(proxy.bootstrap, out, "--rate", "2000", "--num-records", "4000",
+                "-X", "enable.idempotence=true", "-X", "acks=all")
+        assert proxy.snapshot().faults.get("rejected") == 1
+    assert r.returncode == 0, r.stderr
+    doc, s = read_summary(out)
+    assert s.counts.failed == 0 and s.counts.acked == 4000
+    assert s.errors_by_name.get("OUT_OF_ORDER_SEQUENCE_NUMBER", 0) >= 1
+    check_accounted_and_read_back(doc, s)
+
+
+def test_unknown_producer_id_is_retried(broker, tmp_path):
+    """Item 1 (KIP-360): UNKNOWN_PRODUCER_ID for an idempotent producer is retried
+    (with an epoch bump when the log start offset is known); nothing fails."""
+    out = tmp_path / "s.json"
+    plan = FaultPlan(lose_rate=1.0, lose_limit=1, lose_error="UNKNOWN_PRODUCER_ID", seed=5)
+    with InspectorProxy([broker.bootstrap], faults=plan) as proxy:
+        r = run(proxy.bootstrap, out, "--rate", "2000", "--num-records", "3000",
+                "-X", "enable.idempotence=true")
+        assert proxy.snapshot().faults.get("rejected") == 1
+    assert r.returncode == 0, r.stderr
+    doc, s = read_summary(out)
+    assert s.counts.failed == 0 and s.errors_by_name.get("UNKNOWN_PRODUCER_ID", 0) >= 1
+    check_accounted_and_read_back(doc, s)
+
+
+def test_message_too_large_split_is_in_errors_by_name(broker, tmp_path):
+    """Item 3: an injected MESSAGE_TOO_LARGE is split and delivered; errors_by_name
+    counts it, and splits are counted apart from retries."""
+    out = tmp_path / "s.json"
+    plan = FaultPlan(lose_rate=1.0, lose_limit=1, lose_error="MESSAGE_TOO_LARGE", seed=1)
+    with InspectorProxy([broker.bootstrap], faults=plan) as proxy:
+        r = run(proxy.bootstrap, out, "--rate", "5000", "--num-records", "5000", "-X", "linger.ms=20")
+    assert r.returncode == 0, r.stderr
+    doc, s = read_summary(out)
+    assert s.errors_by_name.get("MESSAGE_TOO_LARGE", 0) >= 1
+    assert s.batching.splits >= 1 and s.counts.failed == 0
+    check_accounted_and_read_back(doc, s)
+
+
+def test_buffer_exhaustion_fails_records_and_the_run_goes_on(broker, tmp_path):
+    """Item 2: a 1.5 s stall with a small buffer.memory: records that wait max.block.ms
+    for memory fail (BUFFER_EXHAUSTED, counted); the run goes on to the end of its
+    schedule and recovers with the broker; every record is accounted for."""
+    out = tmp_path / "s.json"
+    responses = []
+
+    def on_frame(ev):
+        if ev.api_name == "Produce" and ev.direction == "response":
+            responses.append(ev.ts_ns)
+
+    with InspectorProxy([broker.bootstrap], on_frame=on_frame) as proxy:
+        def stall():
+            deadline = time.monotonic() + 30
+            while len(responses) < 20 and time.monotonic() < deadline:
+                time.sleep(0.01)
+            proxy.set_faults(FaultPlan(blackhole=True))
+            time.sleep(1.5)
+            proxy.set_faults(None)
+
+        t = threading.Thread(target=stall, daemon=True)
+        t.start()
+        r = run(proxy.bootstrap, out, "--rate", "5000", "--duration", "4s",
+                "-X", "buffer.memory=65536", "-X", "batch.size=16384", "-X", "max.block.ms=200",
+                "-X", "request.timeout.ms=1000", "-X", "enable.idempotence=true")
+        t.join(timeout=5)
+    doc, s = read_summary(out)
+    assert r.returncode == 1 and "BUFFER_EXHAUSTED" in r.stderr, r.stderr
+    assert "Traceback" not in r.stderr
+    c = s.counts
+    assert c.failed_by_error.get("BUFFER_EXHAUSTED", 0) > 0
+    assert c.scheduled == 20_000, "the schedule ran to its end"
+    assert c.acked > 10_000, "the producer recovered with the broker"
+    # The stall is on the intended clock of the records that waited for memory.
+    assert s.latency["intended"].max_ms > 1000
+    check_accounted_and_read_back(doc, s)
+
+
+def test_low_rate_is_measured_over_the_schedule_window(broker, tmp_path):
+    """Item 4: 5 records/s for 3 s (answers delayed 0-20 ms by the fault proxy): 15
+    records over the schedule's 3 s window, not over the time to the last answer."""
+    out = tmp_path / "s.json"
+    with InspectorProxy([broker.bootstrap], faults=FaultPlan(delay_ms=(0, 20), seed=2)) as proxy:
+        r = run(proxy.bootstrap, out, "--rate", "5", "--duration", "3s")
+    assert r.returncode == 0, r.stderr
+    doc, s = read_summary(out)
+    assert s.counts.acked == 15
+    assert s.run.measured_s == pytest.approx(3.0, abs=0.05)
+    assert s.rates.records_per_s == pytest.approx(5.0, rel=0.02)
+    check_accounted_and_read_back(doc, s)
+
+
+def test_ctrl_c_exits_130_and_says_the_run_was_cut_short(broker, tmp_path):
+    """Item 5: Ctrl-C (SIGINT to kctl) stops the schedule; exit status 130, the summary
+    says ``interrupted`` and is written, with every record accounted for."""
+    out = tmp_path / "s.json"
+    responses = []
+
+    def on_frame(ev):
+        if ev.api_name == "Produce" and ev.direction == "response":
+            responses.append(ev.ts_ns)
+
+    with InspectorProxy([broker.bootstrap], on_frame=on_frame) as proxy:
+        proc = subprocess.Popen(produce_args(proxy.bootstrap, out, "--rate", "1000", "--duration", "60s"),
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        try:
+            deadline = time.monotonic() + 60
+            while len(responses) < 50 and time.monotonic() < deadline:
+                time.sleep(0.05)
+            time.sleep(1.0)
+            proc.send_signal(signal.SIGINT)
+            _, err = proc.communicate(timeout=60)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+    assert proc.returncode == 130, err
+    doc, s = read_summary(out)
+    assert doc["run"]["interrupted"] is True and s.run.interrupted
+    assert 0 < s.counts.scheduled < 60_000
+    check_accounted_and_read_back(doc, s)
+
+
+def test_transactional_run_aborts_a_failed_transaction_and_goes_on(broker, tmp_path):
+    """A transactional run (--transaction-duration-ms) whose batch is refused with
+    OUT_OF_ORDER_SEQUENCE_NUMBER: that transaction aborts (with an epoch bump), its
+    acknowledged records count as failed (TRANSACTION_ABORTED), later transactions
+    commit; every record is accounted for and the committed ones read back."""
+    out = tmp_path / "s.json"
+    plan = FaultPlan(lose_rate=1.0, lose_limit=1, lose_error="OUT_OF_ORDER_SEQUENCE_NUMBER", seed=3)
+    with InspectorProxy([broker.bootstrap], faults=plan) as proxy:
+        r = run(proxy.bootstrap, out, "--rate", "1000", "--duration", "3s",
+                "--transaction-duration-ms", "500")
+        assert proxy.snapshot().faults.get("rejected") == 1
+    assert r.returncode == 1 and "Traceback" not in r.stderr, r.stderr
+    doc, s = read_summary(out)
+    t = s.transactions
+    assert t is not None and t.aborted == 1 and t.committed >= 4
+    c = s.counts
+    assert c.failed_by_error.get("OUT_OF_ORDER_SEQUENCE_NUMBER", 0) >= 1
+    assert c.failed_by_error.get("TRANSACTION_ABORTED", 0) > 0
+    assert c.acked > 1500
+    check_accounted_and_read_back(doc, s)
