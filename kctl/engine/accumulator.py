@@ -483,11 +483,6 @@ class RecordAccumulator:
         """Batches not yet resolved (acknowledged or failed)."""
         return len(self._incomplete)
 
-    @property
-    def incomplete_records(self) -> int:
-        """Records in the batches not yet resolved."""
-        return sum(b.record_count for b in self._incomplete)
-
     def close(self) -> None:
         """No more appends; everything queued becomes sendable at once."""
         self.closed = True

@@ -740,10 +740,5 @@ class Producer:
     def in_flight_requests(self) -> int:
         return self.network.in_flight_request_count()
 
-    @property
-    def unresolved_records(self) -> int:
-        """Records sent but neither acknowledged nor failed yet (what a timed-out flush leaves)."""
-        return self.accumulator.incomplete_records
-
     def wall_ms(self) -> int:
         return self.clock.wall_ms()
