@@ -215,7 +215,7 @@ class SparkLoadRun:
                           duration_ns=duration_ns)
         warm_each = -(-spec.warmup_records // spec.workers) if spec.warmup_records else 0
         return [WorkerSpec(
-            worker=w, run_id=spec.run_id, topic=spec.topic, properties=spec.properties,
+            worker=w, run_id=spec.run_id, topic=spec.topic, producer=spec.producer,
             schedule_rate=s.rate, schedule_phase_ns=s.phase_ns, num_records=s.num_records,
             duration_ns=duration_ns, start_wall_ns=0, warmup_records=warm_each,
             warmup_ns=int(spec.warmup_s * 1e9), payload=spec.payload, keys=spec.keys,
@@ -266,7 +266,8 @@ def run_reports_job(spark: Any, spec: LoadSpec, job: Callable[[tuple[str, int] |
             stats = RunStats(workers=spec.workers, start_wall_ns=start_wall_ns,
                              target_rate=spec.rate or None, config=config_for_summary,
                              run_id=spec.run_id, duration_s=spec.duration_s,
-                             num_records=spec.num_records, hlog=hlog)
+                             num_records=spec.num_records, hlog=hlog,
+                             workers_reason=spec.workers_reason)
             state.update(stats=stats, hlog=hlog, merger=ReportMerger(stats, on_round))
             owner.stats = stats
             if getattr(owner, "on_start", None) is not None:
@@ -330,6 +331,7 @@ def spark_run_factory(master: str | None, *, explicit_tasks: bool = True) -> Cal
 
     def make(spec: LoadSpec, **kwargs: Any) -> SparkLoadRun:
         if not explicit_tasks:
-            spec = replace(spec, workers=available_slots(spark_session(master)))
+            spec = replace(spec, workers=available_slots(spark_session(master)),
+                           workers_reason="one Spark task per available slot")
         return SparkLoadRun(spec, master=master, **kwargs)
     return make

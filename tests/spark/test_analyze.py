@@ -13,6 +13,7 @@ from kctl.cli import app
 from kctl.engine import admin
 from kctl.engine.blocking_client import BlockingClient
 from kctl.inspect.proxy import InspectorProxy
+from kctl.config import ProducerConfig
 from kctl.load.run import LoadRun, LoadSpec
 
 pytestmark = pytest.mark.spark
@@ -30,8 +31,8 @@ def captures(broker, tmp_path_factory):
         path = d / f"run{i}.pcapng"
         with InspectorProxy([broker.bootstrap], capture=path) as proxy:
             if i == 0:
-                spec = LoadSpec(topic=topic, properties={"bootstrap.servers": proxy.bootstrap,
-                                                         "linger.ms": "2"},
+                spec = LoadSpec(topic=topic, producer=ProducerConfig.from_properties(
+                                    {"bootstrap.servers": proxy.bootstrap, "linger.ms": "2"}),
                                 rate=4000, num_records=4000, workers=2, interval_s=0.5)
                 LoadRun(spec, config_for_summary={}).run()
             with BlockingClient(proxy.bootstrap, client_id=f"reader-{i}") as c:
