@@ -61,8 +61,11 @@ ALLOW_AUTO_CREATE_MIN_VERSION = 4
 
 
 class Metadata:
-    def __init__(self, config: MetadataConfig) -> None:
+    def __init__(self, config: MetadataConfig, *, allow_auto_topic_creation: bool = False) -> None:
+        """``allow_auto_topic_creation``: what Metadata requests ask for (v4+); the producer
+        never asks, the consumer as ``allow.auto.create.topics`` says."""
         self.config = config
+        self.allow_auto_topic_creation = allow_auto_topic_creation
         self.topics: set[str] = set()
         self.nodes: dict[int, NodeAddress] = {}
         self.cluster_id: str | None = None
@@ -141,7 +144,7 @@ class Metadata:
         cls = messages.message_class("MetadataRequest")
         req = cls(topics=[cls.MetadataRequestTopic(name=t) for t in sorted(self.topics)])
         if version is None or version >= ALLOW_AUTO_CREATE_MIN_VERSION:
-            req.allow_auto_topic_creation = False
+            req.allow_auto_topic_creation = self.allow_auto_topic_creation
         return req
 
     def failed_update(self, now_ns: int) -> None:
