@@ -87,18 +87,21 @@ def encode_subscription(sub: Subscription, version: int = SUBSCRIPTION_VERSION) 
     return version.to_bytes(2, "big", signed=True) + messages.encode(body, version)
 
 
-def _version(data: bytes, what: str, latest: int) -> int:
+def _decode(cls: type, data: bytes, what: str, latest: int):
+    """The message after its 2-byte version; a newer version than kctl knows is read as
+    the newest it knows, its trailing (newer) fields left unread."""
     if len(data) < 2:
         raise DecodeError(f"{what} of {len(data)} bytes has no version", offset=0, field="version")
     version = Reader(data).int16("version")
     if version < 0:
         raise DecodeError(f"{what} version {version} is negative", offset=0, field="version")
-    return min(version, latest)
+    if version <= latest:
+        return messages.decode(cls, version, data, 2)
+    return messages.decode_from(Reader(data, 2), cls, latest)
 
 
 def decode_subscription(data: bytes) -> Subscription:
-    version = _version(data, "consumer protocol subscription", SUBSCRIPTION_VERSION)
-    m = messages.decode(_Subscription, version, data, 2)
+    m = _decode(_Subscription, data, "consumer protocol subscription", SUBSCRIPTION_VERSION)
     owned = tuple(TopicPartition(t.topic, p) for t in (m.owned_partitions or ()) for p in t.partitions)
     return Subscription(tuple(m.topics), owned, m.generation_id if m.generation_id is not None else -1,
                         m.rack_id, m.user_data)
@@ -116,8 +119,7 @@ def decode_assignment(data: bytes | None) -> Assignment:
     """An empty SyncGroup assignment (the member got nothing) is an empty ``Assignment``."""
     if not data:
         return Assignment(())
-    version = _version(data, "consumer protocol assignment", ASSIGNMENT_VERSION)
-    m = messages.decode(_Assignment, version, data, 2)
+    m = _decode(_Assignment, data, "consumer protocol assignment", ASSIGNMENT_VERSION)
     return Assignment(tuple(TopicPartition(t.topic, p) for t in m.assigned_partitions for p in t.partitions),
                       m.user_data)
 

@@ -172,7 +172,7 @@ class GroupCoordinator:
         self.state = to
 
     def request_rejoin(self, reason: str) -> None:
-        if not self.rejoin_needed:
+        if not self.rejoin_needed and self.needs_join:
             log.info("group %s: rejoining: %s", self.group.group_id, reason)
         self.rejoin_needed = True
         self.rejoin_reason = reason
@@ -215,9 +215,15 @@ class GroupCoordinator:
         if self.coordinator is None:
             return min(wake, self._find_coordinator(now_ns))
         hb = self.heartbeat
-        if self.generation.valid and hb.session_timeout_expired(now_ns):
+        in_group = self.state in (MemberState.STABLE, MemberState.COMPLETING_REBALANCE)
+        # Only a member that heartbeats can miss its session: a JoinGroup in flight keeps
+        # the session alive at the coordinator (Java's heartbeat thread is off then too).
+        if in_group and hb.session_timeout_expired(now_ns):
             self.mark_coordinator_unknown(
                 f"no heartbeat answered for session.timeout.ms ({self.group.session_timeout_ms} ms)", now_ns)
+            # A whole session for the rediscovered coordinator, starting with a heartbeat now.
+            hb.reset_timeouts(now_ns)
+            hb.next_heartbeat_ns = now_ns
             return now_ns
         if self.needs_join and self.generation.valid and hb.poll_timeout_expired(now_ns):
             self.maybe_leave_group("consumer poll timeout has expired (max.poll.interval.ms)", now_ns)
@@ -226,7 +232,7 @@ class GroupCoordinator:
             self._try_sync(now_ns)
         if self.needs_join and (self.rejoin_needed or self.state is MemberState.UNJOINED):
             wake = min(wake, self._maybe_join(now_ns))
-        if self.state in (MemberState.STABLE, MemberState.COMPLETING_REBALANCE) and self.generation.valid:
+        if in_group and self.generation.valid:
             wake = min(wake, self._maybe_heartbeat(now_ns), hb.session_deadline_ns, hb.poll_deadline_ns)
         return wake
 
@@ -329,6 +335,7 @@ class GroupCoordinator:
             self.generation = gen
             self._join_prepared = False
             self._transition(MemberState.COMPLETING_REBALANCE)
+            self.heartbeat.reset_timeouts(now)
             self._pending_sync = (gen, body)
             self._try_sync(now)
             return

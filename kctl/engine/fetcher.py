@@ -279,8 +279,9 @@ class Fetcher:
                 self._scan(cf)
                 self.completed.append(cf)
                 self._buffered[tp] = self._buffered.get(tp, 0) + 1
-                if cf.error is None and not p.error_code and cf.batches:
-                    self._fetch_ahead[tp] = cf.batches[-1].next_offset
+                if cf.error is None and not p.error_code:
+                    # From where this answer ends (where it started, when it brought nothing).
+                    self._fetch_ahead[tp] = cf.batches[-1].next_offset if cf.batches else offset
                 else:
                     self._fetch_ahead.pop(tp, None)
 
