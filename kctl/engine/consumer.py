@@ -193,6 +193,15 @@ class Consumer:
             if topic in wanted:
                 raise KctlError(f"topic {topic!r}: {error}")
 
+    def step(self, timeout_s: float = 0.0) -> None:
+        """One loop turn (positions, group, Fetches) waiting on the sockets up to
+        ``timeout_s``, without handing records out: they stay buffered for the next poll."""
+        if self._closed:
+            raise ConsumerClosedError("step after close()")
+        if self.coordinator is not None:
+            self.coordinator.polled(self.clock.now_ns())
+        self._step(int(timeout_s * 1e9))
+
     def _step(self, max_wait_ns: int) -> None:
         now = self.clock.now_ns()
         wake = self.run_once(now)

@@ -56,6 +56,7 @@ class LoadSpec:
     workers_reason: str = "--workers"
     interval_s: float = 1.0
     verify: bool = False
+    collect_acked: bool = False     # acked runs in the final reports without --verify (consume targets)
     stop_grace_s: float = 5.0
     seed: int = 0
     run_id: str = field(default_factory=lambda: uuid.uuid4().hex[:12])
@@ -104,7 +105,7 @@ class LoadRun:
                 warmup_records=warm_each, warmup_ns=int(spec.warmup_s * 1e9),
                 payload=spec.payload, keys=spec.keys, extra_headers=spec.extra_headers,
                 id_headers=spec.id_headers, interval_s=spec.interval_s,
-                stop_grace_s=spec.stop_grace_s, seed=spec.seed, verify=spec.verify)
+                stop_grace_s=spec.stop_grace_s, seed=spec.seed, verify=spec.verify or spec.collect_acked)
             proc = ctx.Process(target=run_worker, args=(ws, reports, stop, gate),
                                name=f"kctl-worker-{w}", daemon=True)
             proc.start()
