@@ -74,7 +74,10 @@ class LoadRun:
     def __init__(self, spec: LoadSpec, *, config_for_summary: dict[str, Any],
                  hdr_out: str | None = None,
                  on_round: Callable[[RunStats, int], None] | None = None,
-                 on_start: Callable[[LoadRun], None] | None = None) -> None:
+                 on_start: Callable[[LoadRun], None] | None = None,
+                 close_hlog: bool = True) -> None:
+        """``close_hlog=False``: the caller closes ``stats.hlog`` (more lines follow: the
+        consumers' e2e of ``kctl produce --consume``)."""
         if spec.workers < 1:
             raise KctlError("--workers must be at least 1")
         if spec.num_records is None and spec.duration_s is None:
@@ -84,6 +87,7 @@ class LoadRun:
         self.hdr_out = hdr_out
         self.on_round = on_round
         self.on_start = on_start
+        self.close_hlog = close_hlog
         self.stats: RunStats | None = None
 
     def run(self) -> LoadResult:
@@ -177,7 +181,7 @@ class LoadRun:
                     p.join(timeout=2)
         stats.finish()
         summary = stats.summary()
-        if hlog is not None:
+        if hlog is not None and self.close_hlog:
             hlog.close()
         return LoadResult(summary, acked, interrupted, failures)
 

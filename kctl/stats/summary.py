@@ -229,10 +229,19 @@ class RunSummary:
     partitions: tuple[PartitionCount, ...]
     brokers: tuple[BrokerCount, ...]
     verify: VerifyResult | None = None
+    #: ``kctl produce --consume``: the consume side's summary (stats/consume_summary.py);
+    #: its e2e figures are also ``latency["e2e"]``.
+    consume: Any = None
     schema: str = SUMMARY_SCHEMA
 
     def with_verify(self, verify: VerifyResult | None) -> RunSummary:
         return replace(self, verify=verify)
+
+    def with_consume(self, consume: Any) -> RunSummary:
+        """The consume side added: its summary, and the e2e clock beside the other three."""
+        if consume is None:
+            return self
+        return replace(self, consume=consume, latency={**self.latency, **consume.latency})
 
     def to_json(self) -> dict[str, Any]:
         """The summary JSON document (docs/produce-summary.md)."""
@@ -253,6 +262,8 @@ class RunSummary:
         }
         if self.verify is not None:
             out["verify"] = self.verify.to_json()
+        if self.consume is not None:
+            out["consume"] = self.consume.to_json(with_config=False)
         return out
 
     @classmethod
@@ -264,6 +275,10 @@ class RunSummary:
         try:
             throttle = d.get("throttle") or {}
             verify = d.get("verify")
+            consume = d.get("consume")
+            if consume:
+                from kctl.stats.consume_summary import ConsumeSummary   # it imports this module
+                consume = ConsumeSummary.from_json(consume)
             return cls(
                 run=RunInfo.from_json(d.get("run") or {}),
                 config=dict(d.get("config") or {}),
@@ -279,6 +294,7 @@ class RunSummary:
                 brokers=tuple(BrokerCount(int(b["node_id"]), int(b["records_acked"]))
                               for b in d.get("brokers") or ()),
                 verify=VerifyResult.from_json(verify) if verify else None,
+                consume=consume or None,
                 schema=schema)
         except (KeyError, TypeError, AttributeError) as e:
             raise ValueError(f"malformed kctl produce summary ({type(e).__name__}: {e})") from None
