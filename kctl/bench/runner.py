@@ -87,7 +87,10 @@ class BenchRunner:
             bootstrap=bootstrap, topic=f"{w.topic}-{cell.name}", partitions=w.partitions,
             rate=w.rate, duration=duration, warmup=w.warmup, record_size=w.record_size,
             payload=w.payload, compressibility=w.compressibility, keys=w.keys,
-            properties=props, workers=w.workers, interval=self.interval_s, id_headers=False)
+            properties=props, workers=w.workers, interval=self.interval_s,
+            # --consume measures e2e from the identity header; without it the header is
+            # left out, as a plain producer benchmark would not send it.
+            id_headers=w.consume, consume=w.consume)
 
     def run(self) -> BenchResults:
         w = self.workload

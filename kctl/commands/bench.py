@@ -37,6 +37,7 @@ def bench(
     warmup: Optional[str] = typer.Option(None, "--warmup", help="Warm-up before each repetition, not counted (default 2s)."),
     repetitions: Optional[int] = typer.Option(None, "--repetitions", help="Repetitions per cell, interleaved (default 3)."),
     workers: Optional[int] = typer.Option(None, "--workers", help="Worker processes per run (default: CPU cores)."),
+    consume: bool = typer.Option(False, "--consume", help="Also consume every run (kctl produce --consume): the e2e clock (consumed - intended send time) in the table, results and logs."),
     out_dir: Optional[Path] = typer.Option(None, "--out", help="Write results.json, hlog/<cell>.hlog, PNG charts and report.html here."),
     baseline: Optional[Path] = typer.Option(None, "--baseline", help="results.json of an earlier run: fail on a regression."),
     max_regression: str = typer.Option(DEFAULT_MAX_REGRESSION, "--max-regression", help="Bounds per metric beyond the repetitions' spread: N%, Nms or N%+Nms."),
@@ -60,7 +61,7 @@ def bench(
     workload = base.with_overrides(
         bootstrap=bootstrap_server, topic=topic, partitions=partitions, record_size=record_size,
         payload=payload, keys=keys, rate=parse_rate(rate, "--rate") if rate is not None else None, duration=duration, warmup=warmup,
-        repetitions=repetitions, workers=workers, matrix=merged_matrix,
+        repetitions=repetitions, workers=workers, matrix=merged_matrix, consume=consume or None,
         properties=(base.properties + extra) if extra else None)
     if junit_xml and not baseline:
         raise ConfigError("--junit-xml reports the regression gate: give --baseline too")

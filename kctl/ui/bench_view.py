@@ -29,11 +29,13 @@ def comparison_table(cells: Sequence[CellResult], *, title: str = "kctl bench") 
     t = Table(title=f"{title}: median (min–max) over {reps} repetition(s); * best per column",
               title_justify="left", show_lines=True)
     t.add_column("cell", no_wrap=True)
-    for m in METRICS:
+    # The e2e columns only when some cell consumed (kctl bench --consume).
+    shown = [m for m in METRICS if not m.key.startswith("e2e_") or any(c.has(m.key) for c in cells)]
+    for m in shown:
         t.add_column(m.label, justify="right", no_wrap=True)
     for cell in cells:
         row: list[Text | str] = [cell.label]
-        for m in METRICS:
+        for m in shown:
             if not cell.has(m.key):
                 row.append(Text("n/a", style="dim"))
                 continue
@@ -71,4 +73,6 @@ def gate_table(result: GateResult, *, only_regressions: bool = False) -> Table:
 def run_line(label: str, repetition: int, metrics: dict[str, float]) -> str:
     return (f"  repetition {repetition} {label}: {metrics.get('records_per_s', 0):,.0f} records/s, "
             f"{metrics.get('mb_per_s', 0):.2f} MB/s, p50 {metrics.get('p50_ms', 0):.2f} ms, "
-            f"p99 {metrics.get('p99_ms', 0):.2f} ms, max {metrics.get('max_ms', 0):.2f} ms")
+            f"p99 {metrics.get('p99_ms', 0):.2f} ms, max {metrics.get('max_ms', 0):.2f} ms"
+            + (f"; e2e p50 {metrics['e2e_p50_ms']:.2f} ms, p99 {metrics['e2e_p99_ms']:.2f} ms"
+               if "e2e_p99_ms" in metrics else ""))
