@@ -352,18 +352,20 @@ class ConsumerWorker:
         return self.clock.now_ns() < self._start_mono + self.spec.warmup_ns
 
     def _finish(self) -> None:
+        # The partitions as they stood before closing: a group member's close revokes them.
+        progress = self._progress()
         try:
             self.consumer.close()
         finally:
             gc.unfreeze()
-            self._report(final=True)
+            self._report(final=True, progress=progress)
 
-    def _report(self, *, final: bool) -> None:
+    def _report(self, *, final: bool, progress: tuple[PartitionProgress, ...] | None = None) -> None:
         now_wall = self.clock.wall_ns()
         self.reports.put(ConsumerInterval(
             consumer=self.spec.consumer, start_wall_ns=self._interval_start, end_wall_ns=now_wall,
             histograms=self.e2e.encode_interval(), metrics=self.consumer.metrics.snapshot(),
-            partitions=self._progress(), matched=self.matched, warmup=self._interval_warmup, final=final,
+            partitions=self._progress() if progress is None else progress, matched=self.matched, warmup=self._interval_warmup, final=final,
             caught_up=bool(self.caught_up_wall_ns), caught_up_wall_ns=self.caught_up_wall_ns,
             first_record_wall_ns=self.first_record_wall_ns,
             seen=dict(self.seen) if final and self.spec.verify else None,
