@@ -30,23 +30,17 @@ Run: .venv/bin/python benchmarks/consume.py [--records 1000000] [--rounds 3]
 
 from __future__ import annotations
 
-import os
-import sys
-
-# benchmarks/inspect.py would shadow the standard library's inspect (this directory is
-# sys.path[0] when a script here runs): search this directory last.
-_HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path[:] = [p for p in sys.path if os.path.abspath(p or ".") != _HERE] + [_HERE]
-
 import argparse
 import json
 import multiprocessing as mp
+import os
 import statistics
 import subprocess
+import sys
 import tempfile
 import time
 
-import peers  # noqa: E402
+import peers
 
 from kctl.broker import EmbeddedBroker
 from kctl.engine import admin

@@ -45,6 +45,7 @@ import peers
 from kctl.broker import EmbeddedBroker
 from kctl.engine import admin
 from kctl.engine.blocking_client import BlockingClient
+from kctl.stats.summary import RunSummary
 
 PARTITIONS = 6
 TOPIC = "bench-produce"
@@ -67,13 +68,12 @@ def kctl(bootstrap: str, *args: str, n: int = 0, rate: float = 0.0, seconds: flo
         cmd += ["--rate", str(rate), "--duration", f"{seconds}s"] if rate else ["--num-records", str(n)]
         subprocess.run(cmd, check=True, capture_output=True, timeout=600)
         with open(out) as f:
-            s = json.load(f)
-    lat = s["latency"]
-    return {"rps": s["rates"]["records_per_s"], "mb_per_s": s["rates"]["mb_per_s"],
-            "wire_mb_per_s": s["rates"].get("wire_mb_per_s", 0.0),
-            "workers": s["run"]["workers"], "failed": s["counts"]["failed"],
-            "p50_ms": lat["send"]["p50_ms"], "p99_ms": lat["send"]["p99_ms"],
-            "intended_p99_ms": lat["intended"]["p99_ms"]}
+            s = RunSummary.from_json(json.load(f))
+    send, intended = s.latency["send"], s.latency["intended"]
+    return {"rps": s.rates.records_per_s, "mb_per_s": s.rates.mb_per_s,
+            "wire_mb_per_s": s.rates.wire_mb_per_s,
+            "workers": s.run.workers, "failed": s.counts.failed,
+            "p50_ms": send.p50_ms, "p99_ms": send.p99_ms, "intended_p99_ms": intended.p99_ms}
 
 
 def median_row(runs: list[dict]) -> dict:
@@ -94,7 +94,10 @@ def print_table(title: str, rows: list[tuple[str, dict]], base: str, target: flo
         for name, r in rows:
             ratio = r["p99_ms"] / b["p99_ms"] if b["p99_ms"] else 0.0
             intended = f"{r['intended_p99_ms']:.2f}" if r.get("intended_p99_ms") is not None else "-"
-            print(f"  {name:44} {r['p50_ms']:8.2f} {r['p99_ms']:8.2f} {ratio:17.2f}x  {intended:>12}")
+            mark = ""
+            if name.startswith("kctl"):
+                mark = "  target met" if ratio <= 1.2 else "  TARGET NOT MET (<= 1.2x)"
+            print(f"  {name:44} {r['p50_ms']:8.2f} {r['p99_ms']:8.2f} {ratio:17.2f}x  {intended:>12}{mark}")
         return
     print(f"  {'client':44} {'records/s':>11} {'MB/s':>7} {'vs librdkafka':>14}   rounds")
     for name, r in rows:

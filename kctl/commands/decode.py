@@ -10,7 +10,7 @@ from pathlib import Path
 import typer
 from rich.console import Console
 
-from kctl.errors import ConfigError, DecodeError
+from kctl.errors import ConfigError, RemoteProtocolError
 from kctl.inspect import report
 from kctl.inspect.legs import Leg, read_legs
 from kctl.inspect.session import (
@@ -18,6 +18,7 @@ from kctl.inspect.session import (
 )
 from kctl.inspect.summary import CaptureSummary
 from kctl.inspect.traffic import describe_ports, tcp_port_bytes
+from kctl.protocol.compression import DEFAULT_RATIO, DecompressionBudget
 from kctl.protocol.schema import API_BY_KEY, API_BY_NAME
 from kctl.ui.console import stderr_console, stdout_console
 
@@ -94,6 +95,10 @@ def decode(
     show_secrets: bool = typer.Option(False, "--show-secrets", help="Show SaslAuthenticate credentials (redacted by default)."),
     max_pending_mb: int = typer.Option(4, "--max-pending-mb", min=1,
                                        help="Out-of-order bytes held per stream before a gap is declared."),
+    max_decompress_ratio: int = typer.Option(
+        DEFAULT_RATIO, "--max-decompress-ratio", min=1,
+        help="Decompressed bytes allowed per captured byte, per frame and per run (beyond "
+             "16 MiB): records of compressed batches past it are not decoded."),
 ) -> None:
     """Decode Kafka frames from pcap/pcapng captures (tcpdump, Wireshark, kctl inspect)."""
     if old_version:
@@ -118,14 +123,21 @@ def decode(
     failures: list[CaptureNotice] = []
     found = 0
 
+    budget = DecompressionBudget(ratio=max_decompress_ratio)   # one for the whole run
+    stream_notices = 0
     for item in (it for path, ports, interfaces in plans
                  for it in decode_files([path], ports, max_pending_bytes=max_pending_mb << 20,
-                                        show_secrets=show_secrets, interfaces=interfaces)):
+                                        show_secrets=show_secrets, interfaces=interfaces,
+                                        budget=budget)):
         if isinstance(item, CaptureNotice):
             if summ is not None:
                 summ.add(item)
             if item.kind == "error":
                 failures.append(item)
+            elif item.conn is not None:
+                # A broker-port stream that was seen but not decoded (skipped as
+                # undecodable, a gap, TLS): Kafka's port, so not "no Kafka traffic".
+                stream_notices += 1
             if not summ:
                 err.print(f"# {item}", markup=False)
             continue
@@ -153,7 +165,7 @@ def decode(
         else:
             for t in _summary_tables(s):
                 out.print(t)
-    if not found and not failures:
+    if not found and not failures and not stream_notices:
         tried = sorted({p for _, ports, _ in plans for p in ports})
         err.print(f"kctl decode: no Kafka traffic found in {', '.join(str(f) for f in files)} on port"
                   f"{'s' if len(tried) > 1 else ''} {', '.join(map(str, tried))}; TCP ports seen, with "
@@ -161,10 +173,11 @@ def decode(
                   "with --port", markup=False)
         raise typer.Exit(1)
     if failures:
+        # One line: the file, the file offset of the damage and what it is.
         first = failures[0]
+        where = first.file if first.offset is None else f"{first.file}, file offset {first.offset}"
         more = f" (and {len(failures) - 1} more)" if len(failures) > 1 else ""
-        raise DecodeError(f"{first.file}: {first.message}{more}", offset=first.offset or 0,
-                          field="capture")
+        raise RemoteProtocolError(f"{where}: {first.message}{more}")
 
 
 def _summary_tables(s: dict) -> list:

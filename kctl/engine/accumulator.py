@@ -9,10 +9,9 @@ How this works
   ``BufferPool``. When the pool has no memory the append stops and says so
   (``needs_memory``); the producer then runs the sender until memory frees or
   ``max.block.ms`` passes (see buffer_pool.py), and appends again.
-- ``try_append`` is the general path's common case (the record fits the open
-  batch) without a result object; ``open_room`` and ``all_batches_full`` answer
-  the producer's partition choice (KIP-480's new-batch switch and KIP-794's
-  "switch only when the last batch is full").
+- ``open_room`` and ``all_batches_full`` answer the producer's partition choice
+  (KIP-480's new-batch switch and KIP-794's "switch only when the last batch is
+  full").
 - ``ready(cluster, now_ns)`` says which leader nodes have something sendable:
   a full batch, more than one batch queued, ``linger.ms`` passed since the
   first append, a flush or close in progress, or a pool that has run dry. A
@@ -203,25 +202,6 @@ class RecordAccumulator:
         self._incomplete.add(batch)
         return batch
 
-    def try_append(self, tp: TopicPartition, timestamp_ms: int, key: bytes | None,
-                   value: bytes | None, headers: Sequence[Header], now_ns: int,
-                   callback: Callable[[RecordHandle], object] | None = None) -> ProducerBatch | None:
-        """One record into the partition's open batch when it fits there: the batch
-        (the record is its last), or None when a new batch is needed (``append``).
-        The general path's common case, with no result object."""
-        dq = self._deques.get(tp)
-        if not dq:
-            return None
-        last = dq[-1]
-        if last.state is not BatchState.OPEN or last.template is not None:
-            return None
-        size = RECORD_OVERHEAD_BOUND + (len(key) if key else 0) + (len(value) if value else 0)
-        if headers:
-            size += _headers_size(headers)
-        if last.try_append(timestamp_ms, key, value, headers, size, now_ns, callback) < 0:
-            return None
-        return last
-
     def append(self, tp: TopicPartition, timestamp_ms: int, key: bytes | None,
                value: bytes | None, headers: Sequence[Header], now_ns: int, *,
                abort_on_new_batch: bool = False,
@@ -387,7 +367,7 @@ class RecordAccumulator:
             for topic, n in queues.items():
                 count = cluster.partition_count(topic)
                 if count and n >= count:
-                    per = sorted(loads.get(topic, ()))
+                    per = loads.get(topic, ())
                     out.append(PartitionLoad(topic, tuple(p for p, _ in per),
                                              tuple(q for _, q in per), count))
             load = tuple(out)
@@ -497,7 +477,13 @@ class RecordAccumulator:
 
     @property
     def incomplete_count(self) -> int:
+        """Batches not yet resolved (acknowledged or failed)."""
         return len(self._incomplete)
+
+    @property
+    def incomplete_records(self) -> int:
+        """Records in the batches not yet resolved."""
+        return sum(b.record_count for b in self._incomplete)
 
     def close(self) -> None:
         """No more appends; everything queued becomes sendable at once."""

@@ -27,8 +27,19 @@ from collections.abc import Callable, Sequence
 from bisect import bisect_left
 
 from kctl.config import PartitionerKind, ProducerConfig
-from kctl.engine.accumulator import PartitionLoad, RecordAccumulator
-from kctl.engine.batch import RECORD_BATCH_OVERHEAD, ProducerBatch, RecordHandle, TopicPartition
+from kctl.engine.accumulator import (
+    RECORD_OVERHEAD_BOUND,
+    PartitionLoad,
+    RecordAccumulator,
+    record_size_estimate,
+)
+from kctl.engine.batch import (
+    RECORD_BATCH_OVERHEAD,
+    BatchState,
+    ProducerBatch,
+    RecordHandle,
+    TopicPartition,
+)
 from kctl.engine.bulk import KeyLayout, RecordPool, RecordShape
 from kctl.engine.buffer_pool import BufferPool
 from kctl.engine.clock import NS_PER_MS, Clock, SystemClock
@@ -44,6 +55,7 @@ from kctl.protocol.compression import Compression
 from kctl.protocol.records import Header
 
 PLAIN = RecordShape()
+_OPEN = BatchState.OPEN
 #: Keys whose partition a topic remembers (murmur2 costs more than the rest of a send).
 KEY_CACHE_SIZE = 65536
 
@@ -51,7 +63,8 @@ KEY_CACHE_SIZE = 65536
 class _TopicState:
     """What sends to one topic need from metadata, rebuilt when metadata changes."""
 
-    __slots__ = ("topic", "version", "num_partitions", "available", "tps", "key_partitions")
+    __slots__ = ("topic", "version", "num_partitions", "available", "tps", "key_partitions",
+                 "sticky_budget", "open_batches")
 
     def __init__(self, topic: str, version: int, num_partitions: int, available: tuple[int, ...],
                  tps: tuple[TopicPartition, ...]) -> None:
@@ -61,6 +74,10 @@ class _TopicState:
         self.available = available
         self.tps = tps
         self.key_partitions: dict[bytes, int] = {}
+        self.open_batches: list[ProducerBatch | None] = [None] * num_partitions
+        # send()'s sticky partition, bytes before it may switch (batch.size) and before
+        # it must (twice that), bytes not yet reported to the partitioner
+        self.sticky_budget: list[int] = [-1, 0, 0, 0]
 
 
 class _BulkRun:
@@ -187,8 +204,10 @@ class Producer:
                         self.metadata.available_partitions(topic),
                         tuple(TopicPartition(topic, i) for i in range(count)))
         old = self._topics.get(topic)
-        if old is not None and old.num_partitions == count:
-            t.key_partitions = old.key_partitions
+        if old is not None:
+            t.sticky_budget = old.sticky_budget
+            if old.num_partitions == count:
+                t.key_partitions = old.key_partitions
         self._topics[topic] = t
         return t
 
@@ -228,18 +247,26 @@ class Producer:
                 part = pt.key_partition(key, t.num_partitions)
                 if type(key) is bytes and len(kp) < KEY_CACHE_SIZE:
                     kp[key] = part
+        elif self._sticky:
+            part = pt.sticky_partition(topic, t.num_partitions, t.available)
+            sticky = True
         else:
-            part = pt.partition(topic, None, t.num_partitions, t.available)
-            sticky = self._sticky
+            part = pt.partition(topic, None, t.num_partitions, t.available)   # round-robin
         tp = t.tps[part]
         ts = self.clock.wall_ms() if timestamp_ms is None else timestamp_ms
         now = self.clock.now_ns()
         acc = self.accumulator
-        batch = acc.try_append(tp, ts, key, value, headers, now, callback)
+        # The batch this partition's last record went into, while it is open (only a
+        # deque's last batch can be): the common case needs no accumulator lookup.
+        batch = t.open_batches[part]
+        index = -1
+        if batch is not None and batch.state is _OPEN:
+            size = RECORD_OVERHEAD_BOUND + (len(key) if key else 0) + (len(value) if value else 0)
+            if headers:
+                size = record_size_estimate(key, value, headers)
+            index = batch.try_append(ts, key, value, headers, size, now, callback)
         new_batch = False
-        if batch is not None:
-            index = batch.record_count - 1
-        else:
+        if index < 0:
             result = acc.append(tp, ts, key, value, headers, now, callback=callback,
                                 abort_on_new_batch=sticky and self._abort_on_new_batch)
             if result.abort_for_new_batch:
@@ -256,15 +283,43 @@ class Producer:
             assert batch is not None
             index = result.index
             new_batch = result.new_batch_created
+            t.open_batches[part] = batch
         if sticky and self._kip794:
-            pt.on_append(topic, part, len(value or b"") + len(key or b""),
-                         enable_switch=batch.is_full())
+            # KIP-794: bytes count towards the sticky partition's switch. Only
+            # reaching batch.size with the last batch full, or twice batch.size, can
+            # switch it, so the bytes are reported in one go when that happens: the
+            # same switches as Java's report per record.
+            budget = t.sticky_budget
+            if budget[0] != part:
+                self._report_sticky(t)
+                budget[0] = part
+                budget[1], budget[2] = pt.sticky_bytes_left(topic)
+            size = (len(value) if value else 0) + (len(key) if key else 0)
+            budget[1] -= size
+            budget[2] -= size
+            budget[3] += size
+            if budget[1] <= 0:
+                # Past batch.size: a switch needs the last batch full, or twice batch.size.
+                full = batch.estimated_bytes >= batch.capacity
+                if full or budget[2] <= 0:
+                    pt.on_append(topic, part, budget[3], enable_switch=full)
+                    budget[1], budget[2] = pt.sticky_bytes_left(topic)
+                    budget[3] = 0
         # A turn when a batch just filled (the append opened the next one) or when the
         # sender asked to be woken by now; not on every append behind a full batch,
         # which under backpressure would run the whole sender once per record.
         if new_batch or now >= self._next_wake_ns:
             self._step(0)
         return RecordHandle(batch, index)
+
+    def _report_sticky(self, t: _TopicState) -> None:
+        """Hands the partitioner the bytes ``send()`` has not reported yet (``on_append``)."""
+        budget = t.sticky_budget
+        if budget[3] and budget[0] >= 0:
+            tp = t.tps[budget[0]]
+            self.partitioner.on_append(t.topic, budget[0], budget[3],
+                                       enable_switch=self.accumulator.all_batches_full(tp))
+        budget[:] = [-1, 0, 0, 0]
 
     def _wait_for_memory(self, size: int) -> None:
         buffer = self.pool.allocate(size, max_block_ms=self.config.max_block_ms,
@@ -295,6 +350,8 @@ class Producer:
         t = self._topics.get(topic)
         if t is None or t.version != self.metadata.version:
             t = self._topic(topic)
+        if self._kip794:
+            self._report_sticky(t)
         template, record_bytes = self._template_for(shape, pool)
         size = len(pool.values)
         run = _BulkRun(template, record_bytes, pool.value_size, intended_first_ns, intended_step_ns,
@@ -498,6 +555,11 @@ class Producer:
     @property
     def in_flight_requests(self) -> int:
         return self.network.in_flight_request_count()
+
+    @property
+    def unresolved_records(self) -> int:
+        """Records sent but neither acknowledged nor failed yet (what a timed-out flush leaves)."""
+        return self.accumulator.incomplete_records
 
     def wall_ms(self) -> int:
         return self.clock.wall_ms()

@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Sequence
+from bisect import bisect_right
 from itertools import repeat
 from typing import Final
 
@@ -328,7 +329,8 @@ class GeneralBatchBuilder:
     ``records.build_batch`` writes (tests check it).
     """
 
-    __slots__ = ("compression", "compression_level", "xerial", "_pieces", "_attributes")
+    __slots__ = ("compression", "compression_level", "xerial", "_pieces", "_glued_pieces",
+                 "_attributes")
 
     def __init__(self, *, compression: int = Compression.NONE,
                  compression_level: int | None = None, xerial: bool = True) -> None:
@@ -336,6 +338,7 @@ class GeneralBatchBuilder:
         self.compression_level = compression_level
         self.xerial = xerial
         self._pieces: dict[tuple[int, int, int], list[bytes]] = {}
+        self._glued_pieces: dict[tuple[int, int], list[bytes]] = {}
         self._attributes = (batch_attributes(self.compression, 0, False),
                             batch_attributes(self.compression, 0, True))
 
@@ -345,6 +348,7 @@ class GeneralBatchBuilder:
         if pieces is None:
             if len(self._pieces) >= 4096:
                 self._pieces.clear()
+                self._glued_pieces.clear()
             pieces = self._pieces[key] = []
         while len(pieces) <= od:
             d = len(pieces)
@@ -368,6 +372,62 @@ class GeneralBatchBuilder:
         if n == 0:
             raise EncodeError("a batch needs at least one record")
         base_ts = timestamps[0]
+        body = self._uniform_body(timestamps, keys, values, headers, n, base_ts)
+        if body is None:
+            body = self._record_by_record(timestamps, keys, values, headers, n, base_ts, base_offset)
+        return self._finish(body, n, timestamps, base_ts, producer_id, producer_epoch, base_sequence,
+                            base_offset, is_transactional, partition_leader_epoch)
+
+    def _uniform_body(self, timestamps: Sequence[int], keys: Sequence[bytes | None],
+                      values: Sequence[bytes | None], headers: Sequence[Sequence[Header]] | None,
+                      n: int, base_ts: int) -> bytes | None:
+        """The common batch: no keys, no headers, one value length, timestamps that do
+        not go back. Records with the same timestamp delta take consecutive pieces of
+        one cached list (a C-level slice per run of equal timestamps, not a step per
+        record); None for any other batch."""
+        if headers is not None or keys.count(None) != n or None in values:
+            return None
+        lengths = set(map(len, values))  # type: ignore[arg-type]
+        if len(lengths) != 1:
+            return None
+        vlen = lengths.pop()
+        last_ts = timestamps[-1]
+        if not 0 <= last_ts - base_ts <= _ZZ_MAX or vlen > _ZZ_MAX or n > _ZZ_MAX:
+            return None
+        if timestamps != sorted(timestamps):
+            return None             # a clock that went back: record by record
+        parts: list[bytes] = [b""] * (2 * n + 1)
+        parts[1:2 * n:2] = values  # type: ignore[assignment]
+        piece = self._piece
+        i = 0
+        while i < n:
+            ts = timestamps[i]
+            j = bisect_right(timestamps, ts, i) if ts != last_ts else n
+            td = ts - base_ts
+            piece(td, -1, vlen, j - 1)  # fills the cached list up to j
+            pieces = self._pieces[(td, -1, vlen)]
+            parts[2 * i:2 * j:2] = self._glued(td, vlen, pieces, i, j)
+            i = j
+        parts[-1] = b"\x00"
+        return b"".join(parts)
+
+    def _glued(self, td: int, vlen: int, pieces: list[bytes], i: int, j: int) -> list[bytes]:
+        """Everything before the value of the records at offset deltas i..j-1 (prefix and
+        value length), each but the batch's first led by the previous record's header
+        count (0x00), as ``BatchTemplate`` glues headers."""
+        key = (td, vlen)
+        glued = self._glued_pieces.get(key)
+        if glued is None:
+            glued = self._glued_pieces[key] = []
+        tail = _ZZ[vlen]
+        while len(glued) < j:
+            d = len(glued)
+            glued.append(pieces[d] + tail if d == 0 else b"\x00" + pieces[d] + tail)
+        return glued[i:j]
+
+    def _record_by_record(self, timestamps: Sequence[int], keys: Sequence[bytes | None],
+                          values: Sequence[bytes | None], headers: Sequence[Sequence[Header]] | None,
+                          n: int, base_ts: int, base_offset: int) -> bytes:
         parts: list[bytes] = []
         append = parts.append
         piece = self._piece
@@ -389,7 +449,11 @@ class GeneralBatchBuilder:
             else:
                 append(_encode_records((Record(base_offset + od, timestamps[od], k, v, tuple(h)),),
                                        base_offset, base_ts))
-        body = b"".join(parts)
+        return b"".join(parts)
+
+    def _finish(self, body: bytes, n: int, timestamps: Sequence[int], base_ts: int,
+                producer_id: int, producer_epoch: int, base_sequence: int, base_offset: int,
+                is_transactional: bool, partition_leader_epoch: int) -> bytes:
         if self.compression:
             body = compress(self.compression, body, level=self.compression_level,
                             xerial=self.xerial)

@@ -136,8 +136,7 @@ class LatencyFigures:
     def from_dict(cls, d: dict[str, float | int]) -> LatencyFigures:
         negative = d.get("negative")
         min_ms = d.get("min_ms")
-        return cls(*(float(d.get(k, 0.0)) for k in ("p50_ms", "p90_ms", "p95_ms", "p99_ms", "p999_ms",
-                                                     "p9999_ms", "max_ms", "mean_ms")),
+        return cls(**{k: float(d.get(k, 0.0)) for k in _FLOAT_FIELDS},
                    count=int(d.get("count", 0)),
                    negative=int(negative) if negative is not None else None,
                    min_ms=float(min_ms) if min_ms is not None else None)
@@ -156,6 +155,9 @@ class LatencyFigures:
         """A figure by its summary key without ``_ms`` (``p99``, ``max``, ``mean``)."""
         return float(getattr(self, f"{key}_ms"))
 
+
+#: LatencyFigures' millisecond fields, by name (from_dict reads them so, never by position).
+_FLOAT_FIELDS = ("p50_ms", "p90_ms", "p95_ms", "p99_ms", "p999_ms", "p9999_ms", "max_ms", "mean_ms")
 
 EMPTY_FIGURES = LatencyFigures(0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0)
 

@@ -195,3 +195,13 @@ def test_split_keeps_handles_and_order():
     assert sum((p.handles() for p in parts), []) == handles
     values = [r.value for p in parts for r in decode_batches(p.encode(0)).records]
     assert values == [bytes([i]) for i in range(10)]
+
+
+def test_incomplete_records_counts_records_not_batches():
+    """What a worker reports as abandoned when its flush times out: records, as
+    docs/produce-summary.md says, not the batches holding them."""
+    acc, _ = make(**{"linger.ms": "1000", "batch.size": "1024"})
+    for i in range(25):                  # 100-byte values: several batches on TP0, one on TP1
+        acc.append(TP0, 0, None, b"x" * 100, (), T0)
+    acc.append(TP1, 0, None, b"y" * 100, (), T0)
+    assert acc.incomplete_count >= 3 and acc.incomplete_records == 26

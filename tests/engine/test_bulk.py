@@ -143,6 +143,33 @@ def test_uniform_sticky_switches_between_batch_size_and_twice_that():
     assert len({p for p, _ in sticks if p >= 0}) > 1
 
 
+def test_send_sticks_as_the_bulk_path_does():
+    """``send()`` reports appended bytes to the partitioner in one go below batch.size
+    and record by record after it: the same switches as per-record reports."""
+    h = harness(**{"batch.size": "1000", "linger.ms": "100"})
+    pt = h.producer.partitioner
+    sticks: list[list[int]] = [[-1, 0]]
+    original = pt.on_append
+
+    def on_append(topic, partition, appended_bytes, enable_switch=True):
+        if sticks[-1][0] < 0:
+            sticks[-1][0] = partition
+        assert partition == sticks[-1][0]
+        sticks[-1][1] += appended_bytes
+        original(topic, partition, appended_bytes, enable_switch)
+        if pt.sticky_bytes_left(topic) == (1000, 2000):
+            sticks.append([-1, 0])
+
+    pt.on_append = on_append
+    for i in range(600):
+        h.producer.send("t", b"s" * 60)
+        if i % 50 == 0:
+            drain(h)
+    drain(h)
+    done = [b for _, b in sticks[:-1]]
+    assert len(done) > 10 and all(1000 <= b < 2000 + 60 for b in done), done
+
+
 def test_legacy_sticky_moves_when_a_batch_would_open():
     """KIP-480 (partitioner.class=murmur2, the pre-3.3 DefaultPartitioner): keyless
     records switch partition each time the sticky one would open a new batch."""

@@ -255,3 +255,21 @@ def test_fuzz_damaged_frames_decode_or_report(valid, at, patch, cut):
 def test_fuzz_arbitrary_frames(data, api_key, version):
     for f in (decode_frame_bytes(data), decode_frame_bytes(data, api_key=api_key, api_version=version)):
         json.dumps(report.frame_json(f)), report.frame_line(f)
+
+
+def test_summary_tables_show_captured_names_as_text_not_markup():
+    """A topic name from a capture such as "[/]x" is data: Rich must not parse it (it raised
+    MarkupError, a traceback, before)."""
+    import io as _io
+
+    from rich.console import Console
+
+    from kctl.inspect.summary import CaptureSummary
+    from kctl.ui.decode_view import summary_tables
+    s = CaptureSummary()
+    for item in decode_frame_bytes(produce_request(1, topic="[/]x[bold")), :
+        s.add(item)
+    out = _io.StringIO()
+    for t in summary_tables(s.to_dict()):
+        Console(file=out, width=120, color_system=None).print(t)
+    assert "[/]x[bold" in out.getvalue()

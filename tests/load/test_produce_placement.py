@@ -11,6 +11,8 @@ from collections import Counter
 
 import pytest
 
+from kctl.stats.summary import RunSummary
+
 from .test_produce_cli import kctl
 
 pytestmark = pytest.mark.broker
@@ -35,11 +37,11 @@ def read_back(broker, topic: str, expect: int) -> list:
     return out
 
 
-def produce(broker, tmp_path, topic: str, *args: str) -> dict:
+def produce(broker, tmp_path, topic: str, *args: str) -> RunSummary:
     out = tmp_path / f"{topic}.json"
     kctl("produce", "-b", broker.bootstrap, "-t", topic, "--partitions", str(PARTITIONS),
          "--workers", "1", "--quiet", "--json-out", str(out), *args)
-    return json.loads(out.read_text())
+    return RunSummary.from_json(json.loads(out.read_text()))
 
 
 @pytest.mark.parametrize("name", ["org.apache.kafka.clients.producer.RoundRobinPartitioner",
@@ -48,24 +50,39 @@ def test_round_robin_spreads_records_evenly(broker, tmp_path, name):
     topic = f"place-rr-{len(name)}"
     s = produce(broker, tmp_path, topic, "--num-records", "6000", "-X", f"partitioner.class={name}",
                 "--keys", "random:50")         # keys are ignored by round-robin
-    assert {p["partition"]: p["records_acked"] for p in s["partitions"]} == {p: 1000 for p in range(6)}
+    assert {p.partition: p.records_acked for p in s.partitions} == {p: 1000 for p in range(6)}
     got = Counter(m.partition for m in read_back(broker, topic, 6000))
     assert got == {p: 1000 for p in range(6)}
 
 
-def test_uniform_sticky_fills_batches(broker, tmp_path):
-    """KIP-794's built-in partitioner (the default) and UniformStickyPartitioner: whole
-    batches to one partition at a time, spread over all partitions."""
-    for topic, extra in (("place-sticky", ()), ("place-uniform",
-                         ("-X", "partitioner.class=org.apache.kafka.clients.producer.UniformStickyPartitioner",
-                          "--keys", "random:50"))):
-        s = produce(broker, tmp_path, topic, "--num-records", "60000", "-X", "linger.ms=50",
-                    "-X", "acks=1", *extra)
-        assert s["counts"]["acked"] == 60000
-        assert s["batching"]["batch_fill"] > 0.9, s["batching"]
-        assert len(s["partitions"]) == 6
-        got = Counter(m.partition for m in read_back(broker, topic, 60000))
-        assert sum(got.values()) == 60000 and len(got) == 6
+STICKY = "org.apache.kafka.clients.producer.UniformStickyPartitioner"
+
+
+@pytest.mark.parametrize(("partitioner", "keys"), [
+    ("default", False),       # KIP-794's built-in partitioner, keyless records
+    (STICKY, True),           # UniformStickyPartitioner: keys ignored
+    ("sticky", True),         # kctl's short name for it
+    ("murmur2", False),       # the pre-3.3 DefaultPartitioner: KIP-480 sticky for keyless records
+])
+def test_sticky_partitioners_fill_batches(broker, tmp_path, partitioner, keys):
+    """Whole batches to one partition at a time, spread over all partitions; the sticky
+    partitioners that ignore keys put one key on several partitions."""
+    topic = f"place-sticky-{partitioner[-8:].lower()}"
+    extra = ("--keys", "random:50") if keys else ()
+    s = produce(broker, tmp_path, topic, "--num-records", "60000", "-X", "linger.ms=50",
+                "-X", "acks=1", "-X", f"partitioner.class={partitioner}", *extra)
+    assert s.counts.acked == 60000
+    assert s.batching.batch_fill > 0.9, s.batching
+    assert len(s.partitions) == 6
+    records = read_back(broker, topic, 60000)
+    got = Counter(m.partition for m in records)
+    assert sum(got.values()) == 60000 and len(got) == 6
+    if keys:
+        partitions_of_key: dict[bytes, set[int]] = {}
+        for m in records:
+            partitions_of_key.setdefault(m.key, set()).add(m.partition)
+        assert len(partitions_of_key) == 50
+        assert all(len(ps) > 1 for ps in partitions_of_key.values())
 
 
 @pytest.mark.parametrize("partitioner", ["default", "org.apache.kafka.clients.producer.internals.DefaultPartitioner"])
@@ -74,7 +91,7 @@ def test_a_key_always_lands_on_its_murmur2_partition(broker, tmp_path, partition
     topic = f"place-keys-{len(partitioner)}"
     s = produce(broker, tmp_path, topic, "--num-records", "5000", "--keys", "random:200",
                 "-X", f"partitioner.class={partitioner}", "--verify")
-    assert s["verify"]["ok"] and s["counts"]["acked"] == 5000
+    assert s.verify is not None and s.verify.ok and s.counts.acked == 5000
     records = read_back(broker, topic, 5000)
     assert len(records) == 5000
     keys = {m.key for m in records}
@@ -91,7 +108,7 @@ def test_record_size_is_the_value_and_one_kctl_header_identifies_it(broker, tmp_
     after = time.time_ns()
     records = read_back(broker, topic, 300)
     assert len(records) == 300
-    tag = bytes.fromhex(s["run"]["id"][:8])
+    tag = bytes.fromhex(s.run.id[:8])
     seqs = []
     for m in records:
         assert len(m.value) == 100
