@@ -303,6 +303,8 @@ def write_max_rate_chart(result: MaxRateResult, out_dir: str | Path) -> Path:
     bottom.set_yscale("log")
     bottom.set_ylabel("latency (ms)")
     bottom.set_xlabel("step")
+    from matplotlib.ticker import MaxNLocator
+    bottom.xaxis.set_major_locator(MaxNLocator(integer=True))
     bottom.grid(True, which="both", alpha=0.3)
     bottom.legend(loc="upper left", fontsize="small")
     fig.tight_layout()
