@@ -50,8 +50,11 @@ def bench(
     junit_xml: Optional[Path] = typer.Option(None, "--junit-xml", help="Write the gate's checks as JUnit XML (with --baseline)."),
     quiet: bool = typer.Option(False, "--quiet", help="Print only the table (and the gate)."),
 ) -> None:
-    """Run a workload under every combination of producer settings and compare them,
-    or (--find-max-rate --slo 'p99<50ms') search for the highest rate that meets a latency bound."""
+    """Compare producer settings over a matrix, or find the highest rate within a latency bound.
+
+    A workload runs under every combination of producer settings (cells, interleaved
+    repetitions); with --find-max-rate --slo 'p99<50ms' a bracketing search over
+    fixed-rate steps finds the highest rate at which every bound holds."""
     t0 = time.monotonic()
     base = load_workload(workload_file) if workload_file else Workload()
     extra = tuple((s.name, str(s.value)) for s in (parse_assignment(x, "-X") for x in properties))
