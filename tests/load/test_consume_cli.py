@@ -117,3 +117,34 @@ def test_produce_consume_e2e_in_every_output_and_a_stall_on_the_e2e_clock(broker
     assert {"intended", "send", "request", "e2e"} <= tags
     # Verified from what the consumers read, against the acknowledgements.
     assert s["verify"]["expected"] == s["verify"]["found"] == 10_000 and s["verify"]["lost"] == 0
+
+
+def test_two_kctl_processes_measure_and_report_the_clock_offset(broker, tmp_path):
+    """Producer and consumer as two kctl processes (as on two hosts): `produce
+    --clock-server` answers, `consume --clock-peer` measures the offset and reports it
+    beside e2e (here one kernel clock: 0 within the measured bound)."""
+    js = tmp_path / "peer.json"
+    producer = subprocess.Popen(
+        [sys.executable, "-m", "kctl", "produce", "-b", broker.bootstrap, "-t", "two-procs", "--partitions", "2",
+         "--rate", "1000", "--duration", "8s", "--workers", "1", "--clock-server", "127.0.0.1:0"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        address = None
+        deadline = time.monotonic() + 60
+        while address is None and time.monotonic() < deadline:
+            line = producer.stderr.readline()
+            if "answering clock-offset exchanges at " in line:
+                address = line.split(" at ", 1)[1].split()[0]
+        assert address and address.startswith("127.0.0.1:"), address
+        run = kctl("consume", "-b", broker.bootstrap, "-t", "two-procs", "--from", "end", "--consumers", "1",
+                   "--duration", "3s", "--clock-peer", address, "--json-out", str(js),
+                   "-X", "fetch.max.wait.ms=50")
+    finally:
+        producer.wait(timeout=60)
+    s = json.loads(js.read_text())
+    clock = s["clock"]
+    assert clock["method"].startswith("NTP-style exchange with 127.0.0.1:") and clock["samples"] >= 1
+    assert abs(clock["offset_ms"]) <= clock["error_ms"]
+    e2e = s["latency"]["e2e"]
+    assert e2e["count"] > 500 and e2e["negative"] == 0
+    assert "e2e: p50 " in run.stdout
