@@ -37,7 +37,8 @@ from typing import Any
 from kctl.errors import ConfigError
 from kctl.stats.summary import RunSummary
 
-__all__ = ["SHORTFALL", "MaxRateResult", "RateSearch", "Slo", "StepResult", "judge_step", "parse_slo"]
+__all__ = ["SHORTFALL", "MaxRateResult", "RateSearch", "Slo", "StepResult", "judge_step", "parse_precision",
+           "parse_slo", "search"]
 
 #: A step whose achieved rate is below (1 - SHORTFALL) x its target failed.
 SHORTFALL = 0.03
@@ -90,6 +91,18 @@ def parse_slo(text: str) -> Slo:
         raise ConfigError(f"--slo {text!r}: the bound must be positive")
     pct = "p99.9" if m.group("pct") == "p999" else "p99.99" if m.group("pct") == "p9999" else m.group("pct")
     return Slo(clock, pct, bound)
+
+
+def parse_precision(text: str) -> float:
+    """``--precision 5%`` (or ``0.05``) as a fraction, strictly between 0 and 1."""
+    t = text.strip()
+    try:
+        value = float(t[:-1]) / 100 if t.endswith("%") else float(t)
+    except ValueError:
+        raise ConfigError(f"--precision must be a percentage such as 5%, not {text!r}") from None
+    if not 0 < value < 1:
+        raise ConfigError(f"--precision must be between 0% and 100%, not {text!r}")
+    return value
 
 
 @dataclass(frozen=True)

@@ -13,7 +13,7 @@ import typer
 from kctl.bench.charts import write_charts, write_max_rate_chart
 from kctl.bench.gate import DEFAULT_MAX_REGRESSION, parse_bounds
 from kctl.bench.results import best_cells
-from kctl.bench.max_rate import parse_slo
+from kctl.bench.max_rate import parse_precision, parse_slo
 from kctl.bench.runner import BenchRunner, find_max_rate
 from kctl.bench.workload import Workload, load_workload, parse_matrix_option
 from kctl.commands._gate import run_gate
@@ -91,9 +91,13 @@ def bench(
     if slo and not find_max_rate:
         raise ConfigError("--slo goes with --find-max-rate")
     if find_max_rate:
-        _find_max_rate(workload, slo, rate=rate, duration=duration, warmup=warmup, repetitions=repetitions,
+        # A step's default length (1 s warm-up + 5 s) unless the command line or the
+        # workload file gives one.
+        _find_max_rate(workload, slo, rate=rate,
+                       duration=duration or (base.duration if workload_file else None),
+                       warmup=warmup or (base.warmup if workload_file else None), repetitions=repetitions,
                        max_steps=max_steps, precision=precision, out_dir=out_dir,
-                       baseline=baseline, on_event=on_event, quiet=quiet)
+                       baseline=baseline, on_event=on_event)
         return
 
     def on_run(cell, repetition, rep) -> None:
@@ -122,17 +126,13 @@ def bench(
 
 def _find_max_rate(workload: Workload, slo_texts: list[str], *, rate: str | None, duration: str | None,
                    warmup: str | None, repetitions: int | None, max_steps: int, precision: str,
-                   out_dir: Path | None, baseline: Path | None, on_event, quiet: bool) -> None:
+                   out_dir: Path | None, baseline: Path | None, on_event) -> None:
     if not slo_texts:
         raise ConfigError("--find-max-rate needs at least one --slo, e.g. --slo 'p99<50ms'")
     if repetitions is not None or baseline is not None:
         raise ConfigError("--find-max-rate runs one search: --repetitions and --baseline do not go with it")
     slos = [parse_slo(t) for t in slo_texts]
-    text = precision.strip().rstrip("%")
-    try:
-        fraction = float(text) / 100
-    except ValueError:
-        raise ConfigError(f"--precision must be a percentage such as 5%, not {precision!r}") from None
+    fraction = parse_precision(precision)
     start = workload.rate or 1000.0
     if rate is not None and not workload.rate:
         raise ConfigError("--rate is the search's first step: give a number (5000), not max")

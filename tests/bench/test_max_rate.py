@@ -126,3 +126,11 @@ def test_result_json_has_every_step():
     doc = result.to_json()
     assert doc["found_rate"] == result.found_rate and len(doc["steps"]) == len(result.steps)
     assert doc["slo"] == ["intended.p99<50ms"] and doc["shortfall"] == SHORTFALL
+
+
+def test_precision_is_a_fraction():
+    from kctl.bench.max_rate import parse_precision
+    assert parse_precision("5%") == 0.05 and parse_precision("0.1") == 0.1
+    for bad in ("5", "abc%", "0%", "100%"):
+        with pytest.raises(ConfigError):
+            parse_precision(bad)
