@@ -27,7 +27,8 @@ import kctl
 #: Every command: name -> the first line of its function's docstring (tests keep them equal).
 COMMANDS: dict[str, str] = {
     "produce": "Load-test a cluster: open-loop rate schedule, three latency clocks, live stats.",
-    "bench": "Run a workload under every combination of producer settings and compare them.",
+    "consume": "Consume a topic: several consumer processes, e2e latency from identity headers, lag, backlog drain.",
+    "bench": "Compare producer settings over a matrix, or find the highest rate within a latency bound.",
     "report": "Compare earlier runs: the comparison table and the charts, no broker needed.",
     "metadata": "List the cluster's brokers, topics, partitions and leaders, and each broker's API versions.",
     "inspect": "Run a transparent Kafka proxy: live stats or frames, pcapng capture, fault injection.",

@@ -157,14 +157,16 @@ def _at(origin: str | None) -> str:
     return f"{origin}: " if origin else ""
 
 
-def parse_assignment(text: str, origin: str | None = None) -> Setting:
-    """``"linger.ms=5"`` (a ``-X`` option) into a ``Setting``."""
+def parse_assignment(text: str, origin: str | None = None, *, what: str = "producer") -> Setting:
+    """``"linger.ms=5"`` (a ``-X`` option) into a ``Setting``; ``what``: whose property
+    (``producer`` or ``consumer``), for the error message."""
     name, sep, value = text.partition("=")
     name = name.strip()
     if not sep or not name:
+        example = "linger.ms=5" if what == "producer" else "fetch.min.bytes=1"
         raise ConfigError(
-            f"{_at(origin)}expected a producer property as name=value, got {text!r} "
-            "(for example linger.ms=5)"
+            f"{_at(origin)}expected a {what} property as name=value, got {text!r} "
+            f"(for example {example})"
         )
     return Setting(name, value.strip(), origin)
 

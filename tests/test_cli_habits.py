@@ -73,7 +73,7 @@ def test_every_command_reports_usage_errors_on_one_line(capsys, monkeypatch, com
     (("produce", "--num-records", "10", "--warmup-records", "10"),
      "kctl: error: --warmup-records must be fewer than --num-records (as in perf-test)"),
     (("prodce",), "kctl: error: no such command: prodce (did you mean 'produce'? commands: produce, "
-                  "bench, report, metadata, inspect, decode, analyze, replay, broker)"),
+                  "consume, bench, report, metadata, inspect, decode, analyze, replay, broker)"),
     (("--nope",), "kctl: error: no such option: --nope (see 'kctl --help')"),
 ])
 def test_usage_errors_are_exact_lines(capsys, monkeypatch, args, line):

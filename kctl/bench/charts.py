@@ -27,10 +27,11 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from kctl.bench.max_rate import MaxRateResult
 from kctl.bench.results import METRICS, CellResult
 from kctl.errors import ConfigError
 
-__all__ = ["clock_of", "percentile_curve", "write_charts", "write_html", "write_pngs"]
+__all__ = ["clock_of", "percentile_curve", "write_charts", "write_html", "write_max_rate_chart", "write_pngs"]
 
 _TICKS = (0.0, 90.0, 99.0, 99.9, 99.99, 99.999, 99.9999)
 _COLOURS = ("#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2",
@@ -270,3 +271,44 @@ def write_charts(cells: Sequence[CellResult], out_dir: str | Path, *, title: str
     paths.append(write_html(cells, Path(out_dir) / "report.html", title=title, best=best,
                             workload=workload))
     return paths
+
+
+def write_max_rate_chart(result: MaxRateResult, out_dir: str | Path) -> Path:
+    """``max-rate.png``: per step, target and achieved rate (top) and each bound's figure
+    against its bound (bottom); failed steps are red crosses, the rate found a line."""
+    plt = _mpl()
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    steps = result.steps
+    xs = [s.step for s in steps]
+    fig, (top, bottom) = plt.subplots(2, 1, figsize=(10, 7), dpi=100, sharex=True)
+    top.plot(xs, [s.target_rate for s in steps], "o--", color="#7f7f7f", label="target")
+    for s in steps:
+        top.plot([s.step], [s.achieved_rate], "o" if s.passed else "x", markersize=9,
+                 color="#2ca02c" if s.passed else "#d62728")
+    if result.found_rate is not None:
+        top.axhline(result.found_rate, color="#2ca02c", linewidth=1,
+                    label=f"found {result.found_rate:,.0f} records/s")
+    top.plot([], [], "o", color="#2ca02c", label="achieved (passed)")
+    top.plot([], [], "x", color="#d62728", label="achieved (failed)")
+    top.set_ylabel("records/s")
+    top.set_title("kctl bench --find-max-rate: " + ", ".join(s.text() for s in result.slos))
+    top.grid(True, alpha=0.3)
+    top.legend(loc="upper left", fontsize="small")
+    for i, slo in enumerate(result.slos):
+        ys = [s.figures[i] for s in steps]
+        bottom.plot([x for x, y in zip(xs, ys, strict=True) if y is not None], [y for y in ys if y is not None],
+                    "o-", color=_colour(i), label=f"{slo.clock} {slo.percentile}")
+        bottom.axhline(slo.bound_ms, color=_colour(i), linestyle=":", label=f"bound {slo.bound_ms:g} ms")
+    bottom.set_yscale("log")
+    bottom.set_ylabel("latency (ms)")
+    bottom.set_xlabel("step")
+    from matplotlib.ticker import MaxNLocator
+    bottom.xaxis.set_major_locator(MaxNLocator(integer=True))
+    bottom.grid(True, which="both", alpha=0.3)
+    bottom.legend(loc="upper left", fontsize="small")
+    fig.tight_layout()
+    path = out / "max-rate.png"
+    fig.savefig(path)
+    plt.close(fig)
+    return path

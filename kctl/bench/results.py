@@ -58,6 +58,10 @@ METRICS: tuple[Metric, ...] = (
     Metric("service_p99_ms", "svc p99 ms", -1),
     Metric("service_p999_ms", "svc p99.9 ms", -1),
     Metric("service_max_ms", "svc max ms", -1),
+    # kctl bench --consume: consumed minus intended send time (the e2e clock).
+    Metric("e2e_p50_ms", "e2e p50 ms", -1),
+    Metric("e2e_p99_ms", "e2e p99 ms", -1),
+    Metric("e2e_max_ms", "e2e max ms", -1),
     Metric("records_per_batch", "rec/batch", +1, "{:.1f}"),
     # More requests per second is neither good nor bad on its own (it follows throughput
     # and linger), so it is shown but never marked best or gated by default.
@@ -199,6 +203,10 @@ def metrics_from_summary(s: RunSummary) -> dict[str, float]:
     for k in ("p50_ms", "p99_ms", "p999_ms", "max_ms"):
         out[k] = float(getattr(intended, k))
         out[f"service_{k}"] = float(getattr(send, k))
+    e2e = s.latency.get("e2e")
+    if e2e is not None:
+        for k in ("p50_ms", "p99_ms", "max_ms"):
+            out[f"e2e_{k}"] = float(getattr(e2e, k))
     return out
 
 

@@ -21,13 +21,14 @@ import platform
 import socket
 import sys
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from contextlib import ExitStack
 from datetime import UTC, datetime
 from importlib import metadata
 from pathlib import Path
 
 from kctl import __version__
+from kctl.bench.max_rate import MaxRateResult, Slo, StepResult, judge_step, search
 from kctl.bench.results import (
     BenchResults,
     CellResult,
@@ -43,7 +44,7 @@ from kctl.load.produce import ProduceOptions, execute, prepare
 from kctl.quantities import parse_duration, parse_warmup
 from kctl.stats.hlog import IntervalLogWriter, LoggedInterval, read_interval_log
 
-__all__ = ["BenchRunner", "environment"]
+__all__ = ["BenchRunner", "environment", "find_max_rate"]
 
 
 def _now_iso() -> str:
@@ -87,7 +88,10 @@ class BenchRunner:
             bootstrap=bootstrap, topic=f"{w.topic}-{cell.name}", partitions=w.partitions,
             rate=w.rate, duration=duration, warmup=w.warmup, record_size=w.record_size,
             payload=w.payload, compressibility=w.compressibility, keys=w.keys,
-            properties=props, workers=w.workers, interval=self.interval_s, id_headers=False)
+            properties=props, workers=w.workers, interval=self.interval_s,
+            # --consume measures e2e from the identity header; without it the header is
+            # left out, as a plain producer benchmark would not send it.
+            id_headers=w.consume, consume=w.consume)
 
     def run(self) -> BenchResults:
         w = self.workload
@@ -150,3 +154,43 @@ def _write_cell_log(path: Path, cell: Cell, intervals: list[LoggedInterval]) -> 
     with IntervalLogWriter.open(path, base_ns, comment=f"kctl bench cell {cell.label}") as log:
         for iv in sorted(intervals, key=lambda i: (i.start_s, i.tag or "")):
             log.output(iv.tag or "intended", int(iv.start_s * 1e9), int(iv.end_s * 1e9), iv.histogram)
+
+
+def find_max_rate(workload: Workload, slos: Sequence[Slo], *, start_rate: float, max_steps: int = 12,
+                  precision: float = 0.05, on_event: Callable[[str], None] = lambda _m: None,
+                  on_step: Callable[[StepResult], None] = lambda _s: None) -> MaxRateResult:
+    """``kctl bench --find-max-rate``: the bracketing search of kctl/bench/max_rate.py,
+    each step an ordinary ``kctl produce`` run at a fixed rate (its warm-up, then
+    ``workload.duration`` measured) to the topic ``<topic>-max-rate``; with ``--consume``
+    (implied by a bound on e2e) each step is also consumed."""
+    w = workload.validate()
+    if len(w.cells()) > 1:
+        raise KctlError("--find-max-rate searches one configuration: give -X properties, not a --matrix")
+    consume = w.consume or any(s.clock == "e2e" for s in slos)
+    _, warm_s = parse_warmup(w.warmup)
+    measure_s = parse_duration(w.duration, "duration")
+    interval_s = min(1.0, max(0.25, measure_s / 8))
+    props = tuple(f"{k}={v}" for k, v in w.properties)
+    with ExitStack() as stack:
+        bootstrap = w.bootstrap
+        if not bootstrap:
+            from kctl.broker import EmbeddedBroker
+            bootstrap = stack.enter_context(EmbeddedBroker()).bootstrap
+            on_event(f"no bootstrap server given: started the embedded broker (Tansu) at {bootstrap}")
+
+        def run(number: int, rate: float) -> StepResult:
+            on_event(f"step {number}: {rate:,.0f} records/s for {warm_s:g} s warm-up + {measure_s:g} s")
+            plan = prepare(ProduceOptions(
+                bootstrap=bootstrap, topic=f"{w.topic}-max-rate", partitions=w.partitions, rate=rate,
+                duration=f"{measure_s + warm_s:g}s", warmup=w.warmup, record_size=w.record_size,
+                payload=w.payload, compressibility=w.compressibility, keys=w.keys, properties=props,
+                workers=w.workers, interval=interval_s, id_headers=consume, consume=consume))
+            outcome = execute(plan)
+            if outcome.result.interrupted:
+                raise KeyboardInterrupt
+            failures = len(outcome.result.failures)
+            if outcome.consume is not None:
+                failures += len(outcome.consume.failures)
+            return judge_step(number, rate, outcome.summary, slos, failures=failures)
+
+        return search(start_rate, slos, run, on_step=on_step, max_steps=max_steps, precision=precision)

@@ -72,6 +72,8 @@ class Workload:
     warmup: str | None = "2s"
     repetitions: int = 3
     workers: int | None = None
+    #: also consume each run (``kctl produce --consume``): the e2e clock in every figure
+    consume: bool = False
     properties: tuple[tuple[str, str], ...] = ()
     matrix: tuple[tuple[str, tuple[str, ...]], ...] = ()
     source: str | None = field(default=None, compare=False)
@@ -135,7 +137,7 @@ class Workload:
                 "record_size": self.record_size, "payload": self.payload,
                 "compressibility": self.compressibility, "keys": self.keys,
                 "rate": self.rate or None, "duration": self.duration, "warmup": self.warmup,
-                "repetitions": self.repetitions, "workers": self.workers,
+                "repetitions": self.repetitions, "workers": self.workers, "consume": self.consume,
                 # for output (bench results): secrets such as sasl.password are redacted
                 "properties": redact_properties(dict(self.properties)),
                 "matrix": {k: [REDACTED] * len(v) if k in SECRET_PROPERTIES else list(v)
@@ -160,7 +162,7 @@ def parse_matrix_option(text: str) -> tuple[str, tuple[str, ...]]:
 
 
 _WORKLOAD_KEYS = {"bootstrap", "topic", "partitions", "record_size", "payload", "compressibility",
-                  "keys", "rate", "duration", "warmup", "repetitions", "workers"}
+                  "keys", "rate", "duration", "warmup", "repetitions", "workers", "consume"}
 
 
 def _workload_from_table(t: Mapping[str, Any], src: str) -> dict[str, Any]:
@@ -179,6 +181,10 @@ def _workload_from_table(t: Mapping[str, Any], src: str) -> dict[str, Any]:
             out[k] = t[k]
     if "compressibility" in t:
         out["compressibility"] = float(t["compressibility"])
+    if "consume" in t:
+        if not isinstance(t["consume"], bool):
+            raise ConfigError(f"{src}: [workload] consume must be true or false, not {t['consume']!r}")
+        out["consume"] = t["consume"]
     for k in ("duration", "warmup"):
         if k in t:
             v = t[k]

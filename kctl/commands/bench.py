@@ -3,22 +3,24 @@
 
 from __future__ import annotations
 
+import json
 import time
 from pathlib import Path
 from typing import Optional
 
 import typer
 
-from kctl.bench.charts import write_charts
+from kctl.bench.charts import write_charts, write_max_rate_chart
 from kctl.bench.gate import DEFAULT_MAX_REGRESSION, parse_bounds
 from kctl.bench.results import best_cells
-from kctl.bench.runner import BenchRunner
+from kctl.bench.max_rate import parse_precision, parse_slo
+from kctl.bench.runner import BenchRunner, find_max_rate
 from kctl.bench.workload import Workload, load_workload, parse_matrix_option
 from kctl.commands._gate import run_gate
 from kctl.config import parse_assignment
 from kctl.errors import ConfigError
 from kctl.quantities import parse_duration, parse_rate, parse_warmup
-from kctl.ui.bench_view import comparison_table, run_line
+from kctl.ui.bench_view import comparison_table, max_rate_line, max_rate_table, run_line
 from kctl.ui.console import stderr_console, stdout_console
 
 
@@ -37,13 +39,22 @@ def bench(
     warmup: Optional[str] = typer.Option(None, "--warmup", help="Warm-up before each repetition, not counted (default 2s)."),
     repetitions: Optional[int] = typer.Option(None, "--repetitions", help="Repetitions per cell, interleaved (default 3)."),
     workers: Optional[int] = typer.Option(None, "--workers", help="Worker processes per run (default: CPU cores)."),
+    consume: bool = typer.Option(False, "--consume", help="Also consume every run (kctl produce --consume): the e2e clock (consumed - intended send time) in the table, results and logs."),
+    find_max_rate: bool = typer.Option(False, "--find-max-rate", help="Search for the highest --rate at which every --slo holds: bracketing search over fixed-rate steps (each --warmup then --duration, default 1s + 5s); a step short of its target rate fails."),
+    slo: list[str] = typer.Option([], "--slo", help="A latency bound for --find-max-rate: [clock.]percentile<bound, e.g. 'p99<50ms' (intended clock), 'e2e.p99<100ms', 'request.p99.9<20ms' (repeatable: all must hold)."),
+    max_steps: int = typer.Option(12, "--max-steps", help="--find-max-rate: most steps to run."),
+    precision: str = typer.Option("5%", "--precision", help="--find-max-rate: stop when the bracket is this narrow (relative to the rate found)."),
     out_dir: Optional[Path] = typer.Option(None, "--out", help="Write results.json, hlog/<cell>.hlog, PNG charts and report.html here."),
     baseline: Optional[Path] = typer.Option(None, "--baseline", help="results.json of an earlier run: fail on a regression."),
     max_regression: str = typer.Option(DEFAULT_MAX_REGRESSION, "--max-regression", help="Bounds per metric beyond the repetitions' spread: N%, Nms or N%+Nms."),
     junit_xml: Optional[Path] = typer.Option(None, "--junit-xml", help="Write the gate's checks as JUnit XML (with --baseline)."),
     quiet: bool = typer.Option(False, "--quiet", help="Print only the table (and the gate)."),
 ) -> None:
-    """Run a workload under every combination of producer settings and compare them."""
+    """Compare producer settings over a matrix, or find the highest rate within a latency bound.
+
+    A workload runs under every combination of producer settings (cells, interleaved
+    repetitions); with --find-max-rate --slo 'p99<50ms' a bracketing search over
+    fixed-rate steps finds the highest rate at which every bound holds."""
     t0 = time.monotonic()
     base = load_workload(workload_file) if workload_file else Workload()
     extra = tuple((s.name, str(s.value)) for s in (parse_assignment(x, "-X") for x in properties))
@@ -60,7 +71,7 @@ def bench(
     workload = base.with_overrides(
         bootstrap=bootstrap_server, topic=topic, partitions=partitions, record_size=record_size,
         payload=payload, keys=keys, rate=parse_rate(rate, "--rate") if rate is not None else None, duration=duration, warmup=warmup,
-        repetitions=repetitions, workers=workers, matrix=merged_matrix,
+        repetitions=repetitions, workers=workers, matrix=merged_matrix, consume=consume or None,
         properties=(base.properties + extra) if extra else None)
     if junit_xml and not baseline:
         raise ConfigError("--junit-xml reports the regression gate: give --baseline too")
@@ -76,6 +87,18 @@ def bench(
     def on_event(message: str) -> None:
         if not quiet:
             err.print(message, highlight=False)
+
+    if slo and not find_max_rate:
+        raise ConfigError("--slo goes with --find-max-rate")
+    if find_max_rate:
+        # A step's default length (1 s warm-up + 5 s) unless the command line or the
+        # workload file gives one.
+        _find_max_rate(workload, slo, rate=rate,
+                       duration=duration or (base.duration if workload_file else None),
+                       warmup=warmup or (base.warmup if workload_file else None), repetitions=repetitions,
+                       max_steps=max_steps, precision=precision, out_dir=out_dir,
+                       baseline=baseline, on_event=on_event)
+        return
 
     def on_run(cell, repetition, rep) -> None:
         if not quiet:
@@ -99,6 +122,36 @@ def bench(
                       elapsed_s=time.monotonic() - t0)
         if not ok:
             raise typer.Exit(1)
+
+
+def _find_max_rate(workload: Workload, slo_texts: list[str], *, rate: str | None, duration: str | None,
+                   warmup: str | None, repetitions: int | None, max_steps: int, precision: str,
+                   out_dir: Path | None, baseline: Path | None, on_event) -> None:
+    if not slo_texts:
+        raise ConfigError("--find-max-rate needs at least one --slo, e.g. --slo 'p99<50ms'")
+    if repetitions is not None or baseline is not None:
+        raise ConfigError("--find-max-rate runs one search: --repetitions and --baseline do not go with it")
+    slos = [parse_slo(t) for t in slo_texts]
+    fraction = parse_precision(precision)
+    start = workload.rate or 1000.0
+    if rate is not None and not workload.rate:
+        raise ConfigError("--rate is the search's first step: give a number (5000), not max")
+    workload = workload.with_overrides(duration=duration or "5s", warmup=warmup or "1s")
+    out = stdout_console()
+    result = find_max_rate(workload, slos, start_rate=start, max_steps=max_steps, precision=fraction,
+                           on_event=on_event,
+                           on_step=lambda s: on_event(f"  step {s.step}: {s.target_rate:,.0f}/s -> "
+                                                      f"{s.achieved_rate:,.0f}/s achieved, "
+                                                      + ("pass" if s.passed else f"FAIL: {s.reason}")))
+    out.print(max_rate_table(result))
+    if out_dir is not None:
+        out_dir.mkdir(parents=True, exist_ok=True)
+        (out_dir / "max-rate.json").write_text(json.dumps(result.to_json(), indent=1) + "\n")
+        chart = write_max_rate_chart(result, out_dir)
+        on_event(f"wrote {out_dir / 'max-rate.json'}, {chart}")
+    print(max_rate_line(result), flush=True)
+    if result.found_rate is None:
+        raise typer.Exit(1)
 
 
 def register(app: typer.Typer) -> None:

@@ -99,6 +99,12 @@ def produce(
     seed: int = typer.Option(0, "--seed", help="Seed for payloads and keys."),
     transaction_duration_ms: Optional[int] = typer.Option(None, "--transaction-duration-ms", help="Transactions, as kafka-producer-perf-test: commit every N ms (default 3000 when transactional.id is set; sets transactional.id to perf-test's default when it is not). With several workers each uses <transactional.id>-<worker>."),
     transactional_id: Optional[str] = typer.Option(None, "--transactional-id", help="perf-test's spelling of -X transactional.id=ID."),
+    consume: bool = typer.Option(False, "--consume", help="Also consume the run as it goes: the e2e clock (consumed - intended send time) beside the other three."),
+    consumers: Optional[int] = typer.Option(None, "--consumers", help="Consumer processes with --consume (default 1; at most one per partition)."),
+    consumer_property: list[str] = typer.Option([], "--consumer-property", metavar="NAME=VALUE", help="Consumer property with --consume (fetch.min.bytes, fetch.max.wait.ms, isolation.level, ...; repeatable)."),
+    consumer_config: list[str] = typer.Option([], "--consumer-config", metavar="FILE", help="Java .properties file of consumer properties with --consume."),
+    drain_timeout: Optional[str] = typer.Option(None, "--drain-timeout", help="With --consume: how long the consumers may read on after the producers finish (default 30s)."),
+    clock_server: Optional[str] = typer.Option(None, "--clock-server", metavar="[HOST:]PORT", help="Answer clock-offset exchanges here, for 'kctl consume --clock-peer' on another host."),
     spark: bool = typer.Option(False, "--spark", help="Run the workers as Spark tasks (needs kctl[spark])."),
     master: Optional[str] = typer.Option(None, "--master", help="Spark master URL with --spark (default local[*])."),
     tasks: Optional[int] = typer.Option(None, "--tasks", help="Spark tasks with --spark (default: --workers, else the cluster's slots)."),
@@ -133,7 +139,9 @@ def produce(
         workers=tasks if spark and tasks is not None else workers,
         interval=parse_duration(interval, "--interval"), verify=verify,
         id_headers=not no_id_headers, seed=seed, transaction_duration_ms=transaction_duration_ms,
-        transactional_id=transactional_id))
+        transactional_id=transactional_id, consume=consume, consumers=consumers,
+        consumer_properties=tuple(consumer_property), consumer_config=tuple(consumer_config),
+        drain_timeout=drain_timeout, clock_server=_clock_address(clock_server)))
     run_factory = None
     if spark or master or tasks is not None:
         from kctl.spark.load import spark_run_factory   # imports pyspark only here
@@ -149,22 +157,27 @@ def produce(
             err.print(message, highlight=False)
 
     live: Live | None = None
-    state: dict = {}
+    consume_stats: list = []
+
+    def consume_state():
+        return consume_stats[0].snapshot(time.time_ns()) if consume_stats else None
 
     def on_start(run) -> None:
         nonlocal live
         if live_view:
-            live = Live(ProduceDashboard(lambda: run.stats.snapshot(time.time_ns())),
+            live = Live(ProduceDashboard(lambda: run.stats.snapshot(time.time_ns()),
+                                         consume_fn=consume_state if consume else None),
                         console=out, refresh_per_second=4, transient=True)
             live.start()
 
     def on_round(stats, closed: int) -> None:
         if not live_view and not quiet:
-            print(plain_line(stats.snapshot(time.time_ns())), flush=True)
+            print(plain_line(stats.snapshot(time.time_ns()), consume_state()), flush=True)
 
     try:
         outcome = execute(plan, on_event=on_event, on_round=on_round, on_start=on_start,
                           hdr_out=str(hdr_out) if hdr_out else None,
+                          on_consume_start=consume_stats.append,
                           **({"run_factory": run_factory} if run_factory else {}))
     finally:
         if live is not None:
@@ -176,6 +189,10 @@ def produce(
         out.print(summary_renderable(summary))
     # perf-test's closing line, last on stdout (scripts take it with tail -1); the clock
     # its latencies come from on the line before.
+    e2e = summary.latency.get("e2e")
+    if e2e is not None:
+        print(f"e2e: p50 {e2e.p50_ms:.3f} ms, p99 {e2e.p99_ms:.3f} ms, p99.9 {e2e.p999_ms:.3f} ms, "
+              f"max {e2e.max_ms:.3f} ms, {e2e.count} records consumed, {e2e.negative or 0} negative")
     print(clock_line(summary))
     print(summary_line(summary), flush=True)
     if outcome.result.interrupted:
@@ -201,6 +218,13 @@ def produce(
         status = 1
     if status:
         sys.exit(status)
+
+
+def _clock_address(text: str | None) -> str | None:
+    """``--clock-server PORT`` listens on every interface; ``HOST:PORT`` on one."""
+    if text is None:
+        return None
+    return f"0.0.0.0:{text}" if text.isdigit() else text
 
 
 def register(app: typer.Typer) -> None:

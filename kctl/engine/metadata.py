@@ -55,8 +55,11 @@ class MetadataUpdate:
 
 
 class Metadata:
-    def __init__(self, config: MetadataConfig) -> None:
+    def __init__(self, config: MetadataConfig, *, allow_auto_topic_creation: bool = False) -> None:
+        """``allow_auto_topic_creation``: what Metadata requests ask for (v4+); the producer
+        never asks, the consumer as ``allow.auto.create.topics`` says."""
         self.config = config
+        self.allow_auto_topic_creation = allow_auto_topic_creation
         self.topics: set[str] = set()
         self.nodes: dict[int, NodeAddress] = {}
         self.cluster_id: str | None = None
@@ -130,10 +133,12 @@ class Metadata:
 
     def build_request(self, now_ns: int, version: int):
         """The Metadata request to send now at ``version`` (``requests.metadata``: the
-        producer's topics, never auto-created); marks a refresh in progress."""
+        client's topics, auto-created only as ``allow_auto_topic_creation`` says); marks a
+        refresh in progress."""
         self._in_progress = True
         self._last_attempt_ns = now_ns
-        return requests.metadata(version, sorted(self.topics), allow_auto_topic_creation=False)
+        return requests.metadata(version, sorted(self.topics),
+                                 allow_auto_topic_creation=self.allow_auto_topic_creation)
 
     def failed_update(self, now_ns: int) -> None:
         self._in_progress = False

@@ -297,6 +297,14 @@ class NetworkClient:
             self._addresses[node] = _address_of(addr)
         self._metadata_nodes = sorted(nodes)
 
+    def add_node(self, node: int, address: tuple[str, int] | BrokerAddress | str) -> None:
+        """A node that is not one of metadata's brokers (a group coordinator's own
+        connection, as Java's ``Integer.MAX_VALUE - id``): reachable by ``ready``/``send``,
+        never chosen by ``least_loaded_node``."""
+        if node < 0:
+            raise ValueError(f"node id {node}: negative ids are reserved for bootstrap addresses")
+        self._addresses[node] = _address_of(address)
+
     @property
     def bootstrap_nodes(self) -> list[int]:
         return list(self._bootstrap_nodes)

@@ -27,13 +27,20 @@ from kctl.config import (
 from kctl.engine import admin
 from kctl.engine.blocking_client import BlockingClient
 from kctl.errors import ConfigError, KctlError
+from kctl.consumer_config import ConsumerConfig, canonical_consumer_setting
+from kctl.load.clock_sync import SAME_HOST, ClockServer
+from kctl.load.consume_run import ConsumeResult, ConsumeRun, ConsumeSpec
+from kctl.load.consume_verify import verify_against_acks
+from kctl.load.consume_worker import StartPosition
 from kctl.load.payload import KeySpec, PayloadSpec, make_pool, parse_keys
 from kctl.load.run import LoadResult, LoadRun, LoadSpec
 from kctl.load.verify import VerifyResult, verify
 from kctl.load.worker_count import WorkerCount, default_workers
 from kctl.quantities import parse_duration, parse_warmup
 from kctl.topics import validate_topic_name
+from kctl.protocol.identity import run_tag
 from kctl.stats.aggregate import RunStats
+from kctl.stats.consume_aggregate import ConsumeStats
 from kctl.stats.summary import RunSummary
 
 @dataclass(frozen=True)
@@ -64,6 +71,12 @@ class ProduceOptions:
     seed: int = 0
     transaction_duration_ms: int | None = None
     transactional_id: str | None = None
+    consume: bool = False                   # --consume: consumers read the run as it goes
+    consumers: int | None = None
+    consumer_properties: Sequence[str] = ()
+    consumer_config: Sequence[str] = ()
+    drain_timeout: str | None = None        # how long the consumers may take after the producers
+    clock_server: str | None = None         # [host:]port: answer clock-offset exchanges
 
 
 #: kafka-producer-perf-test's defaults: a transaction's duration when transactional.id is
@@ -79,6 +92,9 @@ class ProducePlan:
     config: ProducerConfig
     spec_args: dict[str, Any]
     warnings: tuple[str, ...] = ()
+    consumer: ConsumerConfig | None = None  # --consume
+    consumers: int = 0
+    drain_timeout_s: float = 30.0
 
 
 @dataclass
@@ -88,6 +104,7 @@ class ProduceOutcome:
     result: LoadResult
     verify: VerifyResult | None
     summary: RunSummary
+    consume: ConsumeResult | None = None
 
 
 def _delimiter(text: str) -> bytes:
@@ -117,6 +134,14 @@ def prepare(o: ProduceOptions) -> ProducePlan:
         raise ConfigError(f"--workers must be at least 1, not {o.workers}")
     if o.verify and not o.id_headers:
         raise ConfigError("--verify needs the record identity headers: drop --no-id-headers")
+    if o.consume and not o.id_headers:
+        raise ConfigError("--consume measures e2e from the record identity headers: drop --no-id-headers")
+    if not o.consume and (o.consumers is not None or o.consumer_properties or o.consumer_config
+                          or o.drain_timeout):
+        raise ConfigError("--consumers, --consumer-property, --consumer-config and --drain-timeout "
+                          "go with --consume")
+    if o.consumers is not None and o.consumers < 1:
+        raise ConfigError(f"--consumers must be at least 1, not {o.consumers}")
     validate_topic_name(o.topic)
     duration_s = parse_duration(o.duration, "--duration") if o.duration else None
     num_records = o.num_records
@@ -174,10 +199,28 @@ def prepare(o: ProduceOptions) -> ProducePlan:
                      warmup_records=warm_records, warmup_s=warm_s, payload=pool, keys=keys,
                      extra_headers=o.headers, id_headers=o.id_headers, workers=workers.count,
                      workers_reason=workers.reason,
-                     interval_s=o.interval, verify=o.verify, seed=o.seed,
+                     interval_s=o.interval, verify=o.verify and not o.consume, seed=o.seed,
+                     collect_acked=o.consume,
                      transaction_duration_ms=(o.transaction_duration_ms or DEFAULT_TRANSACTION_DURATION_MS)
                      if config.transactional_id is not None else None)
-    return ProducePlan(o, tuple(settings), config, spec_args, tuple(config.warnings))
+    warnings = list(config.warnings)
+    consumer = None
+    if o.consume:
+        csettings: list[Setting] = []
+        for f in o.consumer_config:
+            csettings.extend(load_properties_file(f))
+        csettings.extend(parse_assignment(x, "--consumer-property", what="consumer")
+                         for x in o.consumer_properties)
+        csettings = [canonical_consumer_setting(x) for x in csettings]
+        if any(x.name == "group.id" for x in csettings):
+            raise ConfigError("--consume reads in assign mode (each consumer its share of the partitions): "
+                              "drop group.id")
+        consumer = ConsumerConfig.from_settings(
+            csettings + [Setting("bootstrap.servers", o.bootstrap or "127.0.0.1:9092", "-b")])
+        warnings.extend(consumer.warnings)
+    drain_s = parse_duration(o.drain_timeout, "--drain-timeout") if o.drain_timeout else 30.0
+    consumers = o.consumers or 1
+    return ProducePlan(o, tuple(settings), config, spec_args, tuple(warnings), consumer, consumers, drain_s)
 
 
 # -- the Java client's checks before a record is sent -----------------------------------------
@@ -272,13 +315,33 @@ def ensure_topic(client: BlockingClient, plan: ProducePlan) -> int:
     return len(info.partitions)
 
 
+def _acked_ends(acked: dict[int, dict[int, list[tuple[int, int, int]]]]) -> dict[int, int]:
+    """Per partition, one past the last acknowledged offset."""
+    ends: dict[int, int] = {}
+    for parts in acked.values():
+        for p, runs in parts.items():
+            for offset, count, _ in runs:
+                if offset >= 0:
+                    ends[p] = max(ends.get(p, 0), offset + count)
+    return ends
+
+
 def execute(plan: ProducePlan, *, on_event: Callable[[str], None] = lambda _m: None,
             on_round: Callable[[RunStats, int], None] | None = None,
             on_start: Callable[[LoadRun], None] | None = None,
             hdr_out: str | None = None,
-            run_factory: Callable[..., LoadRun] = LoadRun) -> ProduceOutcome:
+            run_factory: Callable[..., LoadRun] = LoadRun,
+            on_consume_start: Callable[[ConsumeStats], None] | None = None) -> ProduceOutcome:
     """``run_factory``: what runs the load (``LoadRun``: local worker processes;
-    ``kctl.spark.load.SparkLoadRun``: Spark tasks), called like ``LoadRun``."""
+    ``kctl.spark.load.SparkLoadRun``: Spark tasks), called like ``LoadRun``.
+
+    With ``--consume``, consumer processes (load/consume_run.py) are started before the
+    producers, each positioned at the end of its share of the partitions; they begin at
+    the producers' common start, read the run's records (by its identity's run tag),
+    and after the producers finish read on until every acknowledged record is read (the
+    acknowledgements give each partition's end) or ``drain_timeout`` passes. Their e2e
+    clock joins the summary (``latency.e2e``, and ``consume``) and the .hlog; ``--verify``
+    is then checked on what the consumers read, not by reading the topic again."""
     with ExitStack() as stack:
         bootstrap = _bootstrap_from(plan)
         embedded = bootstrap is None
@@ -310,13 +373,82 @@ def execute(plan: ProducePlan, *, on_event: Callable[[str], None] = lambda _m: N
             "headers": plan.options.headers, "id_headers": spec.id_headers,
             "verify": spec.verify, "transaction_duration_ms": spec.transaction_duration_ms,
             "producer": redact_properties(props)}
-        # on_start is called by the run once its stats exist (after the workers' common start).
+        consume_run = None
+        if plan.consumer is not None:
+            if run_factory is not LoadRun:
+                raise ConfigError("--consume runs its consumers on this host: it does not go with --spark yet")
+            consume_run = _start_consumers(plan, bootstrap, spec, partitions, on_event, hdr_out)
+            summary_config["consumers"] = consume_run.spec.consumers
+            summary_config["consumer"] = redact_properties({
+                **{s.name: str(s.value) for s in plan.consumer.settings}, "bootstrap.servers": bootstrap})
+        clock_server = stack.enter_context(ClockServer(plan.options.clock_server)) \
+            if plan.options.clock_server else None
+        if clock_server is not None:
+            on_event(f"answering clock-offset exchanges at {clock_server.address} (kctl consume --clock-peer)")
+
+        def started(run: LoadRun) -> None:
+            if consume_run is not None:
+                stats = consume_run.begin(run.stats.start_wall_ns, hlog=run.stats.hlog)
+                stats.clock = SAME_HOST
+                if on_consume_start is not None:
+                    on_consume_start(stats)
+            if on_start is not None:
+                on_start(run)
+
+        # started() is called by the run once its stats exist (after the workers' common start).
+        extra = {"close_hlog": False} if consume_run is not None else {}
         run = run_factory(spec, config_for_summary=summary_config, hdr_out=hdr_out, on_round=on_round,
-                          on_start=on_start)
-        result = run.run()
+                          on_start=started, **extra)
+        try:
+            result = run.run()
+        except BaseException:
+            if consume_run is not None:
+                consume_run.stop()
+                try:
+                    consume_run.wait(5)
+                except Exception:  # noqa: BLE001 - the first error is the one to report
+                    pass
+            raise
+        consumed = None
+        if consume_run is not None:
+            consume_run.set_targets(_acked_ends(result.acked_runs))
+            on_event(f"producers done: the consumers read on to the acknowledged end "
+                     f"(at most {plan.drain_timeout_s:g} s)")
+            try:
+                consumed = consume_run.wait(0.1 if result.interrupted else plan.drain_timeout_s)
+            finally:
+                if run.stats is not None and run.stats.hlog is not None:
+                    run.stats.hlog.close()
         checked = None
         if spec.verify and not result.failures:
             on_event("verifying: reading the produced range back")
             checked = verify(bootstrap, spec.topic, spec.run_id, result.acked_runs, security=security,
                              read_committed=spec.transaction_duration_ms is not None)
-        return ProduceOutcome(bootstrap, embedded, result, checked, result.summary.with_verify(checked))
+        elif plan.options.verify and consumed is not None and not result.failures and not consumed.failures:
+            on_event("verifying what the consumers read against the acknowledgements")
+            checked = verify_against_acks(spec.run_id, result.acked_runs, consumed.seen)
+        summary = result.summary.with_verify(checked)
+        if consumed is not None:
+            summary = summary.with_consume(consumed.summary)
+        return ProduceOutcome(bootstrap, embedded, result, checked, summary, consumed)
+
+
+def _start_consumers(plan: ProducePlan, bootstrap: str, spec: LoadSpec, partitions: int,
+                     on_event: Callable[[str], None], hdr_out: str | None) -> ConsumeRun:
+    """The consumers of ``--consume``, started and standing at the end of each partition."""
+    assert plan.consumer is not None
+    consumers = min(plan.consumers, partitions)
+    config = plan.consumer.with_properties({"bootstrap.servers": bootstrap})
+    if spec.transaction_duration_ms is not None and not any(
+            s.name == "isolation.level" for s in plan.consumer.settings):
+        # A transactional run is read as its committed records, as --verify reads it.
+        config = config.with_properties({"isolation.level": "read_committed"})
+    cspec = ConsumeSpec(
+        topic=spec.topic, config=config, partitions=tuple(range(partitions)), consumers=consumers,
+        start=StartPosition("end"), run_id=spec.run_id, run_tag=run_tag(spec.run_id), targets=None,
+        stop_when_caught_up=True, interval_s=spec.interval_s, warmup_s=spec.warmup_s,
+        verify=plan.options.verify, same_host_clock=True)
+    run = ConsumeRun(cspec, config_for_summary={"topic": spec.topic, "consumers": consumers})
+    on_event(f"starting {consumers} consumer(s) at the end of {spec.topic}")
+    run.start()
+    return run

@@ -56,6 +56,7 @@ class LoadSpec:
     workers_reason: str = "--workers"
     interval_s: float = 1.0
     verify: bool = False
+    collect_acked: bool = False     # acked runs in the final reports without --verify (consume targets)
     stop_grace_s: float = 5.0
     seed: int = 0
     run_id: str = field(default_factory=lambda: uuid.uuid4().hex[:12])
@@ -82,7 +83,10 @@ class LoadRun:
     def __init__(self, spec: LoadSpec, *, config_for_summary: dict[str, Any],
                  hdr_out: str | None = None,
                  on_round: Callable[[RunStats, int], None] | None = None,
-                 on_start: Callable[[LoadRun], None] | None = None) -> None:
+                 on_start: Callable[[LoadRun], None] | None = None,
+                 close_hlog: bool = True) -> None:
+        """``close_hlog=False``: the caller closes ``stats.hlog`` (more lines follow: the
+        consumers' e2e of ``kctl produce --consume``)."""
         if spec.workers < 1:
             raise KctlError("--workers must be at least 1")
         if spec.num_records is None and spec.duration_s is None:
@@ -92,6 +96,7 @@ class LoadRun:
         self.hdr_out = hdr_out
         self.on_round = on_round
         self.on_start = on_start
+        self.close_hlog = close_hlog
         self.stats: RunStats | None = None
 
     def run(self) -> LoadResult:
@@ -113,7 +118,7 @@ class LoadRun:
                 warmup_records=warm_each, warmup_ns=int(spec.warmup_s * 1e9),
                 payload=spec.payload, keys=spec.keys, extra_headers=spec.extra_headers,
                 id_headers=spec.id_headers, interval_s=spec.interval_s,
-                stop_grace_s=spec.stop_grace_s, seed=spec.seed, verify=spec.verify,
+                stop_grace_s=spec.stop_grace_s, seed=spec.seed, verify=spec.verify or spec.collect_acked,
                 transaction_duration_ms=spec.transaction_duration_ms)
             proc = ctx.Process(target=run_worker, args=(ws, reports, stop, gate),
                                name=f"kctl-worker-{w}", daemon=True)
@@ -190,7 +195,7 @@ class LoadRun:
         stats.interrupted = interrupted
         stats.finish()
         summary = stats.summary()
-        if hlog is not None:
+        if hlog is not None and self.close_hlog:
             hlog.close()
         return LoadResult(summary, acked, interrupted, failures)
 

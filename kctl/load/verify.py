@@ -42,7 +42,7 @@ from kctl.protocol import messages, requests
 from kctl.protocol.identity import IDENTITY_SIZE, ScannedBatch, run_tag, scan_batches
 from kctl.stats.summary import VerifyResult
 
-__all__ = ["VerifyResult", "verify"]
+__all__ = ["Verification", "VerifyResult", "verify"]
 
 #: Bytes asked for per Fetch (per partition and per response).
 FETCH_BYTES = 32 * 1024 * 1024
@@ -252,6 +252,58 @@ def _read_partitions(jobs: queue.Queue, out: queue.Queue, topic: str, topic_id: 
             c.close()
 
 
+class Verification:
+    """The accounting of one verify, fed batch by batch: by ``verify`` (records read back
+    from the broker) or by the consumer side (what ``kctl consume`` / ``produce --consume``
+    handed out). ``acked``: worker -> partition -> runs of (offset, count, first_seq)."""
+
+    def __init__(self, run_id: str, acked: Mapping[int, Mapping[int, Iterable[tuple[int, int, int]]]], *,
+                 max_examples: int = 10) -> None:
+        self.tally = _Tally()
+        where: dict[int, list[tuple[int, int, int, int]]] = {}
+        self.ranges: dict[int, tuple[int, int]] = {}
+        self.expected = 0
+        for worker, parts in acked.items():
+            for partition, runs in parts.items():
+                placed = where.setdefault(partition, [])
+                for offset, count, first_seq in runs:
+                    self.tally.expect_run(worker, first_seq, count)
+                    self.expected += count
+                    if offset < 0:
+                        continue  # acknowledged without an offset: found anywhere is fine
+                    lo, hi = self.ranges.get(partition, (offset, offset + count))
+                    self.ranges[partition] = (min(lo, offset), max(hi, offset + count))
+                    placed.append((offset, count, worker, first_seq))
+        self.placements = {p: _Placement(runs) for p, runs in where.items()}
+        self.max_examples = max_examples
+        self.checker = _Checker(run_tag(run_id), self.tally, max_examples)
+
+    def add(self, partition: int, batches: Iterable[ScannedBatch]) -> None:
+        """Records of ``partition`` as found; only offsets inside the acknowledged range count."""
+        lo, hi = self.ranges.get(partition, (0, 0))
+        place = self.placements.get(partition) or _Placement([])
+        for b in batches:
+            self.checker.add(partition, lo, hi, place, b)
+
+    def result(self, read_s: float) -> VerifyResult:
+        checker, tally, max_examples = self.checker, self.tally, self.max_examples
+        for partition, (lo, hi) in self.ranges.items():
+            checker.per_partition.setdefault(partition, {"expected": hi - lo, "found": 0, "reordered": 0})
+        lost = 0
+        lost_examples: list[tuple[int, int]] = []
+        for worker, exp in tally.expected.items():
+            got = tally.found.get(worker, bytearray())
+            if len(got) < len(exp):
+                got = got + bytes(len(exp) - len(got))
+            missing = [s for s in _missing(exp, got)]
+            lost += len(missing)
+            for s in missing[:max(0, max_examples - len(lost_examples))]:
+                lost_examples.append((worker, s))
+        return VerifyResult(self.expected, checker.found, lost, checker.duplicated, checker.reordered,
+                            checker.misplaced, tuple(lost_examples), tuple(checker.dup_examples),
+                            dict(sorted(checker.per_partition.items())), read_s)
+
+
 def verify(bootstrap: str, topic: str, run_id: str,
            acked: Mapping[int, Mapping[int, Iterable[tuple[int, int, int]]]], *,
            security: Any = None, readers: int = READERS, fetch_bytes: int = FETCH_BYTES,
@@ -261,23 +313,8 @@ def verify(bootstrap: str, topic: str, run_id: str,
     the last stable offset.
     ``bootstrap``: any broker's ``host:port`` (the first of a list is used)."""
     started = time.monotonic()
-    tally = _Tally()
-    where: dict[int, list[tuple[int, int, int, int]]] = {}
-    ranges: dict[int, tuple[int, int]] = {}
-    expected = 0
-    for worker, parts in acked.items():
-        for partition, runs in parts.items():
-            placed = where.setdefault(partition, [])
-            for offset, count, first_seq in runs:
-                tally.expect_run(worker, first_seq, count)
-                expected += count
-                if offset < 0:
-                    continue  # acknowledged without an offset: found anywhere is fine
-                lo, hi = ranges.get(partition, (offset, offset + count))
-                ranges[partition] = (min(lo, offset), max(hi, offset + count))
-                placed.append((offset, count, worker, first_seq))
-    placements = {p: _Placement(runs) for p, runs in where.items()}
-    checker = _Checker(run_tag(run_id), tally, max_examples)
+    v = Verification(run_id, acked, max_examples=max_examples)
+    ranges = v.ranges
 
     def connect(address: str) -> BlockingClient:
         client = BlockingClient(address, client_id="kctl-verify", security=security)
@@ -312,28 +349,12 @@ def verify(bootstrap: str, topic: str, run_id: str,
                 pending.discard(partition)
                 error = error or item
             else:
-                lo, hi = ranges[partition]
-                for b in item:
-                    checker.add(partition, lo, hi, placements[partition], b)
+                v.add(partition, item)
         for t in threads:
             t.join()
         if error is not None:
             raise KctlError(f"--verify could not read {topic!r}: {error}") from None
-    for partition, (lo, hi) in ranges.items():
-        checker.per_partition.setdefault(partition, {"expected": hi - lo, "found": 0, "reordered": 0})
-    lost = 0
-    lost_examples: list[tuple[int, int]] = []
-    for worker, exp in tally.expected.items():
-        got = tally.found.get(worker, bytearray())
-        if len(got) < len(exp):
-            got = got + bytes(len(exp) - len(got))
-        missing = [s for s in _missing(exp, got)]
-        lost += len(missing)
-        for s in missing[:max(0, max_examples - len(lost_examples))]:
-            lost_examples.append((worker, s))
-    return VerifyResult(expected, checker.found, lost, checker.duplicated, checker.reordered,
-                        checker.misplaced, tuple(lost_examples), tuple(checker.dup_examples),
-                        dict(sorted(checker.per_partition.items())), time.monotonic() - started)
+    return v.result(time.monotonic() - started)
 
 
 def _missing(expected: bytearray, found: bytes | bytearray) -> list[int]:

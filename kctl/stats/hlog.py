@@ -23,6 +23,7 @@ with hdrh's own ``HistogramLogReader``.
 
 from __future__ import annotations
 
+import threading
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TextIO
@@ -45,6 +46,8 @@ class IntervalLogWriter:
                  max_value_unit_ratio: float = 1000.0, close_out: bool = False) -> None:
         self._out = out
         self._close_out = close_out
+        # kctl produce --consume writes the producer's clocks and e2e from two threads.
+        self._lock = threading.Lock()
         self.base_wall_ns = start_wall_ns
         self.max_value_unit_ratio = max_value_unit_ratio
         self.lines = 0
@@ -79,11 +82,13 @@ class IntervalLogWriter:
         length_s = max(0, end_wall_ns - start_wall_ns) / 1e9
         max_v = histogram.get_max_value() / self.max_value_unit_ratio
         payload = encode_histogram(histogram).decode("ascii")
-        self._out.write(f"Tag={tag},{start_s:.3f},{length_s:.3f},{max_v:.3f},{payload}\n")
-        self.lines += 1
+        with self._lock:
+            self._out.write(f"Tag={tag},{start_s:.3f},{length_s:.3f},{max_v:.3f},{payload}\n")
+            self.lines += 1
 
     def flush(self) -> None:
-        self._out.flush()
+        with self._lock:
+            self._out.flush()
 
     def close(self) -> None:
         if self._close_out:

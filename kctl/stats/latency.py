@@ -102,7 +102,12 @@ def histogram_mean(h: HdrHistogram) -> float:
 
 @dataclass(frozen=True, slots=True)
 class LatencyFigures:
-    """One clock's figures, in milliseconds (``count`` records)."""
+    """One clock's figures, in milliseconds (``count`` records).
+
+    ``negative`` and ``min_ms`` are set only for a clock whose values can be negative
+    (``e2e``: consume time minus intended send time across two clocks, stats/e2e.py):
+    how many values were below zero, and the smallest (signed) value. Its percentiles
+    are then over the signed values."""
 
     p50_ms: float
     p90_ms: float
@@ -113,26 +118,42 @@ class LatencyFigures:
     max_ms: float
     mean_ms: float
     count: int
+    negative: int | None = None
+    min_ms: float | None = None
 
     @classmethod
-    def from_histogram(cls, h: HdrHistogram | None) -> LatencyFigures:
+    def from_histogram(cls, h: HdrHistogram | None, unit_ns: int = 1000) -> LatencyFigures:
+        """``unit_ns``: what one histogram unit is (1000: µs, the three producer clocks)."""
         if h is None or not h.get_total_count():
             return EMPTY_FIGURES
+        per_ms = 1_000_000 / unit_ns
         pct = h.get_percentile_to_value_dict([p for _, p in PERCENTILES])
-        vals = [pct[p] / 1000.0 for _, p in PERCENTILES]
-        return cls(*vals, max_ms=h.get_max_value() / 1000.0,
-                   mean_ms=histogram_mean(h) / 1000.0, count=h.get_total_count())
+        vals = [pct[p] / per_ms for _, p in PERCENTILES]
+        return cls(*vals, max_ms=h.get_max_value() / per_ms,
+                   mean_ms=histogram_mean(h) / per_ms, count=h.get_total_count())
 
     @classmethod
     def from_dict(cls, d: dict[str, float | int]) -> LatencyFigures:
+        negative = d.get("negative")
+        min_ms = d.get("min_ms")
         return cls(**{k: float(d.get(k, 0.0)) for k in _FLOAT_FIELDS},
-                   count=int(d.get("count", 0)))
+                   count=int(d.get("count", 0)),
+                   negative=int(negative) if negative is not None else None,
+                   min_ms=float(min_ms) if min_ms is not None else None)
 
     def to_dict(self) -> dict[str, float | int]:
-        return {"p50_ms": self.p50_ms, "p90_ms": self.p90_ms, "p95_ms": self.p95_ms,
-                "p99_ms": self.p99_ms,
-                "p999_ms": self.p999_ms, "p9999_ms": self.p9999_ms, "max_ms": self.max_ms,
-                "mean_ms": round(self.mean_ms, 3), "count": self.count}
+        out: dict[str, float | int] = {
+            "p50_ms": self.p50_ms, "p90_ms": self.p90_ms, "p95_ms": self.p95_ms,
+            "p99_ms": self.p99_ms, "p999_ms": self.p999_ms, "p9999_ms": self.p9999_ms,
+            "max_ms": self.max_ms, "mean_ms": round(self.mean_ms, 3), "count": self.count}
+        if self.negative is not None:
+            out["negative"] = self.negative
+            out["min_ms"] = self.min_ms if self.min_ms is not None else 0.0
+        return out
+
+    def percentile_ms(self, key: str) -> float:
+        """A figure by its summary key without ``_ms`` (``p99``, ``max``, ``mean``)."""
+        return float(getattr(self, f"{key}_ms"))
 
 
 #: LatencyFigures' millisecond fields, by name (from_dict reads them so, never by position).

@@ -13,9 +13,12 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kctl.stats.latency import LatencyFigures
+
+if TYPE_CHECKING:
+    from kctl.stats.consume_summary import ConsumeSummary   # it imports this module
 
 __all__ = ["SUMMARY_SCHEMA", "Batching", "BrokerCount", "Counts", "PartitionCount", "Rates",
            "RunInfo", "RunSummary", "Throttle", "TransactionTotals", "VerifyResult", "WarmupTotals", "WorkerFailure"]
@@ -256,6 +259,9 @@ class RunSummary:
     partitions: tuple[PartitionCount, ...]
     brokers: tuple[BrokerCount, ...]
     verify: VerifyResult | None = None
+    #: ``kctl produce --consume``: the consume side's summary (stats/consume_summary.py);
+    #: its e2e figures are also ``latency["e2e"]``.
+    consume: ConsumeSummary | None = None
     schema: str = SUMMARY_SCHEMA
     transactions: TransactionTotals | None = None   # transactional runs only
 
@@ -268,6 +274,12 @@ class RunSummary:
         included); 0 at the end of every complete run: the accounting invariant."""
         c, w = self.counts, self.run.warmup
         return c.scheduled - (c.acked + c.failed + c.abandoned + w.records_acked + w.records_failed)
+
+    def with_consume(self, consume: ConsumeSummary | None) -> RunSummary:
+        """The consume side added: its summary, and the e2e clock beside the other three."""
+        if consume is None:
+            return self
+        return replace(self, consume=consume, latency={**self.latency, **consume.latency})
 
     def to_json(self) -> dict[str, Any]:
         """The summary JSON document (docs/produce-summary.md)."""
@@ -290,6 +302,8 @@ class RunSummary:
             out["transactions"] = self.transactions.to_json()
         if self.verify is not None:
             out["verify"] = self.verify.to_json()
+        if self.consume is not None:
+            out["consume"] = self.consume.to_json(with_config=False)
         return out
 
     @classmethod
@@ -302,6 +316,10 @@ class RunSummary:
             throttle = d.get("throttle") or {}
             verify = d.get("verify")
             txn = d.get("transactions")
+            consume = d.get("consume")
+            if consume:
+                from kctl.stats.consume_summary import ConsumeSummary   # it imports this module
+                consume = ConsumeSummary.from_json(consume)
             return cls(
                 run=RunInfo.from_json(d.get("run") or {}),
                 config=dict(d.get("config") or {}),
@@ -317,6 +335,7 @@ class RunSummary:
                 brokers=tuple(BrokerCount(int(b["node_id"]), int(b["records_acked"]))
                               for b in d.get("brokers") or ()),
                 verify=VerifyResult.from_json(verify) if verify else None,
+                consume=consume or None,
                 schema=schema,
                 transactions=TransactionTotals.from_json(txn) if txn else None)
         except (KeyError, TypeError, AttributeError) as e:

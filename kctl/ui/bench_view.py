@@ -14,9 +14,10 @@ from rich.table import Table
 from rich.text import Text
 
 from kctl.bench.gate import Check, GateResult
+from kctl.bench.max_rate import SHORTFALL, MaxRateResult
 from kctl.bench.results import METRIC_BY_KEY, METRICS, CellResult, Stat, best_cells
 
-__all__ = ["comparison_table", "gate_table", "run_line"]
+__all__ = ["comparison_table", "gate_table", "max_rate_line", "max_rate_table", "run_line"]
 
 
 def _fig(key: str, v: float) -> str:
@@ -29,11 +30,13 @@ def comparison_table(cells: Sequence[CellResult], *, title: str = "kctl bench") 
     t = Table(title=f"{title}: median (min–max) over {reps} repetition(s); * best per column",
               title_justify="left", show_lines=True)
     t.add_column("cell", no_wrap=True)
-    for m in METRICS:
+    # The e2e columns only when some cell consumed (kctl bench --consume).
+    shown = [m for m in METRICS if not m.key.startswith("e2e_") or any(c.has(m.key) for c in cells)]
+    for m in shown:
         t.add_column(m.label, justify="right", no_wrap=True)
     for cell in cells:
         row: list[Text | str] = [cell.label]
-        for m in METRICS:
+        for m in shown:
             if not cell.has(m.key):
                 row.append(Text("n/a", style="dim"))
                 continue
@@ -71,4 +74,37 @@ def gate_table(result: GateResult, *, only_regressions: bool = False) -> Table:
 def run_line(label: str, repetition: int, metrics: dict[str, float]) -> str:
     return (f"  repetition {repetition} {label}: {metrics.get('records_per_s', 0):,.0f} records/s, "
             f"{metrics.get('mb_per_s', 0):.2f} MB/s, p50 {metrics.get('p50_ms', 0):.2f} ms, "
-            f"p99 {metrics.get('p99_ms', 0):.2f} ms, max {metrics.get('max_ms', 0):.2f} ms")
+            f"p99 {metrics.get('p99_ms', 0):.2f} ms, max {metrics.get('max_ms', 0):.2f} ms"
+            + (f"; e2e p50 {metrics['e2e_p50_ms']:.2f} ms, p99 {metrics['e2e_p99_ms']:.2f} ms"
+               if "e2e_p99_ms" in metrics else ""))
+
+
+def max_rate_table(result: MaxRateResult) -> Table:
+    """``--find-max-rate``: one row per step in the order run, a bar of the achieved rate
+    (the chart in the terminal), and the verdict with its reason."""
+    t = Table(title="kctl bench --find-max-rate: " + ", ".join(s.text() for s in result.slos)
+              + f" (a step short of its target by more than {SHORTFALL:.0%} fails)", title_justify="left")
+    for col, just in (("step", "right"), ("target/s", "right"), ("achieved/s", "right")):
+        t.add_column(col, justify=just, no_wrap=True)
+    for slo in result.slos:
+        t.add_column(f"{slo.clock} {slo.percentile} ms", justify="right", no_wrap=True)
+    t.add_column("achieved", no_wrap=True)
+    t.add_column("verdict")
+    top = max((max(s.target_rate, s.achieved_rate) for s in result.steps), default=1.0) or 1.0
+    for s in result.steps:
+        width = round(24 * s.achieved_rate / top)
+        bar = Text("█" * width, style="green" if s.passed else "red")
+        verdict = Text("pass", style="green") if s.passed else Text(f"FAIL: {s.reason}", style="red")
+        t.add_row(str(s.step), f"{s.target_rate:,.0f}", f"{s.achieved_rate:,.0f}",
+                  *("n/a" if f is None else f"{f:,.2f}" for f in s.figures), bar, verdict)
+    return t
+
+
+def max_rate_line(result: MaxRateResult) -> str:
+    """The answer, last on stdout."""
+    slo = ", ".join(s.text() for s in result.slos)
+    if result.found_rate is None:
+        return f"max rate: none found ({slo}): {result.note or 'no step passed'}"
+    bracket = (f" (failed at {result.failed_rate:,.0f}/s)" if result.failed_rate is not None else "")
+    tail = "" if result.converged else f"; not converged: {result.note}"
+    return f"max rate: {result.found_rate:,.0f} records/s within {slo}{bracket}, {len(result.steps)} steps{tail}"

@@ -21,8 +21,10 @@ from rich.table import Table
 from rich.text import Text
 
 from kctl.stats.aggregate import DashboardState
+from kctl.stats.consume_aggregate import ConsumeDashboard
 from kctl.stats.latency import CLOCKS, LatencyFigures
 from kctl.stats.summary import RunSummary
+from kctl.ui.consume_view import clock_text
 from kctl.ui.units import human_bytes
 
 __all__ = ["ProduceDashboard", "clock_line", "plain_line", "summary_line", "summary_renderable"]
@@ -31,6 +33,7 @@ _CLOCK_HELP = {
     "intended": "ack - intended send time (schedule)",
     "send": "ack - handed to the engine",
     "request": "ack - request written",
+    "e2e": "consumed - intended send time",
 }
 
 
@@ -57,19 +60,27 @@ def _counts(d: Mapping[str, int], limit: int = 4) -> str:
 
 
 class ProduceDashboard:
-    """The live view. ``state_fn`` returns the current ``DashboardState``."""
+    """The live view. ``state_fn`` returns the current ``DashboardState``; ``consume_fn``
+    (``kctl produce --consume``) the consume side's ``ConsumeDashboard``, or None until
+    the consumers have begun."""
 
-    def __init__(self, state_fn: Callable[[], DashboardState], *, title: str = "kctl produce") -> None:
+    def __init__(self, state_fn: Callable[[], DashboardState], *, title: str = "kctl produce",
+                 consume_fn: Callable[[], ConsumeDashboard | None] | None = None) -> None:
         self.state_fn = state_fn
         self.title = title
+        self.consume_fn = consume_fn
 
     def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
         s = self.state_fn()
+        c = self.consume_fn() if self.consume_fn is not None else None
         yield self._head(s)
         if s.progress is not None:
             yield self._progress(s, options.max_width)
         yield self._throughput(s)
-        yield self._latency(s)
+        yield self._latency(s, c)
+        if c is not None:
+            yield Text(f"consumers {c.consumers_running}/{c.consumers}: {c.interval_rate:,.0f} records/s, "
+                       f"{c.records:,} read, lag {c.lag_total:,}; {clock_text(c.clock)}")
         yield self._engine(s)
 
     # -- parts --------------------------------------------------------------------------------------
@@ -109,7 +120,7 @@ class ProduceDashboard:
                   f"{s.records_acked:,} acked / {s.records_sent:,} sent / {s.records_failed:,} failed")
         return t
 
-    def _latency(self, s: DashboardState) -> Table:
+    def _latency(self, s: DashboardState, c: ConsumeDashboard | None = None) -> Table:
         t = Table(title="latency (ms): last interval, then cumulative", title_justify="left")
         t.add_column("clock", no_wrap=True)
         for col in ("p50", "p99", "max"):
@@ -117,6 +128,7 @@ class ProduceDashboard:
         for col in ("p50", "p90", "p99", "p99.9", "p99.99", "max", "mean"):
             t.add_column(col, justify="right")
         t.add_column("count", justify="right")
+        consume = c
         for clock in CLOCKS:
             i = s.interval_latency.get(clock)
             c = s.cumulative_latency.get(clock)
@@ -129,6 +141,10 @@ class ProduceDashboard:
                 t.caption_justify = "left"
             t.add_row(name, _ms(i.p50_ms), _ms(i.p99_ms), _ms(i.max_ms),
                       *self._cum(c), f"{c.count:,}")
+        if consume is not None:
+            i, f = consume.interval_e2e, consume.cumulative_e2e
+            neg = f" ({f.negative:,} < 0)" if f.negative else ""
+            t.add_row("e2e", _ms(i.p50_ms), _ms(i.p99_ms), _ms(i.max_ms), *self._cum(f), f"{f.count:,}{neg}")
         return t
 
     @staticmethod
@@ -178,7 +194,7 @@ def _error_table(seen: Mapping[str, int], failed: Mapping[str, int]) -> Table:
     return e
 
 
-def plain_line(s: DashboardState) -> str:
+def plain_line(s: DashboardState, consume: ConsumeDashboard | None = None) -> str:
     """One line per interval, shaped like kafka-producer-perf-test's, on kctl's clocks::
 
         24691 records acked, 24691.2 records/sec (2.35 MB/sec), 3.2 ms avg latency,
@@ -203,6 +219,10 @@ def plain_line(s: DashboardState) -> str:
         g = s.interval_latency.get(clock)
         if g is not None:
             parts.append(f"; {clock} p99 {g.p99_ms:.1f} ms")
+    if consume is not None:
+        e = consume.interval_e2e
+        parts.append(f"; e2e p50 {e.p50_ms:.1f} p99 {e.p99_ms:.1f} ms ({e.negative or 0} negative), "
+                     f"lag {consume.lag_total}")
     if s.target_rate is not None:
         parts.append(f"; target {s.target_rate:.0f}/s")
     if s.errors_by_name:
@@ -298,9 +318,15 @@ def summary_renderable(summary: RunSummary) -> Group:
             name = "intended*"
             lat.caption = "* no schedule (max throughput): intended shows the send clock"
             lat.caption_justify = "left"
-        lat.add_row(name, *(_ms(getattr(fig, k)) for k in keys), f"{fig.count:,}")
+        count = f"{fig.count:,}" + (f" ({fig.negative:,} < 0)" if fig.negative else "")
+        lat.add_row(name, *(_ms(getattr(fig, k)) for k in keys), count)
 
     parts: list[Any] = [head, lat]
+    if summary.consume is not None:
+        cs = summary.consume
+        parts.append(Text(f"consumers: {cs.run.consumers}, {cs.counts.records:,} records read "
+                          f"({cs.rates.records_per_s:,.0f}/s), lag {cs.lag_final:,} at the end; "
+                          f"{clock_text(cs.clock)}"))
     errors = summary.errors_by_name
     failed = counts.failed_by_error
     if errors or failed:

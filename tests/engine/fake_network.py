@@ -31,6 +31,7 @@ class FakeNetwork:
         self._ready_responses: list[ClientResponse] = []
         self._correlation = 0
         self.wire_bodies: dict[int, object] = {}
+        self.extra_nodes: dict[int, object] = {}
 
     # -- the NetworkClient surface the sender uses --------------------------------
     def authentication_error(self, node=None):
@@ -38,6 +39,19 @@ class FakeNetwork:
 
     def set_nodes(self, nodes):
         self.node_ids = sorted(nodes)
+
+    def add_node(self, node, address):
+        """A node outside metadata's list (a group coordinator's own connection)."""
+        self.extra_nodes[node] = address
+
+    def address(self, node):
+        return f"node-{node}"
+
+    def is_blacked_out(self, node, now_ns):
+        return False
+
+    def has_in_flight_requests(self, node=None):
+        return self.in_flight_request_count(node) > 0
 
     def nodes(self):
         return list(self.node_ids)
@@ -118,7 +132,7 @@ class FakeNetwork:
         decoded = messages.decode(type(body), request.api_version, wire)
         self._ready_responses.append(ClientResponse(request, decoded, self.clock.now_ns()))
 
-    def disconnect(self, node, *, timed_out=False):
+    def disconnect(self, node, now_ns=None, *, timed_out=False):
         from kctl.errors import BrokerUnavailableError
         for r in self.in_flight.pop(node, []):
             self._ready_responses.append(ClientResponse(

@@ -105,3 +105,28 @@ def test_summary_rendering() -> None:
                         r"latency, \d+\.\d\d ms max latency, \d+ ms 50th, \d+ ms 95th, \d+ ms 99th, "
                         r"\d+ ms 99\.9th\.", line), line
     assert clock_line(s).startswith("latency clock: intended: ")
+
+
+def _consume_state():
+    from kctl.load.clock_sync import SAME_HOST
+    from kctl.stats.consume_aggregate import ConsumeDashboard
+    from kctl.stats.latency import LatencyFigures
+    interval = LatencyFigures(12.5, 20.0, 22.0, 31.25, 35.0, 36.0, 37.5, 13.0, 900, negative=0, min_ms=1.0)
+    cumulative = LatencyFigures(11.0, 19.0, 21.0, 29.0, 34.0, 36.0, 88.0, 12.0, 4_000, negative=3, min_ms=-0.2)
+    return ConsumeDashboard(
+        elapsed_s=5.0, warmup=False, interval_s=1.0, interval_records=900, interval_rate=900.0,
+        interval_mb_per_s=0.09, interval_fetch_per_s=40.0, interval_records_per_fetch=22.5,
+        cumulative_rate=800.0, records=4_000, matched=4_000, interval_e2e=interval, cumulative_e2e=cumulative,
+        lag_total=17, lag_by_partition={"t-0": 17}, consumers=1, consumers_running=1, consumers_failed=(),
+        rebalances=0, clock=SAME_HOST)
+
+
+def test_dashboard_and_plain_line_show_the_e2e_clock_with_consume() -> None:
+    """kctl produce --consume: e2e beside the other three clocks, negatives counted."""
+    st = _stats()
+    text = _render(ProduceDashboard(lambda: st.snapshot(T0 + 5 * S), consume_fn=_consume_state), width=160)
+    row = next(line for line in text.splitlines() if line.lstrip("│ ").startswith("e2e"))
+    for needle in ("12.5", "31.2", "37.5", "88.0", "4,000", "(3 < 0)"):
+        assert needle in row, (needle, row)
+    line = plain_line(st.snapshot(T0 + 5 * S), _consume_state())
+    assert "e2e p50 12.5 p99 31.2 ms (0 negative), lag 17" in line

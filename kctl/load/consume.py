@@ -1,0 +1,343 @@
+"""``kctl consume`` without the rendering: options in, a finished run out.
+
+How this works: ``prepare()`` turns the options into a validated ``ConsumePlan``
+(consumer properties through consumer_config.py, ``--from``, ``--isolation-level``,
+durations) so every bad input fails before anything starts. ``execute()`` starts the
+embedded broker when no bootstrap server was given, checks the topic, writes the backlog
+first when ``--backlog N`` asks for one (``kctl produce``'s own load path, its
+acknowledgements giving each partition's start and end), runs the consumers
+(load/consume_run.py), verifies when asked and returns the summary. The command renders
+through ``on_round`` / ``on_event`` / ``on_start``.
+
+``--from`` (assign mode; kafka-consumer-perf-test reads from the beginning too):
+``beginning`` (the default), ``end``, an offset (``1234``), a time: ISO 8601
+(``2024-05-01T12:00:00Z``), ``@<unix ms>`` or ``-<duration>`` (``-5m``: five minutes
+ago). In group mode positions are the group's committed offsets; ``--from beginning|end``
+then says where a partition without one starts (``auto.offset.reset``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections.abc import Callable, Sequence
+from contextlib import ExitStack
+from dataclasses import dataclass
+from datetime import datetime
+
+
+from kctl.config import Setting, load_properties_file, parse_assignment, redact_properties
+from kctl.consumer_config import ConsumerConfig, canonical_consumer_setting
+from kctl.engine import admin
+from kctl.engine.batch import TopicPartition
+from kctl.engine.blocking_client import BlockingClient
+from kctl.errors import ConfigError, KctlError
+from kctl.load.clock_sync import SAME_HOST
+from kctl.load.consume_run import ConsumeResult, ConsumeRun, ConsumeSpec
+from kctl.load.consume_verify import verify_against_acks, verify_sequences
+from kctl.load.consume_worker import StartPosition
+from kctl.load.worker_count import WorkerCount, default_workers
+from kctl.protocol.identity import run_tag
+from kctl.quantities import parse_duration, parse_warmup
+from kctl.stats.consume_aggregate import ConsumeStats
+from kctl.stats.consume_summary import BacklogResult, ConsumeSummary
+from kctl.stats.summary import VerifyResult
+from kctl.topics import validate_topic_name
+
+__all__ = ["ConsumeOptions", "ConsumeOutcome", "ConsumePlan", "execute", "parse_start", "prepare"]
+
+#: How long a backlog may take to drain before the run gives up (and says so).
+BACKLOG_DRAIN_LIMIT_S = 600.0
+
+
+@dataclass(frozen=True)
+class ConsumeOptions:
+    bootstrap: str | None = None
+    topic: str = "kctl-perf"
+    group: str | None = None
+    consumers: int | None = None
+    start: str | None = None              # --from
+    isolation_level: str | None = None
+    properties: Sequence[str] = ()
+    consumer_config: Sequence[str] = ()
+    duration: str | None = None
+    num_records: int | None = None
+    idle_timeout: str | None = None
+    warmup: str | None = None
+    interval: float = 1.0
+    verify: bool = False
+    backlog: int | None = None
+    record_size: int = 100                # backlog records' value size
+    partitions: int = 6                   # a topic --backlog creates
+    create_topic: bool = True
+    clock_peer: str | None = None
+
+
+@dataclass(frozen=True)
+class ConsumePlan:
+    options: ConsumeOptions
+    settings: tuple[Setting, ...]
+    config: ConsumerConfig
+    start: StartPosition
+    duration_s: float | None
+    num_records: int | None
+    idle_timeout_s: float | None
+    warmup_s: float
+    consumers: WorkerCount
+    warnings: tuple[str, ...] = ()
+
+
+@dataclass
+class ConsumeOutcome:
+    bootstrap: str
+    embedded: bool
+    result: ConsumeResult
+    summary: ConsumeSummary
+    verify: VerifyResult | None
+
+
+def parse_start(text: str | None, *, group: bool, now_ms: int | None = None) -> StartPosition:
+    """``--from`` (module docstring)."""
+    if text is None:
+        return StartPosition("committed" if group else "beginning")
+    t = text.strip()
+    low = t.lower()
+    if low in ("beginning", "earliest", "start"):
+        kind = StartPosition("beginning")
+    elif low in ("end", "latest"):
+        kind = StartPosition("end")
+    elif low == "committed":
+        if not group:
+            raise ConfigError("--from committed needs --group (the group's committed offsets)")
+        return StartPosition("committed")
+    elif t.isdigit():
+        kind = StartPosition("offset", int(t))
+    elif t.startswith("@") and t[1:].isdigit():
+        kind = StartPosition("timestamp", int(t[1:]))
+    elif t.startswith("-"):
+        ago = parse_duration(t[1:], "--from")
+        now = now_ms if now_ms is not None else time.time_ns() // 1_000_000
+        kind = StartPosition("timestamp", now - int(ago * 1000))
+    else:
+        try:
+            when = datetime.fromisoformat(t.replace("Z", "+00:00"))
+        except ValueError:
+            raise ConfigError(
+                f"--from {text!r}: expected beginning, end, an offset (1234), a time (ISO 8601 such as "
+                "2024-05-01T12:00:00Z, @<unix ms>, or -5m for five minutes ago)") from None
+        if when.tzinfo is None:
+            raise ConfigError(f"--from {text!r}: give the time zone (Z or +02:00)")
+        kind = StartPosition("timestamp", int(when.timestamp() * 1000))
+    if group and kind.kind in ("offset", "timestamp"):
+        raise ConfigError("--from an offset or a time needs assign mode: a group's positions are its "
+                          "committed offsets (drop --group, or use --from beginning|end)")
+    return kind
+
+
+def prepare(o: ConsumeOptions) -> ConsumePlan:
+    validate_topic_name(o.topic)
+    if o.consumers is not None and o.consumers < 1:
+        raise ConfigError(f"--consumers must be at least 1, not {o.consumers}")
+    if o.num_records is not None and o.num_records < 1:
+        raise ConfigError(f"--num-records must be at least 1, not {o.num_records}")
+    if o.backlog is not None and o.backlog < 1:
+        raise ConfigError(f"--backlog must be at least 1 record, not {o.backlog}")
+    if o.interval <= 0:
+        raise ConfigError(f"--interval must be positive, not {o.interval}")
+    if o.backlog is not None and o.start is not None:
+        raise ConfigError("--backlog starts where the backlog starts: drop --from")
+    group = o.group is not None
+    start = parse_start(o.start, group=group)
+    settings: list[Setting] = []
+    for f in o.consumer_config:
+        settings.extend(load_properties_file(f))
+    settings.extend(parse_assignment(x, "-X", what="consumer") for x in o.properties)
+    settings = [canonical_consumer_setting(x) for x in settings]
+    named = {s.name: s for s in settings}
+    if o.isolation_level is not None:
+        if "isolation.level" in named and str(named["isolation.level"].value).lower() != o.isolation_level.lower():
+            raise ConfigError("--isolation-level and -X isolation.level disagree: give one")
+        settings.append(Setting("isolation.level", o.isolation_level, "--isolation-level"))
+    if group:
+        if "group.id" in named and named["group.id"].value != o.group:
+            raise ConfigError("--group and -X group.id disagree: give one")
+        settings.append(Setting("group.id", o.group, "--group"))
+        if start.kind in ("beginning", "end"):
+            reset = "earliest" if start.kind == "beginning" else "latest"
+            if "auto.offset.reset" in named and str(named["auto.offset.reset"].value) != reset:
+                raise ConfigError("--from and -X auto.offset.reset disagree: give one")
+            settings.append(Setting("auto.offset.reset", reset, "--from"))
+            start = StartPosition("committed")
+    elif "group.id" in named:
+        raise ConfigError("give the group as --group (assign mode takes no group.id)")
+    if o.backlog is not None and "auto.offset.reset" not in named and group:
+        settings.append(Setting("auto.offset.reset", "earliest", "--backlog"))
+    config = ConsumerConfig.from_settings(
+        settings + [Setting("bootstrap.servers", o.bootstrap or "127.0.0.1:9092", "-b")])
+    duration_s = parse_duration(o.duration, "--duration") if o.duration else None
+    idle_s = parse_duration(o.idle_timeout, "--idle-timeout") if o.idle_timeout else None
+    if duration_s is None and o.num_records is None and o.backlog is None and idle_s is None:
+        duration_s = 10.0
+    warm_records, warm_s = parse_warmup(o.warmup)
+    if warm_records:
+        raise ConfigError("--warmup for kctl consume is a time (5s), not a record count")
+    if o.consumers is not None:
+        consumers = WorkerCount(o.consumers, "--consumers")
+    else:
+        given = o.bootstrap or next((str(x.value) for x in reversed(settings) if x.name == "bootstrap.servers"),
+                                    None)
+        consumers = default_workers(given)
+    return ConsumePlan(o, tuple(settings), config, start, duration_s, o.num_records, idle_s, warm_s,
+                       consumers, tuple(config.warnings))
+
+
+def _bootstrap_from(plan: ConsumePlan) -> str | None:
+    if plan.options.bootstrap:
+        return plan.options.bootstrap
+    for s in reversed(plan.settings):
+        if s.name == "bootstrap.servers":
+            return str(s.value)
+    return None
+
+
+def _topic_partitions(client: BlockingClient, plan: ConsumePlan) -> tuple[int, ...]:
+    o = plan.options
+    md = admin.fetch_metadata(client, [o.topic])
+    info = md.topics.get(o.topic)
+    missing = info is None or info.error == "UNKNOWN_TOPIC_OR_PARTITION" or not info.partitions
+    if missing:
+        if o.backlog is not None and o.create_topic:
+            admin.create_topics(client, [o.topic], partitions=o.partitions)
+            return tuple(range(o.partitions))
+        raise KctlError(f"topic {o.topic!r} does not exist on {client.address}")
+    if info.error:
+        raise KctlError(f"topic {o.topic!r} on {client.address}: {info.error}")
+    return tuple(sorted(p.partition for p in info.partitions))
+
+
+@dataclass(frozen=True)
+class _Backlog:
+    run_id: str
+    acked: dict[int, dict[int, list[tuple[int, int, int]]]]
+    starts: dict[int, int]
+    ends: dict[int, int]
+    records: int
+    produce_s: float
+
+
+def _write_backlog(plan: ConsumePlan, bootstrap: str, on_event: Callable[[str], None]) -> _Backlog:
+    from kctl.load.produce import ProduceOptions, execute as produce, prepare as prepare_produce
+    o = plan.options
+    on_event(f"writing a backlog of {o.backlog} records to {o.topic} before the consumers start")
+    pp = prepare_produce(ProduceOptions(bootstrap=bootstrap, topic=o.topic, partitions=o.partitions,
+                                        create_topic=o.create_topic, num_records=o.backlog,
+                                        record_size=o.record_size, interval=o.interval))
+    pp = dataclasses.replace(pp, spec_args={**pp.spec_args, "collect_acked": True})
+    t0 = time.monotonic()
+    outcome = produce(pp)
+    produce_s = time.monotonic() - t0
+    if outcome.result.failures:
+        w, err = sorted(outcome.result.failures.items())[0]
+        raise KctlError(f"writing the backlog failed: producer worker {w}: {err.splitlines()[0]}")
+    acked = outcome.result.acked_runs
+    starts: dict[int, int] = {}
+    ends: dict[int, int] = {}
+    count = 0
+    for parts in acked.values():
+        for p, runs in parts.items():
+            for offset, n, _ in runs:
+                count += n
+                if offset < 0:
+                    continue
+                starts[p] = min(starts.get(p, offset), offset)
+                ends[p] = max(ends.get(p, 0), offset + n)
+    if count < o.backlog:
+        on_event(f"warning: only {count} of {o.backlog} backlog records were acknowledged")
+    return _Backlog(outcome.summary.run.id, acked, starts, ends, count, produce_s)
+
+
+def _commit_group_start(config: ConsumerConfig, topic: str, offsets: dict[int, int]) -> None:
+    """A fresh group's starting offsets, committed before its members join (a backlog
+    read by a group starts where the backlog starts)."""
+    from kctl.engine.consumer import Consumer
+    with Consumer(config.with_properties({"enable.auto.commit": "false"})) as c:
+        c.assign([TopicPartition(topic, p) for p in offsets])
+        result = c.commit_sync({TopicPartition(topic, p): o for p, o in offsets.items()}, timeout_s=30)
+        if not result.ok:
+            raise KctlError(f"could not commit the backlog's start for group {config.group_id!r}: "
+                            f"{sorted(set(result.errors.values()))}")
+
+
+def execute(plan: ConsumePlan, *, on_event: Callable[[str], None] = lambda _m: None,
+            on_round: Callable[[ConsumeStats, int], None] | None = None,
+            on_start: Callable[[ConsumeStats], None] | None = None,
+            hdr_out: str | None = None) -> ConsumeOutcome:
+    o = plan.options
+    with ExitStack() as stack:
+        bootstrap = _bootstrap_from(plan)
+        embedded = bootstrap is None
+        if embedded:
+            from kctl.broker import EmbeddedBroker
+            broker = stack.enter_context(EmbeddedBroker())
+            bootstrap = broker.bootstrap
+            on_event(f"no --bootstrap-server given: started the embedded broker (Tansu) at {bootstrap}; "
+                     "it stops when the run ends")
+        config = plan.config.with_properties({"bootstrap.servers": bootstrap})
+        with BlockingClient(bootstrap.split(",")[0], client_id="kctl-consume-admin",
+                            security=config.security) as client:
+            partitions = _topic_partitions(client, plan)
+        backlog = _write_backlog(plan, bootstrap, on_event) if o.backlog is not None else None
+        group = o.group is not None
+        consumers = plan.consumers.count
+        reason = plan.consumers.reason
+        if not group and consumers > len(partitions):
+            consumers, reason = len(partitions), f"{reason}; at most one per partition in assign mode"
+        start = plan.start
+        targets = None
+        tag = None
+        if backlog is not None:
+            start = StartPosition("offsets", offsets=backlog.starts) if not group else StartPosition("committed")
+            targets = {p: backlog.ends.get(p, backlog.starts.get(p, 0)) for p in partitions}
+            tag = run_tag(backlog.run_id)
+            if group:
+                _commit_group_start(config, o.topic, {p: backlog.starts.get(p, 0) for p in partitions})
+        on_event(f"consuming {o.topic} ({len(partitions)} partitions) on {bootstrap} with {consumers} "
+                 f"consumer(s) ({reason}), {'group ' + repr(o.group) if group else 'assign mode'}, "
+                 f"from {start.describe()}")
+        spec = ConsumeSpec(
+            topic=o.topic, config=config, partitions=partitions, consumers=consumers, group=group,
+            start=start, run_tag=tag, duration_s=plan.duration_s if backlog is None else
+            (plan.duration_s or BACKLOG_DRAIN_LIMIT_S), max_records=plan.num_records,
+            idle_timeout_s=plan.idle_timeout_s, targets=targets, stop_when_caught_up=backlog is not None,
+            interval_s=o.interval, warmup_s=plan.warmup_s, verify=o.verify, clock_peer=o.clock_peer)
+        summary_config = {
+            "bootstrap": bootstrap, "embedded_broker": embedded, "topic": o.topic, "partitions": len(partitions),
+            "consumers": consumers, "consumers_reason": reason, "group": o.group, "from": start.describe(),
+            "duration_s": spec.duration_s, "num_records": plan.num_records, "idle_timeout_s": plan.idle_timeout_s,
+            "warmup_s": plan.warmup_s, "backlog": o.backlog, "verify": o.verify,
+            "consumer": redact_properties({**{s.name: str(s.value) for s in plan.settings},
+                                           "bootstrap.servers": bootstrap})}
+        run = ConsumeRun(spec, config_for_summary=summary_config, hdr_out=hdr_out, on_round=on_round)
+        run.start()
+        stats = run.begin()
+        if backlog is not None and o.clock_peer is None:
+            stats.clock = SAME_HOST   # the backlog was written from this host
+        if on_start is not None:
+            on_start(stats)
+        result = run.wait()
+        summary = result.summary
+        if backlog is not None:
+            done = stats.caught_up_at()
+            drain_s = (done - stats.start_wall_ns) / 1e9 if done else summary.run.duration_s
+            summary = summary.with_backlog(BacklogResult(
+                backlog.records, done is not None, round(drain_s, 6),
+                round(backlog.records / drain_s, 3) if drain_s > 0 else 0.0, round(backlog.produce_s, 6)))
+        checked = None
+        if o.verify and not result.failures:
+            on_event("verifying what the consumers read")
+            checked = (verify_against_acks(backlog.run_id, backlog.acked, result.seen) if backlog is not None
+                       else verify_sequences(result.seen))
+            summary = summary.with_verify(checked)
+        return ConsumeOutcome(bootstrap, embedded, result, summary, checked)
+
+

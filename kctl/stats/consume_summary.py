@@ -1,0 +1,228 @@
+"""The run summary of ``kctl consume`` (and the ``consume`` section of ``kctl produce
+--consume``), typed.
+
+``ConsumeStats.summary()`` (stats/consume_aggregate.py) builds a ``ConsumeSummary``;
+``to_json()`` is the document docs/consume-summary.md specifies (schema
+``kctl.consume.summary/1``) and ``from_json()`` reads one back. Readers use the
+attributes; only files hold the JSON.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from kctl.stats.consume_report import ClockOffset
+from kctl.stats.latency import LatencyFigures
+from kctl.stats.summary import VerifyResult
+
+__all__ = ["BacklogResult", "CONSUME_SCHEMA", "ConsumeCounts", "ConsumeRates", "ConsumeRunInfo",
+           "ConsumeSummary", "LagPoint", "PartitionState"]
+
+CONSUME_SCHEMA = "kctl.consume.summary/1"
+
+
+@dataclass(frozen=True, slots=True)
+class ConsumeRunInfo:
+    id: str
+    start: str
+    end: str
+    start_unix_ms: int
+    end_unix_ms: int
+    duration_s: float
+    measured_s: float
+    consumers: int
+    consumers_failed: tuple[tuple[int, str], ...]
+    mode: str                    # "assign" or "group"
+    intervals: int
+    caught_up: bool              # every consumer reached its targets (when there were targets)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"id": self.id, "start": self.start, "end": self.end, "start_unix_ms": self.start_unix_ms,
+                "end_unix_ms": self.end_unix_ms, "duration_s": self.duration_s, "measured_s": self.measured_s,
+                "consumers": self.consumers,
+                "consumers_failed": [{"consumer": c, "error": e} for c, e in self.consumers_failed],
+                "mode": self.mode, "intervals": self.intervals, "caught_up": self.caught_up}
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> ConsumeRunInfo:
+        return cls(str(d.get("id", "")), str(d.get("start", "")), str(d.get("end", "")),
+                   int(d.get("start_unix_ms", 0)), int(d.get("end_unix_ms", 0)),
+                   float(d.get("duration_s", 0.0)), float(d.get("measured_s", 0.0)), int(d.get("consumers", 0)),
+                   tuple((int(x["consumer"]), str(x["error"])) for x in d.get("consumers_failed", ())),
+                   str(d.get("mode", "assign")), int(d.get("intervals", 0)), bool(d.get("caught_up", False)))
+
+
+@dataclass(frozen=True, slots=True)
+class ConsumeCounts:
+    records: int = 0               # handed out (warm-up excluded)
+    key_value_bytes: int = 0       # their keys and values
+    batch_bytes: int = 0           # record batches fetched (the wire's records part)
+    batches: int = 0
+    fetch_requests: int = 0
+    fetch_responses: int = 0
+    matched: int = 0               # records with the run's identity (on the e2e clock)
+    unidentified: int = 0          # records without a kctl identity header
+    foreign: int = 0               # kctl records of other runs
+    aborted_records_skipped: int = 0
+    control_batches: int = 0
+    records_decoded: int = 0       # records that needed the full decoder (not the per-batch scan)
+    rebalances: int = 0
+    commits: int = 0
+    commit_failures: int = 0
+    offset_resets: int = 0
+    throttle_time_ms: int = 0
+
+    _KEYS = ("records", "key_value_bytes", "batch_bytes", "batches", "fetch_requests", "fetch_responses",
+             "matched", "unidentified", "foreign", "aborted_records_skipped", "control_batches",
+             "records_decoded", "rebalances", "commits", "commit_failures", "offset_resets", "throttle_time_ms")
+
+    def to_json(self) -> dict[str, int]:
+        return {k: getattr(self, k) for k in self._KEYS}
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> ConsumeCounts:
+        return cls(**{k: int(d.get(k, 0)) for k in cls._KEYS})
+
+
+@dataclass(frozen=True, slots=True)
+class ConsumeRates:
+    records_per_s: float = 0.0
+    mb_per_s: float = 0.0              # keys + values, MiB/s (kafka-consumer-perf-test's MB.sec)
+    wire_mb_per_s: float = 0.0         # record batch bytes fetched, MiB/s
+    fetch_requests_per_s: float = 0.0
+    records_per_fetch: float = 0.0     # records per Fetch answer
+
+    def to_json(self) -> dict[str, float]:
+        return {"records_per_s": self.records_per_s, "mb_per_s": self.mb_per_s,
+                "wire_mb_per_s": self.wire_mb_per_s, "fetch_requests_per_s": self.fetch_requests_per_s,
+                "records_per_fetch": self.records_per_fetch}
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> ConsumeRates:
+        return cls(*(float(d.get(k, 0.0)) for k in ("records_per_s", "mb_per_s", "wire_mb_per_s",
+                                                     "fetch_requests_per_s", "records_per_fetch")))
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionState:
+    topic: str
+    partition: int
+    records: int        # consumed from it (warm-up included: positions are cumulative)
+    position: int
+    end_offset: int
+    lag: int | None
+
+    def to_json(self) -> dict[str, Any]:
+        return {"topic": self.topic, "partition": self.partition, "records": self.records,
+                "position": self.position, "end_offset": self.end_offset, "lag": self.lag}
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> PartitionState:
+        lag = d.get("lag")
+        return cls(str(d["topic"]), int(d["partition"]), int(d.get("records", 0)), int(d.get("position", -1)),
+                   int(d.get("end_offset", -1)), int(lag) if lag is not None else None)
+
+
+@dataclass(frozen=True, slots=True)
+class LagPoint:
+    """Consumer lag at one interval's end: total and per partition ("topic-partition")."""
+
+    t_s: float
+    total: int
+    partitions: Mapping[str, int]
+
+    def to_json(self) -> dict[str, Any]:
+        return {"t_s": self.t_s, "total": self.total, "partitions": dict(self.partitions)}
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> LagPoint:
+        return cls(float(d["t_s"]), int(d["total"]), {str(k): int(v) for k, v in d.get("partitions", {}).items()})
+
+
+@dataclass(frozen=True, slots=True)
+class BacklogResult:
+    """``--backlog N``: N records written before the consumers started; how long they took
+    to read all of them (first consumer start to the last partition reaching the end)."""
+
+    records: int
+    drained: bool
+    drain_s: float
+    records_per_s: float
+    produce_s: float = 0.0          # how long writing the backlog took
+
+    def to_json(self) -> dict[str, Any]:
+        return {"records": self.records, "drained": self.drained, "drain_s": self.drain_s,
+                "records_per_s": self.records_per_s, "produce_s": self.produce_s}
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> BacklogResult:
+        return cls(int(d["records"]), bool(d["drained"]), float(d["drain_s"]), float(d["records_per_s"]),
+                   float(d.get("produce_s", 0.0)))
+
+
+@dataclass(frozen=True)
+class ConsumeSummary:
+    run: ConsumeRunInfo
+    config: Mapping[str, Any]
+    counts: ConsumeCounts
+    rates: ConsumeRates
+    latency: Mapping[str, LatencyFigures]          # "e2e"
+    lag_final: int
+    lag_max: int
+    lag_timeline: tuple[LagPoint, ...]
+    partitions: tuple[PartitionState, ...]
+    errors_by_name: Mapping[str, int] = field(default_factory=dict)
+    clock: ClockOffset | None = None
+    backlog: BacklogResult | None = None
+    verify: VerifyResult | None = None
+    schema: str = CONSUME_SCHEMA
+
+    def with_verify(self, verify: VerifyResult | None) -> ConsumeSummary:
+        return replace(self, verify=verify)
+
+    def with_backlog(self, backlog: BacklogResult | None) -> ConsumeSummary:
+        return replace(self, backlog=backlog)
+
+    def to_json(self, *, with_config: bool = True) -> dict[str, Any]:
+        out: dict[str, Any] = {"schema": self.schema, "run": self.run.to_json()}
+        if with_config:
+            out["config"] = dict(self.config)
+        out.update({
+            "counts": self.counts.to_json(),
+            "rates": self.rates.to_json(),
+            "latency": {c: f.to_dict() for c, f in self.latency.items()},
+            "clock": self.clock.to_json() if self.clock is not None else None,
+            "lag": {"final": self.lag_final, "max": self.lag_max,
+                    "timeline": [p.to_json() for p in self.lag_timeline]},
+            "backlog": self.backlog.to_json() if self.backlog is not None else None,
+            "partitions": [p.to_json() for p in self.partitions],
+            "errors_by_name": dict(sorted(self.errors_by_name.items())),
+        })
+        if self.verify is not None:
+            out["verify"] = self.verify.to_json()
+        return out
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> ConsumeSummary:
+        schema = d.get("schema")
+        if not isinstance(schema, str) or not schema.startswith("kctl.consume.summary/"):
+            raise ValueError(f"not a kctl consume summary (schema {schema!r})")
+        try:
+            lag = d.get("lag") or {}
+            return cls(
+                run=ConsumeRunInfo.from_json(d.get("run") or {}), config=dict(d.get("config") or {}),
+                counts=ConsumeCounts.from_json(d.get("counts") or {}),
+                rates=ConsumeRates.from_json(d.get("rates") or {}),
+                latency={str(c): LatencyFigures.from_dict(f) for c, f in (d.get("latency") or {}).items()},
+                lag_final=int(lag.get("final", 0)), lag_max=int(lag.get("max", 0)),
+                lag_timeline=tuple(LagPoint.from_json(p) for p in lag.get("timeline") or ()),
+                partitions=tuple(PartitionState.from_json(p) for p in d.get("partitions") or ()),
+                errors_by_name={str(k): int(v) for k, v in (d.get("errors_by_name") or {}).items()},
+                clock=ClockOffset.from_json(d["clock"]) if d.get("clock") else None,
+                backlog=BacklogResult.from_json(d["backlog"]) if d.get("backlog") else None,
+                verify=VerifyResult.from_json(d["verify"]) if d.get("verify") else None,
+                schema=schema)
+        except (KeyError, TypeError, AttributeError, ValueError) as e:
+            raise ValueError(f"malformed kctl consume summary ({type(e).__name__}: {e})") from None

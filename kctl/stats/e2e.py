@@ -1,0 +1,219 @@
+"""The fourth clock, ``e2e``: consume time minus the record's intended send time.
+
+How this works
+--------------
+Every record a kctl load run writes carries its intended send time in its ``kctl``
+identity header (ns since the Unix epoch, protocol/identity.py): its time on the
+open-loop schedule, so a stalled producer shows up here as it does on the intended
+clock (coordinated omission is not hidden). A consumer takes the moment it handed a
+batch out (``ConsumedBatch.consumed_ns``, monotonic, turned into Unix epoch ns with the
+consumer's clock offset taken once at start) and records, for every record,
+
+    e2e = consume time - intended send time          (integer nanoseconds)
+
+Resolution: values are NANOSECONDS end to end: the difference is taken in ns and the
+histograms count ns (1 ns .. 1 hour, 3 significant digits, so every value is known to
+0.1 %, and to the ns below 2 µs). OpenMessaging Benchmark's figure, by contrast, comes
+from millisecond record timestamps.
+
+Negative values happen when producer and consumer clocks differ (two hosts): they are
+never clamped. A negative value's magnitude goes into a second histogram
+(``e2e_negative``); figures are computed over the signed values (``signed_figures``:
+the k-th smallest of all values, negatives first) and say how many were negative
+(``LatencyFigures.negative``) and the smallest (``min_ms``). The clock offset between
+the hosts is estimated and reported separately (load/clock_sync.py).
+
+Cost: one ``struct`` unpack per batch (the identities' columns) and about 0.2 µs per
+record in the loop below (no object per record); a batch whose identities were not
+scannable goes record by record through ``record``.
+
+In the ``.hlog`` (tags ``e2e`` and, when there are negatives, ``e2e_negative``) values
+are written in microseconds like the other clocks (``to_microseconds``), so one log has
+one unit.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Mapping
+
+from hdrh.histogram import HdrHistogram
+
+from kctl.stats.latency import PERCENTILES, LatencyFigures, encode_histogram, histogram_mean, new_histogram
+
+__all__ = ["E2E", "E2E_CLOCKS", "E2E_NEGATIVE", "E2eRecorder", "HIGHEST_NS", "new_e2e_histogram",
+           "signed_figures", "to_microseconds"]
+
+E2E = "e2e"
+E2E_NEGATIVE = "e2e_negative"
+E2E_CLOCKS = (E2E, E2E_NEGATIVE)
+HIGHEST_NS = 3_600_000_000_000       # one hour
+_HALF_MAG = 10                       # 3 significant digits: 2048 sub-buckets
+_SUB_MASK = (1 << (_HALF_MAG + 1)) - 1
+_SUB_BITS = _HALF_MAG + 1
+_HALF = 1 << _HALF_MAG
+_COLUMNS: dict[int, struct.Struct] = {}
+
+
+def new_e2e_histogram() -> HdrHistogram:
+    """An empty e2e histogram: nanoseconds, 1 ns .. 1 hour, 3 significant digits."""
+    return HdrHistogram(1, HIGHEST_NS, 3)
+
+
+class _NsSink:
+    """One histogram recorded into by counts index (the arithmetic of hdrh's
+    ``_counts_index_for`` for this layout, as stats/latency.py's ``_Sink``)."""
+
+    __slots__ = ("h", "counts", "total", "lo", "hi")
+
+    def __init__(self) -> None:
+        self.h = new_e2e_histogram()
+        if self.h.unit_magnitude != 0 or self.h.sub_bucket_half_count_magnitude != _HALF_MAG:
+            raise AssertionError("histogram layout changed: update _NsSink")
+        self.counts = self.h.counts
+        self.total = 0
+        self.lo = HIGHEST_NS + 1
+        self.hi = -1
+
+    def finish(self) -> HdrHistogram:
+        h = self.h
+        if self.total:
+            h.total_count += self.total
+            h.min_value = min(h.min_value, self.lo)
+            h.max_value = max(h.max_value, self.hi)
+        return h
+
+
+class E2eRecorder:
+    """e2e values of one consumer for the current interval (positive and negative sinks)."""
+
+    __slots__ = ("negative", "clamped", "recorded", "_pos", "_neg")
+
+    def __init__(self) -> None:
+        self.negative = 0        # cumulative: values below zero
+        self.clamped = 0         # cumulative: magnitudes above an hour, recorded as an hour
+        self.recorded = 0        # cumulative
+        self._pos = _NsSink()
+        self._neg = _NsSink()
+
+    def record_identities(self, consume_wall_ns: int, identities: bytes, count: int,
+                          run_tag: bytes | None = None) -> int:
+        """Every record of a batch's identities blob (``identity.IDENTITY`` layout); with
+        ``run_tag``, only that run's records. Returns how many were recorded."""
+        st = _COLUMNS.get(count)
+        if st is None:
+            st = _COLUMNS[count] = struct.Struct(">" + "4sIQq" * count)
+        cols = st.unpack(identities)
+        intended = cols[3::4]
+        if run_tag is not None and cols[0::4].count(run_tag) != count:
+            intended = tuple(t for tag, t in zip(cols[0::4], intended) if tag == run_tag)
+        self.record_many(consume_wall_ns, intended)
+        return len(intended)
+
+    def record(self, consume_wall_ns: int, intended_ns: int) -> None:
+        self.record_many(consume_wall_ns, (intended_ns,))
+
+    def record_many(self, now: int, intended) -> None:
+        """``now`` minus each intended send time (all Unix epoch ns)."""
+        pos, neg = self._pos, self._neg
+        pcounts, ncounts = pos.counts, neg.counts
+        negative = clamped = 0
+        for t in intended:
+            v = now - t
+            if v >= 0:
+                sink, counts = pos, pcounts
+            else:
+                v = -v
+                negative += 1
+                sink, counts = neg, ncounts
+            if v > HIGHEST_NS:
+                v = HIGHEST_NS
+                clamped += 1
+            b = (v | _SUB_MASK).bit_length() - _SUB_BITS
+            counts[((b + 1) << _HALF_MAG) + (v >> b) - _HALF] += 1
+            sink.total += 1
+            if v < sink.lo:
+                sink.lo = v
+            if v > sink.hi:
+                sink.hi = v
+        self.negative += negative
+        self.clamped += clamped
+        self.recorded += len(intended)
+
+    def interval(self) -> dict[str, HdrHistogram]:
+        out = {E2E: self._pos.finish(), E2E_NEGATIVE: self._neg.finish()}
+        self._pos, self._neg = _NsSink(), _NsSink()
+        return out
+
+    def encode_interval(self) -> dict[str, bytes]:
+        return {c: encode_histogram(h) for c, h in self.interval().items()}
+
+
+def _value_at_rank(h: HdrHistogram, rank: int, *, highest: bool) -> int:
+    """The value of the ``rank``-th smallest recorded value (1-based), as the top (or
+    the bottom) of its equivalent range."""
+    seen = 0
+    counts = h.counts
+    last = h.get_counts_array_index(h.get_max_value())
+    for i in range(last + 1):
+        c = counts[i]
+        if c:
+            seen += c
+            if seen >= rank:
+                v = h.get_value_from_index(i)
+                return h.get_highest_equivalent_value(v) if highest else h.get_lowest_equivalent_value(v)
+    return h.get_max_value()
+
+
+def signed_figures(pos: HdrHistogram | None, neg: HdrHistogram | None) -> LatencyFigures:
+    """Figures over the signed values: ``pos`` holds the values >= 0, ``neg`` the
+    magnitudes of the negative ones (both in ns)."""
+    p = pos.get_total_count() if pos is not None else 0
+    q = neg.get_total_count() if neg is not None else 0
+    n = p + q
+    if not n:
+        return LatencyFigures(0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0, negative=0, min_ms=0.0)
+    if not q:
+        f = LatencyFigures.from_histogram(pos, unit_ns=1)
+        return LatencyFigures(f.p50_ms, f.p90_ms, f.p95_ms, f.p99_ms, f.p999_ms, f.p9999_ms, f.max_ms,
+                              f.mean_ms, f.count, negative=0, min_ms=pos.get_min_value() / 1e6)
+
+    def at(percentile: float) -> float:
+        # HdrHistogram's rank for a percentile: at least 1, rounded half up.
+        k = max(1, int(percentile / 100.0 * n + 0.5))
+        if k <= q:   # among the negatives: the (q - k + 1)-th smallest magnitude, negated
+            return -_value_at_rank(neg, q - k + 1, highest=False) / 1e6
+        return _value_at_rank(pos, k - q, highest=True) / 1e6
+
+    vals = [at(pc) for _, pc in PERCENTILES]
+    mean = ((histogram_mean(pos) * p if p else 0.0) - histogram_mean(neg) * q) / n / 1e6
+    max_ms = pos.get_max_value() / 1e6 if p else -neg.get_min_value() / 1e6
+    return LatencyFigures(*vals, max_ms=max_ms, mean_ms=mean, count=n, negative=q,
+                          min_ms=-neg.get_max_value() / 1e6)
+
+
+def to_microseconds(h: HdrHistogram) -> HdrHistogram:
+    """A ns histogram as one in µs of kctl's usual layout (for the .hlog): each recorded
+    value's bucket moves with its count; one pass over the counts."""
+    out = new_histogram()
+    if not h.get_total_count():
+        return out
+    counts = h.counts
+    last = h.get_counts_array_index(h.get_max_value())
+    value_at = h.get_value_from_index
+    for i in range(last + 1):
+        c = counts[i]
+        if c:
+            out.record_value(max(1, value_at(i) // 1000), c)
+    return out
+
+
+def merged(into: dict[str, HdrHistogram], hists: Mapping[str, HdrHistogram]) -> None:
+    """Adds e2e histograms into ``into`` (creating them; empty ones skipped)."""
+    for clock, h in hists.items():
+        if not h.get_total_count():
+            continue
+        dest = into.get(clock)
+        if dest is None:
+            dest = into[clock] = new_e2e_histogram()
+        dest.add(h)

@@ -1,0 +1,89 @@
+"""ConsumerConfig: the Java consumer's names, defaults and rules (ConsumerConfigTest)."""
+
+import pytest
+
+from kctl.consumer_config import (
+    ConsumerConfig, IsolationLevel, OffsetResetStrategy, RebalanceProtocol, describe_consumer_properties)
+from kctl.errors import ConfigError
+
+
+def cfg(**props):
+    return ConsumerConfig.from_properties({k.replace("_", "."): v for k, v in props.items()})
+
+
+def test_java_defaults():
+    c = ConsumerConfig.from_properties({})
+    assert (c.fetch_min_bytes, c.fetch_max_bytes, c.fetch_max_wait_ms, c.max_partition_fetch_bytes) == (
+        1, 52428800, 500, 1048576)
+    assert (c.session_timeout_ms, c.heartbeat_interval_ms, c.max_poll_interval_ms, c.max_poll_records) == (
+        45000, 3000, 300000, 500)
+    assert c.auto_offset_reset.strategy is OffsetResetStrategy.LATEST
+    assert c.isolation_level is IsolationLevel.READ_UNCOMMITTED
+    assert c.partition_assignment_strategy == ("range", "cooperative-sticky")
+    assert c.receive_buffer_bytes == 65536 and c.enable_auto_commit is False   # no group: no auto commit
+    assert c.network.max_in_flight_requests_per_connection == 100
+
+
+def test_auto_commit_defaults_on_with_a_group_and_refused_without():
+    assert ConsumerConfig.from_properties({"group.id": "g"}).enable_auto_commit
+    with pytest.raises(ConfigError, match="needs a group.id"):
+        ConsumerConfig.from_properties({"enable.auto.commit": "true"})
+    with pytest.raises(ConfigError, match="group.instance.id needs a group.id"):
+        ConsumerConfig.from_properties({"group.instance.id": "i"})
+
+
+def test_heartbeat_must_be_below_session_timeout():
+    with pytest.raises(ConfigError, match="heartbeat.interval.ms .* must be lower than session.timeout.ms"):
+        ConsumerConfig.from_properties({"heartbeat.interval.ms": "10000", "session.timeout.ms": "10000"})
+
+
+def test_unknown_names_get_a_suggestion_and_producer_names_are_named():
+    with pytest.raises(ConfigError, match="did you mean 'fetch.max.wait.ms'"):
+        ConsumerConfig.from_properties({"fetch.max.wait": "1"})
+    with pytest.raises(ConfigError, match="a producer property"):
+        ConsumerConfig.from_properties({"linger.ms": "1"})
+
+
+def test_java_only_names_warn():
+    c = ConsumerConfig.from_properties({"value.deserializer": "x.Y", "interceptor.classes": "a.B"})
+    assert len(c.warnings) == 2 and dict(c.ignored)["value.deserializer"] == "x.Y"
+
+
+def test_what_kctl_cannot_honour_is_refused():
+    with pytest.raises(ConfigError, match="KIP-848"):
+        ConsumerConfig.from_properties({"group.protocol": "consumer"})
+    with pytest.raises(ConfigError, match="StickyAssignorUserData"):
+        ConsumerConfig.from_properties({"partition.assignment.strategy": "sticky"})
+    with pytest.raises(ConfigError, match="Java code"):
+        ConsumerConfig.from_properties({"partition.assignment.strategy": "com.example.Mine"})
+    with pytest.raises(ConfigError, match="queued.min.messages"):
+        ConsumerConfig.from_properties({"queued.min.messages": "10"})
+
+
+def test_values_parse_as_java_does():
+    c = ConsumerConfig.from_properties({
+        "isolation.level": "READ_COMMITTED", "auto.offset.reset": "by_duration:P1DT2H",
+        "partition.assignment.strategy": "org.apache.kafka.clients.consumer.CooperativeStickyAssignor",
+        "group.id": "g"})
+    assert c.isolation_level is IsolationLevel.READ_COMMITTED
+    assert c.auto_offset_reset.duration_ms == 26 * 3600 * 1000
+    assert c.group.protocol is RebalanceProtocol.COOPERATIVE
+    assert c.to_properties()["auto.offset.reset"] == "by_duration:P1DT2H0M0S"
+    with pytest.raises(ConfigError, match="auto.offset.reset"):
+        ConsumerConfig.from_properties({"auto.offset.reset": "smallest-ish"})
+    with pytest.raises(ConfigError, match="fetch.min.bytes"):
+        ConsumerConfig.from_properties({"fetch.min.bytes": "-1"})
+
+
+def test_librdkafka_names():
+    c = ConsumerConfig.from_properties({"fetch.wait.max.ms": "7", "fetch.message.max.bytes": "2048",
+                                        "auto.offset.reset": "smallest"})
+    assert (c.fetch_max_wait_ms, c.max_partition_fetch_bytes) == (7, 2048)
+    assert c.auto_offset_reset.strategy is OffsetResetStrategy.EARLIEST
+
+
+def test_pieces_and_description():
+    c = ConsumerConfig.from_properties({"group.id": "g", "max.poll.interval.ms": "1234"})
+    assert c.group.rebalance_timeout_ms == 1234 and c.fetch.max_wait_ms == 500
+    assert ("fetch.max.wait.ms", "500", "an integer number of milliseconds in [0, 2147483647]") in \
+        describe_consumer_properties()

@@ -1,0 +1,360 @@
+"""Group membership and the consumer's side of it, stepped with a fake clock and network.
+Mirrors Java's AbstractCoordinatorTest (find, join, sync, heartbeat, session and poll
+timeouts, leave) and ConsumerCoordinatorTest (eager and cooperative rebalances, committed
+offsets, auto commit, commit errors)."""
+
+import pytest
+
+from kctl.engine.assignors import Assignment, Subscription, decode_subscription, encode_assignment, encode_subscription
+from kctl.engine.coordinator import COORDINATOR_ID_BASE, MemberState
+from kctl.engine.subscription import FetchState
+from kctl.errors import KctlError
+
+from .consumer_harness import (
+    ConsumerHarness, FindCoordinatorResponse, HeartbeatResponse, JoinGroupResponse, OffsetCommitResponse,
+    OffsetFetchResponse, SyncGroupResponse, code, list_offsets_body, tp)
+
+COORD = COORDINATOR_ID_BASE - 0
+GROUP = {"group.id": "g", "session.timeout.ms": "10000", "heartbeat.interval.ms": "1000",
+         "max.poll.interval.ms": "60000"}
+
+
+def harness(**props):
+    h = ConsumerHarness(partitions=4, **{**GROUP, **props})
+    h.ready()
+    return h
+
+
+def find(h):
+    h.step()
+    req = h.net.pending("FindCoordinator")[0]
+    h.net.respond(req, FindCoordinatorResponse(
+        throttle_time_ms=0,
+        coordinators=[FindCoordinatorResponse.Coordinator(key="g", node_id=0, host="127.0.0.1", port=9000,
+                                                          error_code=0)]))
+    h.net.poll(0, h.clock.now_ns())
+    assert h.consumer.coordinator.coordinator == COORD
+
+
+def join_response(req, *, member="m1", leader="m1", generation=1, error=None, members=None, protocol="range"):
+    return JoinGroupResponse(
+        throttle_time_ms=0, error_code=code(error) if error else 0, generation_id=generation,
+        protocol_type="consumer", protocol_name=protocol, leader=leader, skip_assignment=False,
+        member_id=member, members=members or [])
+
+
+def member(member_id, topics=("t",), owned=(), generation=-1):
+    return JoinGroupResponse.JoinGroupResponseMember(
+        member_id=member_id, group_instance_id=None,
+        metadata=encode_subscription(Subscription(tuple(topics), tuple(owned), generation)))
+
+
+def sync_response(partitions, error=None):
+    return SyncGroupResponse(throttle_time_ms=0, error_code=code(error) if error else 0,
+                             protocol_type="consumer", protocol_name="range",
+                             assignment=encode_assignment(Assignment(tuple(tp(p) for p in partitions))))
+
+
+def answer(h, api, body):
+    req = h.net.pending(api)[0]
+    h.net.respond(req, body(req) if callable(body) else body)
+    h.net.poll(0, h.clock.now_ns())
+    return req
+
+
+def joined(h, partitions=(0, 1, 2, 3), *, leader=True, generation=1, others=()):
+    """Runs find/join/sync to STABLE with ``partitions`` assigned."""
+    if h.consumer.coordinator.coordinator is None:
+        find(h)
+    h.step()
+    members = [member("m1")] + [member(m) for m in others] if leader else []
+    answer(h, "JoinGroup", lambda r: join_response(r, leader="m1" if leader else "m0",
+                                                   generation=generation, members=members))
+    sync = answer(h, "SyncGroup", sync_response(partitions))
+    assert h.consumer.coordinator.state is MemberState.STABLE
+    return sync
+
+
+def test_join_with_member_id_required_then_sync_as_leader():
+    h = harness()
+    c = h.consumer
+    c.subscribe(["t"])
+    find(h)
+    h.step()
+    first = h.net.pending("JoinGroup")[0]
+    assert first.body.member_id == "" and first.body.protocol_type == "consumer"
+    assert [p.name for p in first.body.protocols] == ["range", "cooperative-sticky"]
+    assert decode_subscription(first.body.protocols[0].metadata).topics == ("t",)
+    # The JoinGroup may wait for the whole rebalance: rebalance timeout + 5 s.
+    assert first.request_timeout_ms == 60000 + 5000
+    h.net.respond(first, join_response(first, member="m1", error="MEMBER_ID_REQUIRED"))
+    h.net.poll(0, h.clock.now_ns())
+    h.step()
+    second = h.net.pending("JoinGroup")[0]
+    assert second.body.member_id == "m1"
+    h.net.respond(second, join_response(second, members=[member("m1"), member("m2")]))
+    h.net.poll(0, h.clock.now_ns())
+    sync = h.net.pending("SyncGroup")[0]
+    got = {a.member_id: a.assignment for a in sync.body.assignments}
+    from kctl.engine.assignors import decode_assignment
+    assert {m: [p.partition for p in decode_assignment(a).partitions] for m, a in got.items()} == {
+        "m1": [0, 1], "m2": [2, 3]}
+    h.net.respond(sync, sync_response([0, 1]))
+    h.net.poll(0, h.clock.now_ns())
+    assert c.coordinator.state is MemberState.STABLE and c.coordinator.generation.generation_id == 1
+    assert sorted(t.partition for t in c.assignment()) == [0, 1]
+    assert h.events == [("assigned", [0, 1])]
+
+
+def test_follower_sends_an_empty_sync():
+    h = harness()
+    h.consumer.subscribe(["t"])
+    sync = joined(h, (2, 3), leader=False)
+    assert sync.body.assignments == []
+    assert sorted(t.partition for t in h.consumer.assignment()) == [2, 3]
+
+
+def test_heartbeats_every_interval_and_rebalance_in_progress_rejoins():
+    h = harness()
+    h.consumer.subscribe(["t"])
+    joined(h)
+    h.step(ms=999)
+    assert h.net.pending("Heartbeat") == []
+    h.step(ms=1)
+    hb = h.net.pending("Heartbeat")[0]
+    assert (hb.body.generation_id, hb.body.member_id) == (1, "m1")
+    h.net.respond(hb, HeartbeatResponse(throttle_time_ms=0, error_code=code("REBALANCE_IN_PROGRESS")))
+    h.net.poll(0, h.clock.now_ns())
+    assert h.consumer.coordinator.rejoin_needed
+    h.step()
+    # Eager (range): everything is revoked before the JoinGroup goes out.
+    assert ("revoked", [0, 1, 2, 3]) in h.events
+    assert h.net.pending("JoinGroup")[0].body.member_id == "m1"
+
+
+def test_unknown_member_id_on_heartbeat_resets_the_generation():
+    h = harness()
+    h.consumer.subscribe(["t"])
+    joined(h)
+    h.step(ms=1000)
+    answer(h, "Heartbeat", HeartbeatResponse(throttle_time_ms=0, error_code=code("UNKNOWN_MEMBER_ID")))
+    co = h.consumer.coordinator
+    assert co.generation.generation_id == -1 and co.member_id == "" and co.state is MemberState.UNJOINED
+    h.step()
+    assert h.net.pending("JoinGroup")[0].body.member_id == ""
+
+
+def test_not_coordinator_marks_the_coordinator_unknown():
+    h = harness()
+    h.consumer.subscribe(["t"])
+    joined(h)
+    h.step(ms=1000)
+    answer(h, "Heartbeat", HeartbeatResponse(throttle_time_ms=0, error_code=code("NOT_COORDINATOR")))
+    assert h.consumer.coordinator.coordinator is None
+    h.step()
+    assert len(h.net.pending("FindCoordinator")) == 1
+
+
+def test_session_timeout_without_heartbeat_answers_drops_the_coordinator():
+    h = harness()
+    h.consumer.subscribe(["t"])
+    joined(h)
+    h.step(ms=1000)                 # heartbeat sent, never answered
+    h.step(ms=8999)
+    assert h.consumer.coordinator.coordinator is not None
+    h.step(ms=1)                    # 10 s since the join: session.timeout.ms
+    assert h.consumer.coordinator.coordinator is None
+
+
+def test_poll_timeout_leaves_the_group():
+    h = harness(**{"max.poll.interval.ms": "20000", "session.timeout.ms": "30000"})
+    h.consumer.subscribe(["t"])
+    joined(h)
+    for _ in range(20):             # steps, but no poll by the application
+        h.step(ms=1000)
+        for r in h.net.pending("Heartbeat"):
+            h.net.respond(r, HeartbeatResponse(throttle_time_ms=0, error_code=0))
+        h.net.poll(0, h.clock.now_ns())
+    h.step(ms=1)
+    leave = h.net.requests("LeaveGroup")
+    assert len(leave) == 1 and leave[0].body.members[0].member_id == "m1"
+    assert "poll timeout" in leave[0].body.members[0].reason
+    assert ("revoked", [0, 1, 2, 3]) in h.events
+
+
+def test_close_commits_and_leaves():
+    h = harness()
+    c = h.consumer
+    c.subscribe(["t"])
+    joined(h, (0, 1))
+    c.seek(tp(0), 10)
+    c.seek(tp(1), 20)
+
+    def respond_all():
+        for r in h.net.pending("OffsetCommit"):
+            h.net.respond(r, commit_body(r))
+        for r in h.net.pending("LeaveGroup"):
+            from .consumer_harness import LeaveGroupResponse
+            h.net.respond(r, LeaveGroupResponse(throttle_time_ms=0, error_code=0, members=[]))
+
+    orig_poll = h.net.poll
+
+    def poll(timeout_ns, now_ns):
+        respond_all()
+        return orig_poll(timeout_ns, now_ns)
+
+    h.net.poll = poll
+    c.close()
+    commits = h.net.requests("OffsetCommit")
+    assert {p.partition_index: p.committed_offset for t in commits[-1].body.topics for p in t.partitions} == {
+        0: 10, 1: 20}
+    assert commits[-1].body.generation_id_or_member_epoch == 1 and commits[-1].body.member_id == "m1"
+    assert len(h.net.requests("LeaveGroup")) == 1
+
+
+def commit_body(req, errors=None):
+    errors = errors or {}
+    return OffsetCommitResponse(throttle_time_ms=0, topics=[
+        OffsetCommitResponse.OffsetCommitResponseTopic(name=t.name, partitions=[
+            OffsetCommitResponse.OffsetCommitResponsePartition(
+                partition_index=p.partition_index,
+                error_code=code(errors[p.partition_index]) if p.partition_index in errors else 0)
+            for p in t.partitions]) for t in req.body.topics])
+
+
+def offset_fetch_body(req, committed):
+    parts = [OffsetFetchResponse.OffsetFetchResponsePartitions(
+        partition_index=p, committed_offset=committed.get(p, -1), committed_leader_epoch=-1, metadata="",
+        error_code=0) for t in req.body.groups[0].topics for p in t.partition_indexes]
+    return OffsetFetchResponse(throttle_time_ms=0, groups=[OffsetFetchResponse.OffsetFetchResponseGroup(
+        group_id="g", error_code=0, topics=[OffsetFetchResponse.OffsetFetchResponseTopics(name="t",
+                                                                                          partitions=parts)])])
+
+
+def test_committed_offsets_give_positions_and_the_rest_resets():
+    h = harness(**{"auto.offset.reset": "earliest"})
+    c = h.consumer
+    c.subscribe(["t"])
+    joined(h, (0, 1))
+    h.step()
+    of = h.net.pending("OffsetFetch")[0]
+    assert of.api_version <= 9
+    assert sorted(of.body.groups[0].topics[0].partition_indexes) == [0, 1]
+    h.net.respond(of, offset_fetch_body(of, {0: 17}))
+    h.net.poll(0, h.clock.now_ns())
+    assert c.position(tp(0)) == 17
+    assert c.subscriptions.state(tp(1)).state is FetchState.AWAIT_RESET
+    h.step()
+    lo = h.net.pending("ListOffsets")[0]
+    h.net.respond(lo, list_offsets_body(lo, {1: 3}))
+    h.net.poll(0, h.clock.now_ns())
+    assert c.position(tp(1)) == 3
+
+
+def test_auto_commit_every_interval_with_the_generation():
+    h = harness(**{"auto.commit.interval.ms": "5000"})
+    c = h.consumer
+    c.subscribe(["t"])
+    joined(h, (0,))
+    c.seek(tp(0), 9)
+    h.step(ms=4000)
+    assert h.net.pending("OffsetCommit") == []
+    h.step(ms=1000)
+    req = h.net.pending("OffsetCommit")[0]
+    assert req.body.topics[0].partitions[0].committed_offset == 9
+    h.net.respond(req, commit_body(req))
+    h.net.poll(0, h.clock.now_ns())
+    assert c.coordinator.committed() == {tp(0): 9}
+    h.step(ms=5000)                   # nothing new consumed: nothing to commit
+    assert h.net.pending("OffsetCommit") == []
+
+
+def test_commit_with_an_old_generation_resets_it():
+    h = harness()
+    c = h.consumer
+    c.subscribe(["t"])
+    joined(h, (0,))
+    c.seek(tp(0), 4)
+    c.commit_async()
+    req = h.net.pending("OffsetCommit")[0]
+    h.net.respond(req, commit_body(req, {0: "ILLEGAL_GENERATION"}))
+    h.net.poll(0, h.clock.now_ns())
+    assert c.coordinator.generation.generation_id == -1
+    assert c.metrics.snapshot().commit_failures == 1
+
+
+def test_join_waits_for_the_auto_commit():
+    h = harness()
+    c = h.consumer
+    c.subscribe(["t"])
+    joined(h, (0,))
+    c.seek(tp(0), 4)
+    c.coordinator.request_rejoin("test")
+    h.step()
+    assert h.net.pending("JoinGroup") == []                # the commit goes first
+    req = h.net.pending("OffsetCommit")[0]
+    h.net.respond(req, commit_body(req))
+    h.net.poll(0, h.clock.now_ns())
+    h.step()
+    assert len(h.net.pending("JoinGroup")) == 1
+
+
+def test_cooperative_revokes_only_what_moves_and_rejoins():
+    h = harness(**{"partition.assignment.strategy": "cooperative-sticky"})
+    c = h.consumer
+    c.subscribe(["t"])
+    joined(h, (0, 1, 2, 3))
+    h.events.clear()
+    c.coordinator.request_rejoin("a member joined")
+    h.step()
+    join = h.net.pending("JoinGroup")[0]
+    sub = decode_subscription(join.body.protocols[0].metadata)
+    assert [p.partition for p in sub.owned_partitions] == [0, 1, 2, 3] and sub.generation_id == 1
+    assert h.events == []                  # cooperative: nothing revoked before the join
+    # As leader with a new member: cooperative-sticky keeps 0,1 and withholds 2,3.
+    h.net.respond(join, join_response(join, generation=2, protocol="cooperative-sticky",
+                                      members=[member("m1", owned=[tp(p) for p in range(4)], generation=1),
+                                               member("m2")]))
+    h.net.poll(0, h.clock.now_ns())
+    sync = h.net.pending("SyncGroup")[0]
+    from kctl.engine.assignors import decode_assignment
+    got = {a.member_id: sorted(p.partition for p in decode_assignment(a.assignment).partitions)
+           for a in sync.body.assignments}
+    assert got == {"m1": [0, 1], "m2": []}
+    h.net.respond(sync, sync_response([0, 1]))
+    h.net.poll(0, h.clock.now_ns())
+    assert h.events == [("revoked", [2, 3]), ("assigned", [])]
+    assert c.coordinator.rejoin_needed                     # the follow-up round hands 2, 3 on
+
+
+def test_a_fatal_group_error_is_raised():
+    h = harness()
+    c = h.consumer
+    c.subscribe(["t"])
+    find(h)
+    h.step()
+    answer(h, "JoinGroup", lambda r: join_response(r, error="GROUP_AUTHORIZATION_FAILED"))
+    with pytest.raises(KctlError, match="GROUP_AUTHORIZATION_FAILED"):
+        h.step()
+
+
+def test_member_state_table_refuses_a_missing_transition():
+    h = harness()
+    with pytest.raises(KctlError, match="not allowed"):
+        h.consumer.coordinator._transition(MemberState.STABLE)
+
+
+def test_assign_mode_with_a_group_fetches_committed_offsets_without_joining():
+    h = harness()
+    c = h.consumer
+    c.assign([tp(0)])
+    find(h)
+    h.step()
+    assert h.net.pending("JoinGroup") == []
+    of = h.net.pending("OffsetFetch")[0]
+    h.net.respond(of, offset_fetch_body(of, {0: 5}))
+    h.net.poll(0, h.clock.now_ns())
+    assert c.position(tp(0)) == 5
+    c.commit_async({tp(0): 6})
+    req = h.net.pending("OffsetCommit")[0]
+    assert (req.body.generation_id_or_member_epoch, req.body.member_id) == (-1, "")

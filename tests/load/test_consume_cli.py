@@ -1,0 +1,150 @@
+"""``kctl consume`` and ``kctl produce --consume`` end to end against the embedded broker
+(the real command in a subprocess): a backlog drained in assign mode and by a group of
+two consumer processes (the second member's join rebalances the group), the e2e clock
+in every output (stdout lines, summary JSON, .hlog), and a producer stall injected by
+the fault proxy showing on the e2e clock (intended send time, not send time)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+
+from kctl.inspect.faults import FaultPlan
+from kctl.inspect.proxy import InspectorProxy
+from kctl.stats.hlog import read_interval_log
+
+pytestmark = pytest.mark.broker
+
+
+def kctl(*args, timeout=180):
+    run = subprocess.run([sys.executable, "-m", "kctl", *args], capture_output=True, text=True,
+                         timeout=timeout, env={**os.environ, "COLUMNS": "200"})
+    assert run.returncode == 0, f"exit {run.returncode}\nstdout:\n{run.stdout}\nstderr:\n{run.stderr}"
+    return run
+
+
+def test_backlog_drained_in_assign_mode_with_e2e_everywhere(broker, tmp_path):
+    js, hlog = tmp_path / "c.json", tmp_path / "c.hlog"
+    run = kctl("consume", "-b", broker.bootstrap, "-t", "backlog-assign", "--backlog", "6000",
+               "--partitions", "3", "--consumers", "2", "--verify", "--interval", "0.5",
+               "--json-out", str(js), "--hdr-out", str(hlog))
+    s = json.loads(js.read_text())
+    b = s["backlog"]
+    assert b["records"] == 6000 and b["drained"] and b["drain_s"] > 0
+    assert b["records_per_s"] == pytest.approx(6000 / b["drain_s"], rel=0.01)
+    lines = run.stdout.splitlines()
+    assert any(line.startswith(f"backlog: 6000 records drained in {b['drain_s']:.3f} s") for line in lines)
+    # The e2e clock: summary JSON, the closing e2e line, the .hlog.
+    e2e = s["latency"]["e2e"]
+    assert e2e["count"] == 6000 and e2e["negative"] == 0 and e2e["p50_ms"] > 0
+    assert any(line.startswith("e2e: p50 ") for line in lines)
+    assert {iv.tag for iv in read_interval_log(hlog)} == {"e2e"}
+    assert sum(iv.histogram.get_total_count() for iv in read_interval_log(hlog)) == 6000
+    assert s["run"]["mode"] == "assign" and s["run"]["consumers"] == 2
+    assert s["counts"]["fetch_requests"] > 0 and s["rates"]["records_per_fetch"] > 0
+    assert s["lag"]["final"] == 0 and s["lag"]["timeline"]
+    assert s["verify"]["lost"] == 0
+    assert s["verify"]["expected"] == s["verify"]["found"] == 6000
+    assert "verify: 6000 expected, 6000 found, 0 lost, 0 duplicated, 0 reordered" in run.stdout
+    # kafka-consumer-perf-test's header and values, last on stdout.
+    assert any(line.startswith("start.time, end.time, data.consumed.in.MB") for line in lines[-4:])
+
+
+def test_group_of_two_consumers_rebalances_and_reads_everything_once(broker, tmp_path):
+    js = tmp_path / "g.json"
+    kctl("consume", "-b", broker.bootstrap, "-t", "backlog-group", "--group", "kctl-test-group",
+         "--backlog", "4000", "--partitions", "4", "--consumers", "2", "--verify", "--quiet",
+         "-X", "heartbeat.interval.ms=300", "-X", "partition.assignment.strategy=cooperative-sticky",
+         "--json-out", str(js))
+    s = json.loads(js.read_text())
+    assert s["run"]["mode"] == "group" and s["run"]["consumers"] == 2
+    # Each member took part in a rebalance (they may join in one generation; a second
+    # member joining a settled group is tests/engine/test_consumer_live.py's case).
+    assert s["counts"]["rebalances"] >= 2, s["counts"]
+    v = s["verify"]
+    assert v["expected"] == v["found"] == 4000 and v["lost"] == v["duplicated"] == v["reordered"] == 0
+    assert s["backlog"]["drained"] and s["latency"]["e2e"]["count"] == 4000
+    # Both members read: every partition's records were consumed by someone.
+    assert {p["partition"] for p in s["partitions"] if p["records"]} == {0, 1, 2, 3}
+
+
+def test_produce_consume_e2e_in_every_output_and_a_stall_on_the_e2e_clock(broker, tmp_path):
+    js, hlog = tmp_path / "pc.json", tmp_path / "pc.hlog"
+    responses = []
+
+    def on_frame(ev):
+        if ev.api_name == "Produce" and ev.direction == "response":
+            responses.append(ev.ts_ns)
+
+    with InspectorProxy([broker.bootstrap], on_frame=on_frame) as proxy:
+        def stall():
+            # Once the run is producing, hold one Produce answer for 1.5 s.
+            deadline = time.monotonic() + 60
+            while len(responses) < 50 and time.monotonic() < deadline:
+                time.sleep(0.01)
+            proxy.set_faults(FaultPlan(delay_ms=1500, delay_apis=("Produce",)))
+            time.sleep(0.02)
+            proxy.set_faults(None)
+
+        t = threading.Thread(target=stall, daemon=True)
+        t.start()
+        run = kctl("produce", "-b", proxy.bootstrap, "-t", "pc-stall", "--partitions", "2", "--rate", "2000",
+                   "--duration", "5s", "--workers", "1", "--consume", "--verify", "--interval", "0.5",
+                   "--consumer-property", "fetch.max.wait.ms=50",
+                   "-X", "max.in.flight.requests.per.connection=1", "-X", "enable.idempotence=false",
+                   "-X", "acks=1", "--json-out", str(js), "--hdr-out", str(hlog))
+        t.join(timeout=5)
+    s = json.loads(js.read_text())
+    e2e, intended = s["latency"]["e2e"], s["latency"]["intended"]
+    assert e2e["count"] == s["counts"]["acked"] == 10_000
+    # The stall is on the e2e clock: records scheduled during it were consumed late
+    # by at least the stall (their intended send time, not their send time, counts).
+    assert e2e["max_ms"] > 1000 and e2e["p99_ms"] > 1000, e2e
+    assert e2e["max_ms"] >= intended["max_ms"] * 0.9
+    assert e2e["negative"] == 0
+    # Every output carries e2e: interval lines, the closing line, JSON, the .hlog.
+    intervals = [line for line in run.stdout.splitlines() if "records acked" in line]
+    assert intervals and all("e2e p50" in line for line in intervals)
+    assert any(line.startswith("e2e: p50 ") and "10000 records consumed" in line for line in run.stdout.splitlines())
+    assert s["consume"]["counts"]["matched"] == 10_000
+    tags = {iv.tag for iv in read_interval_log(hlog)}
+    assert {"intended", "send", "request", "e2e"} <= tags
+    # Verified from what the consumers read, against the acknowledgements.
+    assert s["verify"]["expected"] == s["verify"]["found"] == 10_000 and s["verify"]["lost"] == 0
+
+
+def test_two_kctl_processes_measure_and_report_the_clock_offset(broker, tmp_path):
+    """Producer and consumer as two kctl processes (as on two hosts): `produce
+    --clock-server` answers, `consume --clock-peer` measures the offset and reports it
+    beside e2e (here one kernel clock: 0 within the measured bound)."""
+    js = tmp_path / "peer.json"
+    producer = subprocess.Popen(
+        [sys.executable, "-m", "kctl", "produce", "-b", broker.bootstrap, "-t", "two-procs", "--partitions", "2",
+         "--rate", "1000", "--duration", "8s", "--workers", "1", "--clock-server", "127.0.0.1:0"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        address = None
+        deadline = time.monotonic() + 60
+        while address is None and time.monotonic() < deadline:
+            line = producer.stderr.readline()
+            if "answering clock-offset exchanges at " in line:
+                address = line.split(" at ", 1)[1].split()[0]
+        assert address and address.startswith("127.0.0.1:"), address
+        run = kctl("consume", "-b", broker.bootstrap, "-t", "two-procs", "--from", "end", "--consumers", "1",
+                   "--duration", "3s", "--clock-peer", address, "--json-out", str(js),
+                   "-X", "fetch.max.wait.ms=50")
+    finally:
+        producer.wait(timeout=60)
+    s = json.loads(js.read_text())
+    clock = s["clock"]
+    assert clock["method"].startswith("NTP-style exchange with 127.0.0.1:") and clock["samples"] >= 1
+    assert abs(clock["offset_ms"]) <= clock["error_ms"]
+    e2e = s["latency"]["e2e"]
+    assert e2e["count"] > 500 and e2e["negative"] == 0
+    assert "e2e: p50 " in run.stdout

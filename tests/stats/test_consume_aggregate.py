@@ -1,0 +1,71 @@
+"""The parent's merge of consumer reports (stats/consume_aggregate.py): counters diffed
+per consumer, warm-up excluded, e2e histograms added (never averaged), rounds closed
+when every consumer reported, the lag timeline, the backlog's caught-up time."""
+
+from __future__ import annotations
+
+from kctl.engine.consumer_metrics import ConsumerMetricsSnapshot
+from kctl.stats.consume_aggregate import ConsumeStats
+from kctl.stats.consume_report import ConsumerFailed, ConsumerInterval, PartitionProgress
+from kctl.stats.e2e import E2eRecorder
+from kctl.stats.hlog import IntervalLogWriter, read_interval_log
+
+S = 1_000_000_000
+T0 = 1_800_000_000 * S
+
+
+def _e2e(*ms: float) -> dict[str, bytes]:
+    rec = E2eRecorder()
+    rec.record_many(T0, [T0 - int(m * 1e6) for m in ms])
+    return rec.encode_interval()
+
+
+def _interval(consumer: int, k: int, records: int, *, e2e=(), lag=0, warmup=False, final=False,
+              caught_up_at: int = 0) -> ConsumerInterval:
+    """Consumer ``consumer``'s k-th report (interval [k, k+1) s), cumulative ``records``."""
+    m = ConsumerMetricsSnapshot(records_consumed=records, key_value_bytes=100 * records, batch_bytes=130 * records,
+                                batches_consumed=records // 10, fetch_requests=k + 1, fetch_responses=k + 1)
+    part = PartitionProgress("t", consumer, position=records, end_offset=records + lag, target=-1)
+    return ConsumerInterval(consumer, T0 + k * S, T0 + (k + 1) * S, _e2e(*e2e), m, (part,), matched=records,
+                            warmup=warmup, final=final, caught_up=bool(caught_up_at),
+                            caught_up_wall_ns=caught_up_at)
+
+
+def test_rounds_close_when_every_consumer_reported_and_warmup_is_excluded(tmp_path):
+    log = IntervalLogWriter.open(tmp_path / "c.hlog", T0)
+    st = ConsumeStats(consumers=2, start_wall_ns=T0, run_id="r", hlog=log)
+    assert st.add(_interval(0, 0, 50, e2e=(1.0,) * 50, warmup=True)) == 0      # warm-up round
+    assert st.add(_interval(1, 0, 50, e2e=(1.0,) * 50, warmup=True)) == 1
+    assert st.add(_interval(0, 1, 150, e2e=(2.0,) * 100, lag=30)) == 0         # waits for consumer 1
+    assert st.add(_interval(1, 1, 250, e2e=(4.0,) * 200, lag=5)) == 1
+    st.add(_interval(0, 2, 150, final=True))
+    st.add(_interval(1, 2, 250, final=True))
+    s = st.summary()
+    log.close()
+    # 300 records after the warm-up's 100, over the measured 2 s
+    assert s.counts.records == 300 and s.rates.records_per_s == 150.0
+    assert s.rates.mb_per_s == round(300 * 100 / 2 / 2**20, 6)
+    e2e = s.latency["e2e"]
+    assert e2e.count == 300                                                    # warm-up values excluded
+    assert abs(e2e.p50_ms - 4.0) < 0.01 and abs(e2e.p99_ms - 4.0) < 0.01       # 200 of 300 at 4 ms
+    assert abs(e2e.mean_ms - (100 * 2 + 200 * 4) / 300) < 0.01
+    assert [p.total for p in s.lag_timeline][:2] == [0, 35] and s.lag_max == 35   # per round, warm-up too
+    assert {p.partition for p in s.partitions} == {0, 1}
+    tags = [iv.tag for iv in read_interval_log(tmp_path / "c.hlog")]
+    assert tags and set(tags) == {"e2e"}
+
+
+def test_a_failed_consumer_does_not_hold_rounds_back():
+    st = ConsumeStats(consumers=2, start_wall_ns=T0)
+    st.add(_interval(0, 0, 10, e2e=(1.0,) * 10))
+    assert st.add(ConsumerFailed(1, "boom")) == 1
+    s = st.summary()
+    assert s.run.consumers_failed == ((1, "boom"),)
+
+
+def test_caught_up_is_when_the_last_consumer_caught_up():
+    st = ConsumeStats(consumers=2, start_wall_ns=T0)
+    st.add(_interval(0, 0, 10, caught_up_at=T0 + S // 2))
+    assert st.caught_up_at() is None
+    st.add(_interval(1, 0, 10, caught_up_at=T0 + 3 * S // 4))
+    assert st.caught_up_at() == T0 + 3 * S // 4
