@@ -201,6 +201,7 @@ class Worker:
         self.txn_started_ns = 0
         self._txn_mark: dict[int, int] = {}
         self.commit_latency = new_histogram()   # µs, this interval's commits
+        self.last_done_wall_ns = 0              # the latest batch completion (acked or failed)
 
     def _set_start(self, start_wall_ns: int) -> None:
         spec = self.spec
@@ -219,6 +220,7 @@ class Worker:
         return self.seq < self.spec.warmup_records or now_ns < self.warmup_end_ns
 
     def _on_batch_done(self, batch: ProducerBatch) -> None:
+        self.last_done_wall_ns = self.clock.wall_ns()
         if batch.state is BatchState.ACKED:
             if self.spec.verify:
                 self.acked.add(batch)
@@ -377,7 +379,7 @@ class Worker:
             buffer_total=p.pool.total_memory,
             warmup=self._interval_warmup, final=final,
             records_scheduled=self.seq, abandoned=self.abandoned,
-            commit_latency=self._take_commit_latency(),
+            commit_latency=self._take_commit_latency(), last_done_wall_ns=self.last_done_wall_ns,
             acked_runs=dict(self.acked.runs) if final and self.spec.verify else None))
         self._interval_start_wall = now_wall
         self._interval_warmup = self._in_warmup(self.clock.now_ns())

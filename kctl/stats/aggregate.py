@@ -253,8 +253,10 @@ class RunStats:
     fraction (wall time since ``start_wall_ns``; records scheduled, warm-up included).
     ``hlog``: an ``IntervalLogWriter`` that gets one line per clock per measured round.
     ``window_s``: the schedule's window (load/schedule.py ``window_ns``) of a paced run;
-    the measured span ends there at the latest, so a rate is records over the schedule's
-    window, not over the time the last answers took.
+    the measured span ends there, so a rate is records over the schedule's window (not
+    over a low rate's last gap), unless batches were still completing after it: then it
+    ends at the last completion, so a cluster that fell behind shows the rate it
+    sustained, as perf-test's does (its elapsed time includes the final flush).
     """
 
     def __init__(self, *, workers: int, start_wall_ns: int, target_rate: float | None = None,
@@ -292,6 +294,7 @@ class RunStats:
         self._cum_figures: dict[str, LatencyFigures] | None = None
         self._measured_start_ns = 1 << 62
         self._measured_end_ns = 0
+        self._last_done_ns = 0          # the latest batch completion any worker reported
         self._last_end_ns = start_wall_ns
         self._in_flight: dict[int, dict[int, int]] = {}
         self._buffer: dict[int, tuple[int, int]] = {}
@@ -337,6 +340,7 @@ class RunStats:
             self._cum_figures = None
             self._measured_start_ns = min(self._measured_start_ns, msg.start_wall_ns)
             self._measured_end_ns = max(self._measured_end_ns, msg.end_wall_ns)
+            self._last_done_ns = max(self._last_done_ns, msg.last_done_wall_ns)
         self._last_end_ns = max(self._last_end_ns, msg.end_wall_ns)
         self._in_flight[w] = dict(msg.in_flight_by_node)
         self._buffer[w] = (msg.buffer_available, msg.buffer_total)
@@ -426,8 +430,11 @@ class RunStats:
     def _measured_span_s(self) -> float:
         start, end = self._measured_start_ns, self._measured_end_ns
         if self.open_loop and self.window_s is not None and end > start:
-            # The schedule's window: from the run's start (or the warm-up's end) to its end.
-            end = min(end, self.start_wall_ns + int(self.window_s * 1e9))
+            # The schedule's window: from the run's start (or the warm-up's end) to its end,
+            # or on to the last completion when the cluster fell behind and the records
+            # scheduled in the window were still being acknowledged after it.
+            schedule_end = self.start_wall_ns + int(self.window_s * 1e9)
+            end = min(end, max(schedule_end, self._last_done_ns))
             if not self._had_warmup:
                 start = min(start, self.start_wall_ns)
         return max(0, end - start) / 1e9

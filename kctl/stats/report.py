@@ -32,6 +32,7 @@ class WorkerInterval:
     records_scheduled: int = 0    # cumulative: records the schedule has handed out (warm-up too)
     abandoned: int = 0            # cumulative: records still unacknowledged when the worker gave up
     commit_latency: bytes | None = None   # this interval's transaction commits (µs histogram)
+    last_done_wall_ns: int = 0    # cumulative: when the worker's latest batch was acked or failed
     # final report of a --verify run only: partition -> [(offset, count, first_seq)] acked runs
     acked_runs: dict[int, list[tuple[int, int, int]]] | None = None
 

@@ -9,7 +9,7 @@ import pytest
 
 from kctl.stats.aggregate import RunStats, metrics_delta, metrics_sum
 from kctl.stats.latency import CLOCKS, decode_histogram, new_histogram
-from kctl.stats.report import WorkerFailed
+from kctl.stats.report import WorkerFailed, WorkerInterval
 from kctl.stats.summary import RunSummary
 from tests.stats.conftest import MS, S, T0, metrics, report
 
@@ -207,3 +207,16 @@ def test_summary_keys_present_and_typed() -> None:
     assert s["partitions"] == [{"topic": "t", "partition": 0, "records_acked": 6},
                                {"topic": "t", "partition": 1, "records_acked": 4}]
     assert s["brokers"] == [{"node_id": 1, "records_acked": 10}]
+
+
+def test_paced_rate_is_over_the_schedule_window_or_to_the_last_completion() -> None:
+    """A paced run's records/s: over the schedule's window (3 s) when every batch
+    completed inside it (a low rate's last gap is not "late"), over the time to the last
+    completion when the cluster fell behind (not the target rate it never sustained).
+    The worker's final report comes at 6 s either way (it waited, then flushed)."""
+    for done, expected in ((T0 + 2 * S, 100.0), (T0 + 5 * S, 60.0)):
+        st = RunStats(workers=1, start_wall_ns=T0, target_rate=100, window_s=3.0)
+        st.add(WorkerInterval(worker=0, start_wall_ns=T0, end_wall_ns=T0 + 6 * S, histograms={},
+                              metrics=metrics(records_acked=300), final=True, last_done_wall_ns=done))
+        st.finish()
+        assert st.summary().rates.records_per_s == pytest.approx(expected), done
