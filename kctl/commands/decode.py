@@ -9,7 +9,7 @@ from pathlib import Path
 import typer
 from rich.console import Console
 
-from kctl.errors import ConfigError, DecodeError
+from kctl.errors import ConfigError, RemoteProtocolError
 from kctl.inspect import report
 from kctl.inspect.session import (
     CaptureNotice, DecodedFrame, decode_files, decode_frame_bytes, guess_broker_ports,
@@ -125,10 +125,11 @@ def decode(
             for t in _summary_tables(s):
                 out.print(t)
     if failures:
+        # One line: the file, the file offset of the damage and what it is.
         first = failures[0]
+        where = first.file if first.offset is None else f"{first.file}, file offset {first.offset}"
         more = f" (and {len(failures) - 1} more)" if len(failures) > 1 else ""
-        raise DecodeError(f"{first.file}: {first.message}{more}", offset=first.offset or 0,
-                          field="capture")
+        raise RemoteProtocolError(f"{where}: {first.message}{more}")
 
 
 def _summary_tables(s: dict) -> list:

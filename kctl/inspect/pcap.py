@@ -72,6 +72,32 @@ MAX_PACKET_BYTES: Final = 16 * 1024 * 1024
 MAX_BLOCK_BYTES: Final = 64 * 1024 * 1024
 _CHUNK: Final = 1 << 20
 
+_SHB: Final = 0x0A0D0D0A
+_IDB: Final = 1
+_PB: Final = 2          # the obsolete Packet Block
+_SPB: Final = 3
+_EPB: Final = 6
+_BLOCK_NAMES: Final = {_SHB: "section header", _IDB: "interface description", _PB: "packet",
+                       _SPB: "simple packet", _EPB: "enhanced packet"}
+#: Smallest valid total length of each block type (pcapng spec: fixed fields + 12).
+_MIN_BLOCK: Final = {_SHB: 28, _IDB: 20, _PB: 32, _SPB: 16, _EPB: 32}
+
+
+def _check_block_length(btype: int, blen: int, start: int) -> None:
+    """The pcapng rules for a block's total length, checked before anything is read."""
+    if blen % 4:
+        raise DecodeError(f"pcapng block length {blen} is not a multiple of 4", offset=start + 4,
+                          field="block_total_length")
+    least = _MIN_BLOCK.get(btype, 12)
+    if blen < least:
+        name = _BLOCK_NAMES.get(btype, f"type {btype:#x}")
+        raise DecodeError(f"pcapng {name} block length {blen} is below its minimum of {least}",
+                          offset=start + 4, field="block_total_length")
+    limit = MAX_PACKET_BYTES + 64 if btype in (_PB, _SPB, _EPB) else MAX_BLOCK_BYTES
+    if blen > limit:
+        raise DecodeError(f"pcapng block of type {btype:#x} claims {blen} bytes "
+                          f"(more than {limit})", offset=start + 4, field="block_total_length")
+
 
 @dataclass(frozen=True, slots=True)
 class CapturedPacket:
@@ -146,8 +172,7 @@ class Truncation:
     present: int
 
     def __str__(self) -> str:
-        return (f"capture ends inside the record at offset {self.offset} "
-                f"({self.present} of {self.needed} bytes present)")
+        return f"capture ends inside a record ({self.present} of its {self.needed} bytes present)"
 
 
 class _Source:
@@ -276,11 +301,13 @@ class CaptureReader:
                 self.truncated = Truncation(start, 12, len(btype_raw))
                 return
             if btype_raw == _PCAPNG_SHB:
-                lenbytes = src.read(8)
-                if len(lenbytes) < 8:
-                    self.truncated = Truncation(start, 12, 4 + len(lenbytes))
+                # The byte order of a section is only known from its byte-order magic,
+                # which follows the length: read both before interpreting the length.
+                head = src.read(8)
+                if len(head) < 8:
+                    self.truncated = Truncation(start, _MIN_BLOCK[_SHB], 4 + len(head))
                     return
-                bom = lenbytes[4:8]
+                bom = head[4:8]
                 if bom == b"\x4d\x3c\x2b\x1a":
                     order = "<"
                 elif bom == b"\x1a\x2b\x3c\x4d":
@@ -288,10 +315,10 @@ class CaptureReader:
                 else:
                     raise DecodeError(f"bad pcapng byte-order magic {bom.hex()}", offset=start + 8,
                                       field="SHB.byte_order_magic")
-                (blen,) = struct.unpack(order + "I", lenbytes[:4])
+                (blen,) = struct.unpack(order + "I", head[:4])
                 interfaces = []     # interface ids are per section
-                body_pre = lenbytes[4:]
-                btype = 0x0A0D0D0A
+                body_pre = bom
+                btype = _SHB
             else:
                 lb = src.read(4)
                 if len(lb) < 4:
@@ -300,16 +327,10 @@ class CaptureReader:
                 (btype,) = struct.unpack(order + "I", btype_raw)
                 (blen,) = struct.unpack(order + "I", lb)
                 body_pre = b""
-            if blen < 12 or blen % 4:
-                raise DecodeError(f"pcapng block length {blen} is not a multiple of 4 of at least 12",
-                                  offset=start + 4, field="block_total_length")
-            limit = MAX_PACKET_BYTES + 64 if btype in (2, 3, 6) else MAX_BLOCK_BYTES
-            if blen > limit:
-                raise DecodeError(f"pcapng block of type {btype:#x} claims {blen} bytes "
-                                  f"(more than {limit})", offset=start + 4,
-                                  field="block_total_length")
-            rest = src.read(blen - 8 - len(body_pre))
-            if len(rest) < blen - 8 - len(body_pre):
+            _check_block_length(btype, blen, start)
+            want = blen - 8 - len(body_pre)
+            rest = src.read(want)
+            if len(rest) < want:
                 self.truncated = Truncation(start, blen, 8 + len(body_pre) + len(rest))
                 return
             body = body_pre + rest[:-4]
@@ -325,18 +346,13 @@ class CaptureReader:
 
     def _pcapng_block(self, btype: int, body: bytes, order: str, interfaces: list[_Interface],
                       start: int) -> CapturedPacket | None:
-        if btype == 0x0A0D0D0A:
-            if len(body) < 16:
-                raise DecodeError("section header block too short", offset=start, field="SHB")
+        if btype == _SHB:
             (major,) = struct.unpack_from(order + "H", body, 4)
             if major != 1:
                 raise DecodeError(f"unsupported pcapng major version {major}", offset=start + 12,
                                   field="SHB.major_version")
             return None
-        if btype == 1:      # Interface Description Block
-            if len(body) < 8:
-                raise DecodeError("interface description block too short", offset=start,
-                                  field="IDB")
+        if btype == _IDB:   # Interface Description Block
             link, _res, snaplen = struct.unpack_from(order + "HHI", body, 0)
             iface = _Interface(link, snaplen)
             for code, value in _options(body, 8, order):
@@ -346,10 +362,8 @@ class CaptureReader:
                     iface.tsoffset_ns = struct.unpack(order + "q", value[:8])[0] * 1_000_000_000
             interfaces.append(iface)
             return None
-        if btype in (6, 2):  # Enhanced Packet Block, obsolete Packet Block
-            if len(body) < 20:
-                raise DecodeError("packet block too short", offset=start, field="EPB")
-            if btype == 6:
+        if btype in (_EPB, _PB):    # Enhanced Packet Block, obsolete Packet Block
+            if btype == _EPB:
                 iid, hi, lo, cap, orig = struct.unpack_from(order + "IIIII", body, 0)
             else:
                 iid, _drops, hi, lo, cap, orig = struct.unpack_from(order + "HHIIII", body, 0)
@@ -361,9 +375,7 @@ class CaptureReader:
             self._number += 1
             return CapturedPacket(self._number, start, ts, iface.link_type,
                                   body[20:20 + cap], max(orig, cap), iid)
-        if btype == 3:      # Simple Packet Block: interface 0, no timestamp
-            if len(body) < 4:
-                raise DecodeError("simple packet block too short", offset=start, field="SPB")
+        if btype == _SPB:   # Simple Packet Block: interface 0, no timestamp
             (orig,) = struct.unpack_from(order + "I", body, 0)
             iface = self._iface(interfaces, 0, start)
             cap = min(orig, len(body) - 4)
@@ -482,6 +494,9 @@ def tcp_segment(pkt: CapturedPacket) -> TcpSegment | PacketSkip:
             total = len(d) - pos + wire_extra
         if total < ihl:
             return PacketSkip(pkt.number, pkt.offset, "IPv4 total length below header length", True)
+        if total > len(d) - pos + wire_extra:
+            return PacketSkip(pkt.number, pkt.offset, f"IPv4 total length {total} exceeds the "
+                              f"{len(d) - pos + wire_extra} bytes on the wire", True)
         if frag & 0x3FFF:   # MF set or a non-zero fragment offset
             return PacketSkip(pkt.number, pkt.offset, "IPv4 fragment (not reassembled)")
         src = str(ipaddress.IPv4Address(d[pos + 12:pos + 16]))
@@ -500,6 +515,9 @@ def tcp_segment(pkt: CapturedPacket) -> TcpSegment | PacketSkip:
         if plen == 0:       # jumbogram or TSO: take what is there
             plen = len(d) - pos - 40 + wire_extra
         end = pos + 40 + plen
+        if end > len(d) + wire_extra:
+            return PacketSkip(pkt.number, pkt.offset, f"IPv6 payload length {plen} exceeds the "
+                              f"{len(d) - pos - 40 + wire_extra} bytes on the wire", True)
         pos += 40
         while nh in _IPV6_EXT or nh in (44, 51):
             if len(d) < pos + 8:

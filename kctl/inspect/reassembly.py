@@ -29,6 +29,8 @@ Time is never read here: every timestamp comes from the capture.
 
 from __future__ import annotations
 
+import heapq
+import re
 import struct
 from collections.abc import Callable, Collection, Iterable
 from dataclasses import dataclass, field
@@ -41,7 +43,8 @@ from kctl.protocol.schema import API_BY_KEY, request_header_version
 __all__ = [
     "Endpoint", "ConnectionId", "StreamData", "StreamGap", "HalfStream", "Frame",
     "StreamNotice", "FrameSplitter", "Reassembler", "plausible_request_start",
-    "DEFAULT_MAX_PENDING_BYTES",
+    "request_prefilter", "response_prefilter", "DEFAULT_MAX_PENDING_BYTES", "MAX_RESYNC_ATTEMPTS",
+    "RESYNC_DECODE_FACTOR",
 ]
 
 Direction = Literal["request", "response"]
@@ -99,9 +102,15 @@ class StreamGap:
 
 
 class HalfStream:
-    """One direction of a TCP connection, as an ordered byte stream."""
+    """One direction of a TCP connection, as an ordered byte stream.
 
-    __slots__ = ("next_seq", "offset", "saw_syn", "closed", "fin_seq", "_pending",
+    Out-of-order segments are held by their *stream offset* (the sequence number
+    unwrapped against the next byte to deliver) in a dict, with a heap of those
+    offsets: a segment costs O(log n) to hold and to release whatever the arrival
+    order, and draining never rescans what is held.
+    """
+
+    __slots__ = ("next_seq", "offset", "saw_syn", "closed", "fin_seq", "_pending", "_heap",
                  "_pending_bytes", "max_pending_bytes", "retransmitted_bytes", "gap_bytes")
 
     def __init__(self, max_pending_bytes: int = DEFAULT_MAX_PENDING_BYTES) -> None:
@@ -110,8 +119,10 @@ class HalfStream:
         self.saw_syn = False
         self.closed = False
         self.fin_seq: int | None = None
-        # seq -> (captured bytes, bytes missing after them, ts_ns); all ahead of next_seq
-        self._pending: dict[int, tuple[bytes, int, int]] = {}
+        # stream offset -> (captured bytes, bytes missing after them, ts_ns, packet);
+        # every key is ahead of ``offset`` and in ``_heap`` exactly once.
+        self._pending: dict[int, tuple[bytes, int, int, int]] = {}
+        self._heap: list[int] = []
         self._pending_bytes = 0
         self.max_pending_bytes = max_pending_bytes
         self.retransmitted_bytes = 0
@@ -154,39 +165,41 @@ class HalfStream:
     def _accept(self, seq: int, data: bytes, hole: int, ts_ns: int,
                 out: list[StreamData | StreamGap], packet: int = 0) -> None:
         assert self.next_seq is not None
-        d = _sdiff(seq, self.next_seq)
-        length = len(data) + hole
-        if d + length <= 0:
-            self.retransmitted_bytes += length
+        at = self.offset + _sdiff(seq, self.next_seq)
+        if at > self.offset:
+            length = len(data) + hole
+            held = self._pending.get(at)
+            if held is not None:
+                if len(held[0]) + held[1] >= length:
+                    self.retransmitted_bytes += length
+                    return
+                self._pending_bytes -= len(held[0])     # the longer copy replaces it
+            else:
+                heapq.heappush(self._heap, at)
+            self._pending[at] = (data, hole, ts_ns, packet)
+            self._pending_bytes += len(data)
+            while self._pending_bytes > self.max_pending_bytes:
+                self._skip_to_pending(ts_ns, "out-of-order bytes exceed the reassembly limit", out,
+                                      packet)
             return
-        if d < 0:
-            cut = -d
+        self._deliver_from(at, data, hole, ts_ns, out, packet)
+        self._drain(ts_ns, out, packet)
+
+    def _deliver_from(self, at: int, data: bytes, hole: int, ts_ns: int,
+                      out: list[StreamData | StreamGap], packet: int) -> None:
+        """Delivers a piece that starts at or before ``offset``, trimming what was already
+        delivered (the first copy of a byte wins, as in the kernel)."""
+        cut = self.offset - at
+        if cut >= len(data) + hole:
+            self.retransmitted_bytes += len(data) + hole
+            return
+        if cut:
             self.retransmitted_bytes += cut
             if cut <= len(data):
                 data = data[cut:]
             else:
                 hole -= cut - len(data)
                 data = b""
-            d = 0
-            seq = self.next_seq
-        if d > 0:
-            held = self._pending.get(seq)
-            if held is not None:
-                if len(held[0]) + held[1] >= length:
-                    self.retransmitted_bytes += length
-                    return
-                self._pending_bytes -= len(held[0])
-            self._pending[seq] = (data, hole, ts_ns)
-            self._pending_bytes += len(data)
-            while self._pending_bytes > self.max_pending_bytes:
-                self._skip_to_pending(ts_ns, "out-of-order bytes exceed the reassembly limit", out,
-                                      packet)
-            return
-        self._deliver(data, hole, ts_ns, out, packet)
-        self._drain(ts_ns, out, packet)
-
-    def _deliver(self, data: bytes, hole: int, ts_ns: int, out: list[StreamData | StreamGap],
-                 packet: int = 0) -> None:
         assert self.next_seq is not None
         if data:
             out.append(StreamData(self.offset, data, ts_ns, packet))
@@ -198,46 +211,31 @@ class HalfStream:
         self.next_seq = (self.next_seq + len(data) + hole) % _MOD
 
     def _drain(self, ts_ns: int, out: list[StreamData | StreamGap], packet: int = 0) -> None:
-        while self._pending:
-            progressed = False
-            for seq in list(self._pending):
-                d = _sdiff(seq, self.next_seq)  # type: ignore[arg-type]
-                if d > 0:
-                    continue
-                data, hole, _ = self._pending.pop(seq)
-                self._pending_bytes -= len(data)
-                length = len(data) + hole
-                if d + length <= 0:
-                    self.retransmitted_bytes += length
-                    continue
-                cut = -d
-                self.retransmitted_bytes += cut
-                if cut <= len(data):
-                    data = data[cut:]
-                else:
-                    hole -= cut - len(data)
-                    data = b""
-                self._deliver(data, hole, ts_ns, out, packet)
-                progressed = True
-            if not progressed:
-                return
+        """Delivers every held piece that now starts at or before ``offset``, in order."""
+        heap = self._heap
+        pending = self._pending
+        while heap and heap[0] <= self.offset:
+            at = heapq.heappop(heap)
+            data, hole, _, _ = pending.pop(at)
+            self._pending_bytes -= len(data)
+            self._deliver_from(at, data, hole, ts_ns, out, packet)
 
     def _skip_to_pending(self, ts_ns: int, reason: str, out: list[StreamData | StreamGap],
                          packet: int = 0) -> None:
         """Declares the hole before the earliest held segment a gap and moves past it."""
         assert self.next_seq is not None
-        first = min(self._pending, key=lambda s: _sdiff(s, self.next_seq))  # type: ignore[arg-type]
-        missing = _sdiff(first, self.next_seq)
+        first = self._heap[0]
+        missing = first - self.offset
         out.append(StreamGap(self.offset, missing, ts_ns, reason))
         self.gap_bytes += missing
-        self.offset += missing
-        self.next_seq = first
+        self.offset = first
+        self.next_seq = (self.next_seq + missing) % _MOD
         self._drain(ts_ns, out, packet)
 
     def finish(self, ts_ns: int, reason: str = "capture ended before the missing bytes") -> list[StreamData | StreamGap]:
         """Delivers everything still held, with gaps for the holes (end of capture)."""
         out: list[StreamData | StreamGap] = []
-        while self._pending:
+        while self._heap:
             self._skip_to_pending(ts_ns, reason, out)
         return out
 
@@ -275,7 +273,7 @@ class StreamNotice:
     direction: Direction
     offset: int
     ts_ns: int
-    kind: Literal["gap", "framing", "skipped", "incomplete", "retransmission", "tls"]
+    kind: Literal["gap", "framing", "skipped", "incomplete", "retransmission", "tls", "undecodable"]
     message: str
     length: int = 0
 
@@ -288,8 +286,15 @@ def _looks_like_tls(data: bytes) -> bool:
     return len(data) >= 3 and data[0] == 0x16 and data[1] == 0x03 and data[2] <= 0x04
 
 
+# A client id is printable text in every client we know of.
+_NOT_PRINTABLE: Final = re.compile(rb"[\x00-\x1f\x7f]")
+
+
 def plausible_request_start(buf: bytes | bytearray, i: int, max_frame_bytes: int) -> bool | None:
-    """Whether a request frame can start at ``buf[i]``; ``None`` when more bytes are needed."""
+    """Whether a request frame can start at ``buf[i]``; ``None`` when more bytes are needed.
+
+    Cheap and bounded: the header's fixed fields, and the client id's bytes up to the first
+    one that is not printable (found by a regex search, never a copy of the client id)."""
     n = len(buf) - i
     if n < 12:
         return None
@@ -309,26 +314,75 @@ def plausible_request_start(buf: bytes | bytearray, i: int, max_frame_bytes: int
     (cid_len,) = _I16.unpack_from(buf, i + 12)
     if cid_len < -1 or cid_len > size - 10:
         return False
-    if cid_len > 0:
-        # A client id is printable text in every client we know of.
-        end = min(len(buf), i + 14 + cid_len)
-        if any(b < 0x20 or b == 0x7F for b in buf[i + 14:end]):
-            return False
+    if cid_len > 0 and _NOT_PRINTABLE.search(buf, i + 14, min(len(buf), i + 14 + cid_len)):
+        return False
     return True
 
 
+def _byte_class(values: Iterable[int]) -> bytes:
+    return b"[" + b"".join(re.escape(bytes([v])) for v in sorted(set(values))) + b"]"
+
+
+def request_prefilter(max_frame_bytes: int) -> re.Pattern[bytes]:
+    """Offsets where a request header may start, found in C: a size of at least 8 whose top
+    byte fits ``max_frame_bytes``, a known API key and version (both below 256), a
+    correlation id that is not negative. ``plausible_request_start`` decides at each match
+    (runs of zeros, common in record data, never match)."""
+    keys = _byte_class(k for k in API_BY_KEY if k < 256)
+    versions = _byte_class(v for a in API_BY_KEY.values() for v in a.request.valid_versions
+                           if v < 256)
+    return re.compile(b"(?=" + _size_at_least(8, max_frame_bytes) + rb"\x00" + keys + rb"\x00"
+                      + versions + rb"[\x00-\x7f])", re.DOTALL)
+
+
+def response_prefilter(max_frame_bytes: int) -> re.Pattern[bytes]:
+    """Offsets where a response may start: a size of 4..``max_frame_bytes`` (by its bytes)
+    and a correlation id that is not negative; whether that id is awaited is decided after."""
+    return re.compile(b"(?=" + _size_at_least(4, max_frame_bytes) + rb"[\x00-\x7f])", re.DOTALL)
+
+
+def _size_at_least(least: int, max_frame_bytes: int) -> bytes:
+    """A regex for a big-endian int32 of ``least`` (< 256) up to about ``max_frame_bytes``
+    (the top byte is checked; the exact bound is checked after)."""
+    top = re.escape(bytes([min(0x7F, max_frame_bytes >> 24)]))
+    low = re.escape(bytes([least]))
+    alts = [rb"\x00\x00\x00[" + low + rb"-\xff]", rb"\x00\x00[\x01-\xff].", rb"\x00[\x01-\xff].."]
+    if max_frame_bytes >> 24:
+        alts.append(rb"[\x01-" + top + rb"]...")
+    return b"(?:" + b"|".join(alts) + b")"
+
+
+#: Full decodes tried while resynchronising, before the direction is given up as undecodable.
+MAX_RESYNC_ATTEMPTS: Final = 16
+#: The bytes those decodes read may not exceed this many times the bytes scanned since the
+#: framing was lost, plus ``_RESYNC_DECODE_SLACK``: resynchronising stays O(bytes).
+RESYNC_DECODE_FACTOR: Final = 2
+_RESYNC_DECODE_SLACK: Final = 64 * 1024
+
+
 class FrameSplitter:
-    """Cuts one direction's byte stream into frames; resynchronises when lost."""
+    """Cuts one direction's byte stream into frames; resynchronises when lost.
+
+    Resynchronising is linear in the bytes scanned: a regex finds the offsets where a
+    header may start (``prefilter``), ``candidate`` judges each in O(1), and a candidate is
+    fully decoded (``verify``) once, when its whole frame is here. At most
+    ``MAX_RESYNC_ATTEMPTS`` decodes, reading at most ``RESYNC_DECODE_FACTOR`` times the
+    bytes scanned, are spent per resynchronisation; past that the direction is *skipped as
+    undecodable*: one ``undecodable`` notice, its bytes dropped and counted, and a
+    ``skipped`` notice with the total when the stream ends.
+    """
 
     __slots__ = ("conn", "direction", "max_frame_bytes", "_buf", "_buf_offset", "synced",
-                 "_first_ts", "_resynced_next", "_candidate", "_verify", "max_resync_frame_bytes",
-                 "_scan", "_cands", "_skipped", "_skipped_at", "tls")
+                 "_first_ts", "_resynced_next", "_candidate", "_prefilter", "_verify",
+                 "max_resync_frame_bytes", "_scan", "_cands", "_skipped", "_skipped_at", "tls",
+                 "undecodable", "_dropped", "_lost_at", "_attempts", "_attempt_bytes")
 
     def __init__(self, conn: ConnectionId, direction: Direction, *, synced: bool,
                  max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES,
                  candidate: Callable[[bytes | bytearray, int], bool | None] | None = None,
                  verify: Callable[[bytes], bool] | None = None,
-                 max_resync_frame_bytes: int = DEFAULT_MAX_RESYNC_FRAME_BYTES) -> None:
+                 max_resync_frame_bytes: int = DEFAULT_MAX_RESYNC_FRAME_BYTES,
+                 prefilter: re.Pattern[bytes] | None = None) -> None:
         self.conn = conn
         self.direction = direction
         self.max_frame_bytes = max_frame_bytes
@@ -341,7 +395,11 @@ class FrameSplitter:
             if direction != "request":
                 raise ValueError("a response splitter needs a candidate test")
             candidate = lambda b, i: plausible_request_start(b, i, max_frame_bytes)  # noqa: E731
+            if prefilter is None:
+                prefilter = _cached_request_prefilter(max_frame_bytes)
         self._candidate = candidate
+        # Every offset is a possible start without a prefilter (a custom candidate test).
+        self._prefilter = prefilter or _ANY_OFFSET
         # A header that looks right can sit inside record data; with ``verify``
         # a candidate is only taken once its whole frame decodes. Waiting for
         # the whole frame is what bounds the buffer by max_resync_frame_bytes.
@@ -352,6 +410,11 @@ class FrameSplitter:
         self._skipped = 0                           # bytes discarded by the current resync
         self._skipped_at = 0
         self.tls = False                            # the stream is TLS: its bytes are dropped
+        self.undecodable = False                    # given up: its bytes are dropped
+        self._dropped = 0
+        self._lost_at = -1 if not synced else 0     # stream offset where the framing was lost
+        self._attempts = 0                          # full decodes spent on this resync
+        self._attempt_bytes = 0                     # and the bytes they read
 
     @property
     def buffered(self) -> int:
@@ -360,6 +423,9 @@ class FrameSplitter:
     def feed(self, chunk: StreamData) -> list[Frame | StreamNotice]:
         out: list[Frame | StreamNotice] = []
         if self.tls:
+            return out
+        if self.undecodable:
+            self._dropped += len(chunk.data)
             return out
         if chunk.offset == 0 and not self._buf and _looks_like_tls(chunk.data):
             # A TLS handshake record at the stream start: encrypted Kafka (SSL / SASL_SSL
@@ -373,6 +439,8 @@ class FrameSplitter:
         if not self._buf:
             self._buf_offset = chunk.offset
             self._first_ts = chunk.ts_ns
+            if self._lost_at < 0:
+                self._lost_at = chunk.offset
         elif self._first_ts is None:
             self._first_ts = chunk.ts_ns
         self._buf += chunk.data
@@ -381,7 +449,7 @@ class FrameSplitter:
 
     def gap(self, gap: StreamGap) -> list[Frame | StreamNotice]:
         out: list[Frame | StreamNotice] = []
-        if self.tls:
+        if self.tls or self.undecodable:
             return out
         out.append(StreamNotice(self.conn, self.direction, gap.offset, gap.ts_ns, "gap",
                                 f"{gap.length} bytes missing ({gap.reason})", gap.length))
@@ -389,17 +457,27 @@ class FrameSplitter:
             out.append(StreamNotice(self.conn, self.direction, self._buf_offset, gap.ts_ns,
                                     "incomplete", f"frame cut by a gap after {len(self._buf)} bytes",
                                     len(self._buf)))
+        elif self._buf and not self.synced:
+            # Bytes held while resynchronising (an open candidate) are given up too.
+            if not self._skipped:
+                self._skipped_at = self._buf_offset
+            self._skipped += len(self._buf)
         self._flush_skipped(gap.ts_ns, out)
         self._buf.clear()
-        self._scan = 0
-        self._cands = []
         self._buf_offset = gap.offset + gap.length
         self._first_ts = None
-        self.synced = False
+        self._lose_framing(self._buf_offset)
         return out
 
     def finish(self, ts_ns: int) -> list[StreamNotice]:
         out: list[StreamNotice] = []
+        if self.undecodable:
+            if self._dropped:
+                out.append(StreamNotice(self.conn, self.direction, self._buf_offset, ts_ns,
+                                        "skipped", f"{self._dropped} bytes not decoded (stream "
+                                        "skipped as undecodable)", self._dropped))
+                self._dropped = 0
+            return out
         self._flush_skipped(ts_ns, out)
         if not self._buf:
             return out
@@ -410,6 +488,15 @@ class FrameSplitter:
         self._buf.clear()
         out.append(StreamNotice(self.conn, self.direction, self._buf_offset, ts_ns, kind, msg, n))
         return out
+
+    def _lose_framing(self, at: int) -> None:
+        """Start a resynchronisation at stream offset ``at``, with a fresh work budget."""
+        self.synced = False
+        self._scan = 0
+        self._cands = []
+        self._lost_at = at
+        self._attempts = 0
+        self._attempt_bytes = 0
 
     def _run(self, ts_ns: int, out: list[Frame | StreamNotice], packet: int = 0) -> None:
         buf = self._buf
@@ -426,8 +513,9 @@ class FrameSplitter:
                 out.append(StreamNotice(self.conn, self.direction, self._buf_offset + pos, ts_ns,
                                         "framing", f"frame size {size} outside 0..{self.max_frame_bytes}; "
                                         "resynchronising"))
-                self.synced = False
+                self._lose_framing(self._buf_offset + pos)
                 pos += 1
+                self._scan = pos
                 continue
             end = pos + 4 + size
             if len(buf) < end:
@@ -438,6 +526,8 @@ class FrameSplitter:
             self._resynced_next = False
             self._first_ts = ts_ns
             pos = end
+        if self.undecodable:
+            return
         if pos:
             del buf[:pos]
             self._buf_offset += pos
@@ -456,39 +546,37 @@ class FrameSplitter:
         i = max(pos, self._scan)
         cands = self._cands
         found: int | None = None
-        while i < n:
-            verdict = self._candidate(buf, i)
+        # Every offset below ``i`` has been judged; the regex skips, in C, the offsets
+        # that cannot start a frame. A match too close to the end to judge waits for bytes.
+        scanned_to = max(i, n - 11)
+        for m in self._prefilter.finditer(buf, i):
+            j = m.start()
+            scanned_to = max(scanned_to, j + 1)
+            verdict = self._candidate(buf, j)
             if verdict is None:
-                break       # need more bytes to judge this offset
+                scanned_to = j      # need more bytes to judge this offset
+                break
             if verdict:
                 if self._verify is None:
-                    found = i
+                    found = j
+                    scanned_to = j
                     break
-                (size,) = _I32.unpack_from(buf, i)
+                (size,) = _I32.unpack_from(buf, j)
                 if size <= self.max_resync_frame_bytes:
-                    cands.append((i, size))
-            i += 1
-        self._scan = i
+                    cands.append((j, size))
+        i = self._scan = max(i, scanned_to) if found is None else scanned_to
         if found is None and cands:
-            # Take the first candidate whose whole frame is here and decodes;
-            # drop those that fail, keep those still incomplete.
-            still = []
-            for ci, size in cands:
-                if ci + 4 + size <= n:
-                    if found is None and self._verify(bytes(buf[ci + 4:ci + 4 + size])):  # type: ignore[misc]
-                        found = ci
-                elif found is None:
-                    still.append((ci, size))
-            # Bound the held bytes: forget the oldest open candidates first.
-            while still and (len(still) > _MAX_CANDIDATES
-                             or n - still[0][0] > self.max_resync_frame_bytes + 4):
-                still.pop(0)
-            cands[:] = still
+            found = self._try_candidates(n)
+            if self.undecodable:
+                self._give_up(start, ts_ns, out)
+                return n
         if found is not None:
             self.synced = True
             self._resynced_next = True
             cands.clear()
             self._scan = 0
+            self._attempts = 0
+            self._attempt_bytes = 0
             keep = found
         else:
             keep = min(cands[0][0] if cands else i, i)
@@ -500,12 +588,68 @@ class FrameSplitter:
             self._flush_skipped(ts_ns, out)
         return keep
 
+    def _try_candidates(self, n: int) -> int | None:
+        """Decodes held candidates whose whole frame is here, oldest first, within the
+        resync budget; returns the index of the first that decodes. Sets ``undecodable``
+        when the budget is spent first."""
+        assert self._verify is not None
+        cands = self._cands
+        scanned = self._buf_offset + n - self._lost_at
+        still = []
+        found = None
+        for ci, size in cands:
+            if found is not None:
+                break
+            if ci + 4 + size > n:
+                still.append((ci, size))
+                continue
+            if (self._attempts >= MAX_RESYNC_ATTEMPTS or self._attempt_bytes + size
+                    > RESYNC_DECODE_FACTOR * scanned + _RESYNC_DECODE_SLACK):
+                self.undecodable = True
+                return None
+            self._attempts += 1
+            self._attempt_bytes += size
+            if self._verify(bytes(self._buf[ci + 4:ci + 4 + size])):
+                found = ci
+        if found is None:
+            # Bound the held bytes: forget the oldest open candidates first.
+            while still and (len(still) > _MAX_CANDIDATES
+                             or n - still[0][0] > self.max_resync_frame_bytes + 4):
+                still.pop(0)
+            cands[:] = still
+        return found
+
+    def _give_up(self, start: int, ts_ns: int, out: list[Frame | StreamNotice]) -> None:
+        at = self._buf_offset + start
+        self._flush_skipped(ts_ns, out)
+        out.append(StreamNotice(
+            self.conn, self.direction, at, ts_ns, "undecodable",
+            f"stream skipped as undecodable: {self._attempts} frames that started plausibly "
+            f"did not decode ({self._attempt_bytes} bytes tried) since the framing was lost at "
+            f"stream offset {self._lost_at}; the rest of this direction is not decoded"))
+        self._dropped += len(self._buf) - start
+        self._buf_offset += len(self._buf)
+        self._buf.clear()
+        self._cands = []
+        self._scan = 0
+
     def _flush_skipped(self, ts_ns: int, out: list) -> None:
         if self._skipped:
             out.append(StreamNotice(self.conn, self.direction, self._skipped_at, ts_ns, "skipped",
                                     f"skipped {self._skipped} bytes looking for a frame start",
                                     self._skipped))
             self._skipped = 0
+
+
+_ANY_OFFSET: Final = re.compile(b"", re.DOTALL)
+_REQUEST_PREFILTERS: dict[int, re.Pattern[bytes]] = {}
+
+
+def _cached_request_prefilter(max_frame_bytes: int) -> re.Pattern[bytes]:
+    p = _REQUEST_PREFILTERS.get(max_frame_bytes)
+    if p is None:
+        p = _REQUEST_PREFILTERS[max_frame_bytes] = request_prefilter(max_frame_bytes)
+    return p
 
 
 # ---------------------------------------------------------------------------
@@ -545,6 +689,7 @@ class Reassembler:
         self.max_pending_bytes = max_pending_bytes
         self.max_frame_bytes = max_frame_bytes
         self._conns: dict[ConnectionId, _Connection] = {}
+        self._response_prefilter = response_prefilter(max_frame_bytes)
         self.ignored_segments = 0
         self.last_ts_ns = 0
 
@@ -624,7 +769,8 @@ class Reassembler:
                 vr = self.verify_response
                 verify = None if vr is None else (lambda data, conn=c.conn: vr(conn, data))
             sp = FrameSplitter(c.conn, direction, synced=synced, max_frame_bytes=self.max_frame_bytes,
-                               candidate=cand, verify=verify)
+                               candidate=cand, verify=verify,
+                               prefilter=self._response_prefilter if direction == "response" else None)
             c.splitters[direction] = sp
         return sp
 

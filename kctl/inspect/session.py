@@ -422,8 +422,10 @@ def decode_files(paths: Iterable[str | Path], broker_ports: Collection[int], *,
                     yield CaptureNotice(name, "truncated", str(reader.truncated),
                                         reader.truncated.offset)
         except DecodeError as e:
+            # The damage ends this file: what came before it is still decoded and flushed.
             yield from dec.finish()
-            yield CaptureNotice(name, "error", str(e), e.offset)
+            yield CaptureNotice(name, "error", e.reason + (f" (field {e.field})" if e.field else ""),
+                                e.offset)
         except OSError as e:
             yield CaptureNotice(name, "error", f"cannot read: {e.strerror or e}")
 

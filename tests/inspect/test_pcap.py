@@ -167,6 +167,79 @@ def test_structural_damage_names_the_file_offset():
         list(CaptureReader(io.BytesIO(no_idb)))
 
 
+def _pcapng_block_cases():
+    """(id, bytes, file offset the DecodeError must name, words in its reason): every pcapng
+    block-length rule broken once, in both byte orders."""
+    pkt = cb.link(1, cb.ip(V4))
+    for be in (False, True):
+        o = ">" if be else "<"
+        shb = cb.pcapng_shb(big_endian=be)
+        idb = cb.pcapng_idb(1, big_endian=be)
+        epb = cb.pcapng_epb(0, 0, pkt, big_endian=be)
+        head = shb + idb
+        at = len(head)
+
+        def with_len(block: bytes, n: int, both: bool = True) -> bytes:
+            b = block[:4] + struct.pack(o + "I", n) + block[8:]
+            return b[:-4] + struct.pack(o + "I", n) if both else b
+        bo = "be" if be else "le"
+        # The issue's 12-byte file: an SHB that claims 12 bytes (its minimum is 28).
+        yield f"shb-12-{bo}", (b"\x0a\x0d\x0d\x0a" + struct.pack(o + "I", 12)
+                               + (b"\x1a\x2b\x3c\x4d" if be else b"\x4d\x3c\x2b\x1a")), 4, "minimum of 28"
+        yield f"shb-24-{bo}", with_len(shb, 24)[:24], 4, "minimum of 28"
+        yield f"idb-16-{bo}", shb + with_len(idb, 16)[:16], len(shb) + 4, "minimum of 20"
+        yield f"epb-28-{bo}", head + with_len(epb, 28)[:28], at + 4, "minimum of 32"
+        yield f"spb-12-{bo}", head + with_len(cb.pcapng_spb(pkt, big_endian=be), 12)[:12], at + 4, \
+            "minimum of 16"
+        yield f"unknown-8-{bo}", head + with_len(cb.pcapng_unknown(big_endian=be), 8)[:8], at + 4, \
+            "minimum of 12"
+        yield f"not-multiple-of-4-{bo}", head + with_len(epb, len(epb) + 2), at + 4, "multiple of 4"
+        yield f"trailer-{bo}", head + epb[:-4] + struct.pack(o + "I", len(epb) + 4), \
+            at + len(epb) - 4, "trailer"
+        yield f"interface-{bo}", head + cb.pcapng_epb(3, 0, pkt, big_endian=be), at + 8, "interface 3"
+        yield f"epb-caplen-{bo}", head + epb[:20] + struct.pack(o + "I", 4000) + epb[24:], at + 20, \
+            "captured bytes"
+        yield f"bad-bom-{bo}", shb[:8] + b"\x01\x02\x03\x04" + shb[12:], 8, "byte-order"
+        yield f"major-{bo}", shb[:12] + struct.pack(o + "H", 2) + shb[14:], 12, "major version"
+
+
+@pytest.mark.parametrize("data,offset,words",
+                         [pytest.param(d, off, w, id=i) for i, d, off, w in _pcapng_block_cases()])
+def test_every_pcapng_block_length_rule_is_a_decode_error_at_its_file_offset(data, offset, words):
+    r = CaptureReader(io.BytesIO(data))
+    with pytest.raises(DecodeError) as e:
+        list(r)
+    assert e.value.offset == offset and words in str(e.value)
+
+
+def test_damage_part_way_keeps_the_packets_before_it(tmp_path):
+    """A capture broken after two good packets: both are yielded, then the damage."""
+    pkt = cb.link(1, cb.ip(V4))
+    good = cb.pcapng([(1, pkt), (2, pkt)])
+    r = CaptureReader(io.BytesIO(good + cb.pcapng_unknown()[:4] + struct.pack("<I", 6) + b"\0" * 8))
+    got = []
+    with pytest.raises(DecodeError) as e:
+        for p in r:
+            got.append(p)
+    assert len(got) == 2 and e.value.offset == len(good) + 4
+    # A block longer than the file is a cut-off file (tcpdump killed), not an error.
+    r = CaptureReader(io.BytesIO(good + cb.pcapng_epb(0, 3, pkt)[:-9]))
+    assert len(list(r)) == 2 and r.truncated.offset == len(good)
+
+
+def test_ip_lengths_beyond_the_wire_are_malformed_skips():
+    v4 = cb.link(1, cb.ip(V4))
+    big_total = v4[:16] + struct.pack(">H", 1500) + v4[18:]
+    v6 = cb.link(1, cb.ip(V6))
+    big_plen = v6[:18] + struct.pack(">H", 9000) + v6[20:]
+    bad_doff = v4[:14 + 20 + 12] + bytes([0xF0]) + v4[14 + 20 + 13:]   # 60-byte TCP header
+    for pkt, words in ((big_total, "IPv4 total length"), (big_plen, "IPv6 payload length"),
+                       (bad_doff, "TCP data offset")):
+        (p,) = CaptureReader(io.BytesIO(cb.pcap([(0, pkt)])))
+        out = tcp_segment(p)
+        assert isinstance(out, PacketSkip) and out.malformed and words in out.reason, out
+
+
 def test_huge_length_fields_cost_only_the_bytes_present():
     # A pcap record claiming 16 MiB in a tiny file: truncation, no 16 MiB read.
     hdr = cb.pcap([])

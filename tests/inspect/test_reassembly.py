@@ -248,6 +248,70 @@ def test_frame_splitter_resync_memory_is_bounded():
         assert sp.buffered < 16
 
 
+def test_resync_storm_is_given_up_as_undecodable_within_its_budget():
+    """A plausible header every KiB, each frame decoding until its last entry (issue 13's
+    2 MiB row): at most MAX_RESYNC_ATTEMPTS decodes, reading at most RESYNC_DECODE_FACTOR
+    times the bytes scanned, then the direction is skipped as undecodable."""
+    from tests.inspect.adversarial import _nested_produce_stream
+    from kctl.inspect.reassembly import MAX_RESYNC_ATTEMPTS, RESYNC_DECODE_FACTOR
+    from kctl.inspect.session import _request_decodes
+    tried: list[int] = []
+
+    def verify(data: bytes) -> bool:
+        tried.append(len(data))
+        return _request_decodes(data)
+    conn = ConnectionId(Endpoint("a", 1), Endpoint("b", 9092))
+    sp = FrameSplitter(conn, "request", synced=False, verify=verify)
+    stream = _nested_produce_stream(2 << 20)
+    out, off = [], 0
+    for i in range(0, len(stream), 65_000):
+        out += sp.feed(StreamData(off, stream[i:i + 65_000], i))
+        off += len(stream[i:i + 65_000])
+        assert sum(tried) <= RESYNC_DECODE_FACTOR * off + 64 * 1024
+    out += sp.finish(off)
+    assert 0 < len(tried) <= MAX_RESYNC_ATTEMPTS
+    assert not [f for f in out if isinstance(f, Frame)]
+    kinds = [n.kind for n in out]
+    assert kinds.count("undecodable") == 1 and kinds[-1] == "skipped"
+    assert sp.undecodable and sp.buffered == 0
+    # Every byte is accounted for: skipped while looking, or dropped once given up.
+    assert sum(n.length for n in out if n.kind == "skipped") == len(stream)
+
+
+def test_resync_judges_only_offsets_the_prefilter_lets_through():
+    """Runs of zeros (record data) and bytes that cannot start a header cost no Python call."""
+    from kctl.inspect.reassembly import request_prefilter
+    calls = []
+
+    def candidate(buf, i):
+        calls.append(i)
+        return plausible_request_start(buf, i, 1 << 20)
+    conn = ConnectionId(Endpoint("a", 1), Endpoint("b", 9092))
+    sp = FrameSplitter(conn, "request", synced=False, candidate=candidate,
+                       prefilter=request_prefilter(1 << 20))
+    sp.feed(StreamData(0, bytes(1 << 20) + b"\xff" * 1000, 0))
+    assert calls == [] and sp.buffered < 16
+    frames = sp.feed(StreamData((1 << 20) + 1000, REQS[1] + REQS[2], 1))
+    assert [f.data for f in frames if isinstance(f, Frame)] == frames_of(REQS[1] + REQS[2])
+    assert len(calls) < 10
+
+
+def test_a_real_frame_after_a_few_false_starts_is_still_found():
+    """False candidates inside record data spend part of the budget; the real frame that
+    follows is found, and the next resync has a fresh budget."""
+    from tests.inspect.adversarial import _nested_produce_stream
+    junk = _nested_produce_stream(3 * 1024, spacing=1024, reach=2)   # 6 false starts
+    c = cb.Conversation(handshake=False)
+    c.send(junk + REQS[1] + REQS[2], mss=500)
+    c.send(b"\xff\xff\xff\xff" + junk + REQS[1], mss=500)
+    out = decode(c.segs)
+    frames = [f for f in out if isinstance(f, DecodedFrame)]
+    assert [(f.api_key, f.correlation_id, f.error) for f in frames] == [(3, 2, None), (0, 3, None),
+                                                                       (3, 2, None)]
+    assert "undecodable" not in [n.kind for n in out if not isinstance(n, DecodedFrame)]
+    assert ["resynced" in f.marks for f in frames] == [True, False, True]
+
+
 # -- fuzz ---------------------------------------------------------------------
 
 @settings(max_examples=60, deadline=None)
