@@ -235,6 +235,33 @@ class HalfStream:
         self.next_seq = (self.next_seq + missing) % _MOD
         self._drain(ts_ns, out, packet)
 
+    @property
+    def held_segments(self) -> int:
+        return len(self._heap)
+
+    def skip_hole(self, reason: str) -> list[StreamData | StreamGap]:
+        """Declares the hole before the earliest held segment a gap and delivers on from
+        there, for a reader that started mid-stream and knows the missing bytes came before
+        it began. Unlike the reassembly limit's gap, each held segment is delivered with its
+        own time and packet: for a reader that had the missing bytes, nothing held them."""
+        out: list[StreamData | StreamGap] = []
+        heap = self._heap
+        if not heap:
+            return out
+        assert self.next_seq is not None
+        first = heap[0]
+        missing = first - self.offset
+        out.append(StreamGap(self.offset, missing, self._pending[first][2], reason))
+        self.gap_bytes += missing
+        self.offset = first
+        self.next_seq = (self.next_seq + missing) % _MOD
+        while heap and heap[0] <= self.offset:
+            at = heapq.heappop(heap)
+            data, hole, ts_ns, packet = self._pending.pop(at)
+            self._pending_bytes -= len(data)
+            self._deliver_from(at, data, hole, ts_ns, out, packet, packet)
+        return out
+
     def held_packet(self) -> int | None:
         """The earliest capture packet whose bytes are held out of order, if any."""
         return min((p for _, _, _, p in self._pending.values()), default=None)
@@ -749,6 +776,20 @@ class Reassembler:
                              *(sp.unframed_packet() for sp in c.splitters.values()))
                  if p is not None]
         return min(found, default=None)
+
+    def held_segments(self, conn: ConnectionId, direction: Direction) -> int:
+        """Out-of-order segments held for one direction of ``conn`` (waiting for a hole)."""
+        c = self._conns.get(conn)
+        return 0 if c is None else c.streams[direction].held_segments
+
+    def skip_hole(self, conn: ConnectionId, direction: Direction,
+                  reason: str) -> list[Frame | StreamNotice]:
+        """``HalfStream.skip_hole`` for one direction of ``conn``, framed on from there."""
+        c = self._conns.get(conn)
+        if c is None:
+            return []
+        events = c.streams[direction].skip_hole(reason)
+        return self._frames(c, direction, events) if events else []
 
     def unframed_packets(self) -> dict[ConnectionId, int]:
         """``unframed_packet`` of every connection that has such bytes."""
