@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from decimal import Decimal
-from pathlib import Path
 from typing import Optional
 
 import typer
@@ -29,40 +28,81 @@ def _cell(v: object) -> str:
     return str(v)
 
 
+def _size(n: int) -> str:
+    for unit, scale in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
+        if n >= scale:
+            return f"{n / scale:.1f} {unit}"
+    return f"{n} B"
+
+
+def _broker_ports(values: list[str], guess) -> set[int]:
+    ports: set[int] = set()
+    for v in values:
+        if v == "auto":
+            ports |= guess()
+            continue
+        try:
+            p = int(v)
+        except ValueError:
+            raise ConfigError(f"--port {v!r}: a port number or 'auto'") from None
+        if not 0 < p < 65536:
+            raise ConfigError(f"--port {p}: outside 1..65535")
+        ports.add(p)
+    return ports
+
+
 def analyze(
-    files: list[Path] = typer.Argument(..., help="pcap or pcapng capture files."),
-    out_dir: Path = typer.Option(..., "--out", help="Directory for the Parquet tables requests/ and partitions/."),
+    files: list[str] = typer.Argument(..., help="pcap or pcapng captures: paths, or URIs the cluster's "
+                                                "tasks open (file://, s3://, hdfs://, ...)."),
+    out_dir: str = typer.Option(..., "--out", help="Directory (or URI) for the Parquet tables requests/ and partitions/."),
     master: Optional[str] = typer.Option(None, "--master", help="Spark master URL (default local[*])."),
-    port: list[str] = typer.Option(["9092"], "--port", "-p",
-                                   help="Broker port (repeatable); 'auto' guesses from the traffic."),
-    split_mb: int = typer.Option(64, "--split-mb", min=1, help="Split captures larger than this across tasks (by TCP connection)."),
+    port: list[str] = typer.Option(["auto"], "--port", "-p",
+                                   help="Broker port (repeatable); 'auto' (the default) guesses from the traffic."),
+    split_mb: Optional[int] = typer.Option(None, "--split-mb", min=1,
+                                           help="Capture megabytes per task (default: 4 tasks per task slot, at least 4)."),
     bucket: str = typer.Option("1s", "--bucket", help="Length of a throughput bucket: 500ms, 1s, 1m."),
     top: int = typer.Option(10, "--top", help="Top clients shown."),
     json_out: bool = typer.Option(False, "--json", help="Print the summaries as one JSON object."),
 ) -> None:
     """Decode captures in parallel on Spark into Parquet; print latency, throughput, client and error summaries."""
-    from kctl.commands.decode import _ports
     from kctl.inspect.report import dumps, format_ts
-    from kctl.spark.analyze import analyze as run_analyze
+    from kctl.inspect.session import guess_broker_ports
     from kctl.quantities import parse_duration
-    from kctl.spark.session import spark_session
-    from kctl.ui.console import stdout_console
+    from kctl.spark.analyze import analyze as run_analyze, tcp_ports_seen
+    from kctl.spark.session import require_pyspark, spark_session
+    from kctl.spark.storage import locate, open_at
+    from kctl.ui.console import stderr_console, stdout_console
     bucket_s = parse_duration(bucket, "--bucket")
     if bucket_s <= 0:
         raise ConfigError(f"--bucket must be longer than 0, not {bucket!r}")
-    missing = [str(f) for f in files if not f.exists()]
-    if missing:
-        raise ConfigError(f"no such capture: {', '.join(missing)}")
-    ports = _ports(port, files)
+    require_pyspark()
+    captures = [locate(f) for f in files]
+    where = {c.name: c.location for c in captures}
+    ports = _broker_ports(port, lambda: guess_broker_ports(files, open_file=lambda f: open_at(where[str(f)])))
     spark = spark_session(master, app_name="kctl analyze")
-    res = run_analyze([str(f) for f in files], ports, str(out_dir), spark=spark,
-                      split_bytes=split_mb << 20, bucket_s=bucket_s, top=top)
+    res = run_analyze(files, ports, out_dir, spark=spark,
+                      range_bytes=split_mb << 20 if split_mb else None, bucket_s=bucket_s, top=top)
+    err = stderr_console(highlight=False)
+    for d in res.damaged:
+        err.print(f"kctl analyze: {d}; the frames before it are analyzed", markup=False)
+    if res.requests == 0:
+        seen = ", ".join(f"{p} ({_size(n)})" for p, n in tcp_ports_seen(captures)[:10]) or "none"
+        tried = sorted(ports)
+        err.print(f"kctl analyze: no Kafka traffic found in {', '.join(files)} on port"
+                  f"{'s' if len(tried) > 1 else ''} {', '.join(map(str, tried))}; TCP ports seen, "
+                  f"with their payload bytes: {seen}; give the broker's with --port", markup=False)
+        raise typer.Exit(1)
     out = stdout_console(highlight=False)
     if json_out:
         out.print(dumps(res.to_dict()), markup=False)
         return
     out.print(f"{res.requests} request/response rows, {res.partitions} partition rows from "
-              f"{len(files)} capture(s) in {res.shards} task(s); Parquet in {res.out}/requests and {res.out}/partitions")
+              f"{len(files)} capture(s) in {res.tasks} task(s); Parquet in {res.out}/requests and "
+              f"{res.out}/partitions", markup=False)
+    if res.repaired:
+        out.print(f"{len(res.repaired)} connection(s) decoded again from the start of their capture "
+                  "(the range readers could not agree on their frames): "
+                  + "; ".join(res.repaired), markup=False)
     lat = [dict(r, **{k: v for k, v in (r["latency_ms"] or {}).items()}) for r in res.latency]
     out.print(_table("Latency per API (ms)", lat, ["api_name", "requests", "responses", "request_bytes",
                                                    "response_bytes", "p50", "p90", "p99", "p99.9", "p100"]))

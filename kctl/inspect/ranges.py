@@ -175,14 +175,17 @@ def index_capture(stream: BinaryIO, *, file: str, range_bytes: int,
 class FramePair:
     """A request and its response, or a frame alone that will never get its other half
     (an unanswered request or an unmatched response of a whole-file reader).
-    ``*_unmarked_seq``: the seq of a side whose 'resynced' mark this reader took off
-    (a reader that is not reading the whole file cannot tell its own resynchronisations
-    from decode's); the check gives it back where decode has it."""
+    ``*_seq``: each frame's first byte's sequence number. ``*_unmarked``: this reader took
+    the frame's 'resynced' mark off (a reader that is not reading the whole file cannot
+    tell its own resynchronisations from decode's); the check gives it back where decode
+    has it."""
 
     request: DecodedFrame | None
     response: DecodedFrame | None
-    request_unmarked_seq: int | None = None
-    response_unmarked_seq: int | None = None
+    request_seq: int | None = None
+    response_seq: int | None = None
+    request_unmarked: bool = False
+    response_unmarked: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -190,7 +193,8 @@ class RequestHalf:
     """An owned request whose response this reader did not own: paired later."""
 
     request: DecodedFrame
-    unmarked_seq: int | None = None
+    seq: int | None = None
+    unmarked: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -199,7 +203,8 @@ class ResponseHalf:
     when the reader observed the request; else it is ``unmatched`` with its raw body."""
 
     response: DecodedFrame
-    unmarked_seq: int | None = None
+    seq: int | None = None
+    unmarked: bool = False
 
 
 @dataclass(slots=True)
@@ -251,7 +256,7 @@ class RangeDecoder:
         self.packets_read = 0
         self._reqs: dict[ConnectionId, OrderedDict[int, DecodedFrame | None]] = {}
         self._whole = connections is not None
-        self._unmarked: dict[int, int] = {}     # id(decoded frame) -> its seq
+        self._owned: dict[int, tuple[int, bool]] = {}   # id(decoded frame) -> (seq, unmarked)
 
     def _owns(self, packet: int) -> bool:
         return self._whole or self.range.owns(packet)
@@ -368,11 +373,13 @@ class RangeDecoder:
             return
         df = self.decoder.decode(fr)
         cv.add(cv.frames, fr.seq, 4 + len(fr.data))
+        unmarked = False
         if fr.resynced and not self._whole and "resynced" in df.marks:
             # This reader's resync may be its own (it began mid-stream, or packets before its
             # window filled a hole): the check gives the mark back where decode has it.
             df.marks = tuple(m for m in df.marks if m != "resynced")
-            self._unmarked[id(df)] = fr.seq
+            unmarked = True
+        self._owned[id(df)] = (fr.seq, unmarked)
         if df.api_key == 3 and df.direction == "response" and df.body is not None:
             for t in getattr(df.body, "topics", ()):
                 tid = getattr(t, "topic_id", None)
@@ -410,17 +417,18 @@ class RangeDecoder:
                 yield self._half(req)       # its response is another reader's
             return
         if isinstance(req, DecodedFrame):
-            um = self._unmarked
-            yield FramePair(req, df, um.pop(id(req), None), um.pop(id(df), None))
+            (qs, qu), (ss, su) = self._owned.pop(id(req)), self._owned.pop(id(df))
+            yield FramePair(req, df, qs, ss, qu, su)
         else:
             yield self._half(df)
 
     def _half(self, df: DecodedFrame) -> FramePair | RequestHalf | ResponseHalf:
-        seq = self._unmarked.pop(id(df), None)
+        seq, unmarked = self._owned.pop(id(df))
         if self._whole:
-            return (FramePair(df, None, seq) if df.direction == "request"
-                    else FramePair(None, df, None, seq))
-        return RequestHalf(df, seq) if df.direction == "request" else ResponseHalf(df, seq)
+            return (FramePair(df, None, seq, None, unmarked) if df.direction == "request"
+                    else FramePair(None, df, None, seq, False, unmarked))
+        return (RequestHalf(df, seq, unmarked) if df.direction == "request"
+                else ResponseHalf(df, seq, unmarked))
 
     def _leftovers(self) -> Iterator[FramePair | RequestHalf | ResponseHalf]:
         for reqs in self._reqs.values():
@@ -459,12 +467,21 @@ class CoverageVerdict:
 
 def check_coverage(coverages: Iterable[StreamCoverage]) -> CoverageVerdict:
     streams: dict[tuple[str, str, str], list[StreamCoverage]] = defaultdict(list)
+    # A reader's state for a connection is decode's only if it saw the connection's first
+    # packet, in either direction: a response stream resynchronises on the requests seen.
+    seen: dict[tuple[str, str, int], int] = {}
     for cv in coverages:
         streams[(cv.file, cv.connection, cv.direction)].append(cv)
+        key = (cv.file, cv.connection, cv.range_index)
+        seen[key] = min(seen.get(key, cv.first_seen_packet), cv.first_seen_packet)
+    first: dict[tuple[str, str], int] = {}
+    for (file, conn, _), p in seen.items():
+        first[(file, conn)] = min(first.get((file, conn), p), p)
     repair: set[tuple[str, str]] = set()
     resynced: set[tuple[str, str, str, int]] = set()
     for (file, conn, direction), covs in streams.items():
-        ok, first_frame = _stream_ok(covs)
+        exact = [c for c in covs if seen[(file, conn, c.range_index)] == first[(file, conn)]]
+        ok, first_frame = _stream_ok(covs, exact)
         if not ok:
             repair.add((file, conn))
         elif first_frame is not None:
@@ -472,14 +489,13 @@ def check_coverage(coverages: Iterable[StreamCoverage]) -> CoverageVerdict:
     return CoverageVerdict(frozenset(repair), frozenset(resynced))
 
 
-def _stream_ok(covs: list[StreamCoverage]) -> tuple[bool, int | None]:
+def _stream_ok(covs: list[StreamCoverage], exact: list[StreamCoverage]) -> tuple[bool, int | None]:
     """Whether the readers' frames of one stream are the sequential decode's; and the seq of
-    the first frame when that decode resynchronised on it (the capture began mid-stream)."""
+    the first frame when that decode resynchronised on it (the capture began mid-stream).
+    ``exact``: the readers that saw the connection's first packet."""
     if any(c.breaks for c in covs):
         return False, None
     covs = sorted(covs, key=lambda c: c.range_index)
-    p0 = min(c.first_seen_packet for c in covs)
-    exact = [c for c in covs if c.first_seen_packet == p0]
     skips = {c.initial_skip for c in exact if c.started_unsynced}
     if len(skips) > 1:
         return False, None

@@ -67,13 +67,13 @@ def read_in_ranges(path, *, range_bytes: int, lookback_bytes: int, ports=(9092,)
     for it in items:
         if isinstance(it, FramePair):
             frames += [x for x in (it.request, it.response) if x is not None]
-            for side, seq in ((it.request, it.request_unmarked_seq),
-                              (it.response, it.response_unmarked_seq)):
-                _restore(side, seq, verdict)
+            for side, seq, unmarked in ((it.request, it.request_seq, it.request_unmarked),
+                                        (it.response, it.response_seq, it.response_unmarked)):
+                _restore(side, seq if unmarked else None, verdict)
     for it in sorted((it for it in items if isinstance(it, ResponseHalf)),
                      key=lambda h: h.response.packet):
         resp = it.response
-        _restore(resp, it.unmarked_seq, verdict)
+        _restore(resp, it.seq if it.unmarked else None, verdict)
         before = [i for i, r in enumerate(requests)
                   if r.request.conn == resp.conn and r.request.correlation_id == resp.correlation_id
                   and r.request.packet < resp.packet]
@@ -84,7 +84,7 @@ def read_in_ranges(path, *, range_bytes: int, lookback_bytes: int, ports=(9092,)
                 resp = decode_response_half(resp, req.api_key, req.api_version, req.ts_ns)
         frames.append(resp)
     for r in requests:
-        _restore(r.request, r.unmarked_seq, verdict)
+        _restore(r.request, r.seq if r.unmarked else None, verdict)
         frames.append(r.request)
     return Counter(signature(f) for f in frames), repaired, len(idx.ranges)
 

@@ -1,5 +1,5 @@
-"""``kctl analyze``: captures made here (kctl inspect's capture writer in front of the
-broker) decoded by Spark tasks must agree with ``kctl decode --summary`` on the same files."""
+"""``kctl analyze``: captures decoded by Spark tasks that each read a range of packets must
+agree with ``kctl decode`` on the same files, frame for frame, however small the ranges."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ from kctl.engine import admin
 from kctl.engine.blocking_client import BlockingClient
 from kctl.inspect.proxy import InspectorProxy
 from kctl.load.run import LoadRun, LoadSpec
+from tests.inspect import capture_builder as cb
 
 pytestmark = pytest.mark.spark
 
@@ -52,25 +53,21 @@ def _decode_summary(paths, ports) -> dict:
     return json.loads(res.output)
 
 
-def test_small_files_are_one_shard_and_large_ones_split_by_connection(captures):
-    from kctl.spark.analyze import plan_shards
-    paths, _ = captures
-    assert [(s.index, s.shards) for s in plan_shards(paths)] == [(0, 1), (0, 1)]
-    split = plan_shards(paths, split_bytes=1)
-    first = [s for s in split if s.file == paths[0]]
-    assert len(first) > 1
-    conns = [c for s in first for c in s.conns]
-    assert len(conns) == len(set(conns))        # each connection in exactly one shard
+def _table(spark, path) -> list[tuple]:
+    rows = spark.read.parquet(path).collect()
+    return sorted((tuple(json.dumps(v, sort_keys=True, default=str) for v in r.asDict(recursive=True).values())
+                   for r in rows))
 
 
-def test_analyze_matches_decode_summary(spark, captures, tmp_path):
-    split_bytes = 1     # split every capture by connection: several tasks per file
+def test_many_small_ranges_match_decode_summary(spark, captures, tmp_path):
+    """Ranges of 32 KiB: frames cut by ranges, requests and responses in different tasks;
+    every count, byte, latency percentile, error and record set equals decode's."""
     from kctl.spark.analyze import analyze
     paths, ports = captures
     expected = _decode_summary(paths, ports)
-    got = analyze(paths, ports, str(tmp_path / "out"), spark=spark, split_bytes=split_bytes)
-    if split_bytes == 1:
-        assert got.shards > len(paths)       # more than one task per capture
+    got = analyze(paths, ports, str(tmp_path / "out"), spark=spark, range_bytes=32 << 10,
+                  lookback_bytes=512 << 10)
+    assert got.tasks > 10 and not got.repaired
     by_api = {r["api_name"]: r for r in got.latency}
     assert set(by_api) == set(expected["apis"])
     for name, e in expected["apis"].items():
@@ -80,9 +77,9 @@ def test_analyze_matches_decode_summary(spark, captures, tmp_path):
         if e["latency_count"]:
             for p in ("p50", "p90", "p99", "p100"):
                 # HdrHistogram (3 significant digits, whole microseconds) vs exact.
-                assert math.isclose(g["latency_ms"][p], e["latency_ms"][p], rel_tol=0.01, abs_tol=0.002), (name, p, g["latency_ms"], e["latency_ms"], e["latency_count"])
-    errors = {r["error"]: r["count"] for r in got.errors}
-    assert errors == expected["errors"]
+                assert math.isclose(g["latency_ms"][p], e["latency_ms"][p], rel_tol=0.01, abs_tol=0.002), (name, p)
+    assert sum(g["requests"] + g["responses"] for g in got.latency) == expected["frames"]
+    assert {r["error"]: r["count"] for r in got.errors} == expected["errors"]
     assert "Produce" in by_api and "Fetch" in by_api
     parts = spark.read.parquet(str(tmp_path / "out" / "partitions"))
     for direction, key in (("produce", "produced"), ("fetch", "fetched")):
@@ -97,5 +94,50 @@ def test_analyze_matches_decode_summary(spark, captures, tmp_path):
                    if r["direction"] == "produce" and r["topic"] == "cap-a")
     assert produced == sum(p["records"] for p in expected["produced"] if p["topic"] == "cap-a") >= 4000
     assert got.clients and got.clients[0]["bytes"] >= got.clients[-1]["bytes"]
-    reqs = spark.read.parquet(str(tmp_path / "out" / "requests"))
-    assert reqs.count() == got.requests
+    assert spark.read.parquet(str(tmp_path / "out" / "requests")).count() == got.requests
+
+
+def test_tiny_ranges_over_reordered_and_retransmitted_segments(spark, tmp_path):
+    """Synthetic captures with reordering and retransmissions across cuts and a connection
+    the capture begins inside: ranges of 300 bytes give the rows one task gives, row for row,
+    and as many frames as decode; a lookback too short is repaired to the same rows."""
+    from kctl.inspect.session import DecodedFrame, decode_files
+    from kctl.spark.analyze import analyze
+    from tests.inspect.test_ranges import load_capture
+    paths = [str(load_capture(tmp_path, seed, swap=0.15, dup=0.1, cut_first=6 if seed else 0))
+             for seed in range(2)]
+    frames = sum(1 for f in decode_files(paths, {9092}) if isinstance(f, DecodedFrame))
+    one = analyze(paths, [9092], str(tmp_path / "one"), spark=spark, range_bytes=1 << 30)
+    many = analyze(paths, [9092], str(tmp_path / "many"), spark=spark, range_bytes=300,
+                   lookback_bytes=16000)
+    short = analyze(paths, [9092], str(tmp_path / "short"), spark=spark, range_bytes=300,
+                    lookback_bytes=200)
+    assert one.tasks == 2 and many.tasks > 60 and not many.repaired and short.repaired
+    for res in (one, many, short):
+        assert sum(g["requests"] + g["responses"] for g in res.latency) == frames
+    want = _table(spark, str(tmp_path / "one" / "requests"))
+    assert _table(spark, str(tmp_path / "many" / "requests")) == want
+    assert _table(spark, str(tmp_path / "short" / "requests")) == want
+
+
+def test_default_port_is_auto_and_no_kafka_lists_the_ports_seen(spark, tmp_path):
+    from tests.inspect.kafka_frames import metadata_request, metadata_response
+    c = cb.Conversation(bport=19092)
+    c.send(metadata_request(1))
+    c.reply(metadata_response(1))
+    c.close()
+    kafka = tmp_path / "odd-port.pcap"
+    kafka.write_bytes(cb.capture(c.segs))
+    res = CliRunner().invoke(app, ["analyze", str(kafka), "--out", str(tmp_path / "a"), "--json"])
+    assert res.exit_code == 0, res.output
+    assert json.loads(res.stdout)["requests"] == 1
+    web = cb.Conversation(bport=8080)
+    web.send(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+    web.reply(b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nhello")
+    web.close()
+    other = tmp_path / "http.pcap"
+    other.write_bytes(cb.capture(web.segs))
+    res = CliRunner().invoke(app, ["analyze", str(other), "--out", str(tmp_path / "b")])
+    assert res.exit_code == 1
+    assert "no Kafka traffic found" in res.stderr and "8080 (" in res.stderr
+    assert len(res.stderr.strip().splitlines()) == 1
