@@ -141,3 +141,46 @@ def test_default_port_is_auto_and_no_kafka_lists_the_ports_seen(spark, tmp_path)
     assert res.exit_code == 1
     assert "no Kafka traffic found" in res.stderr and "8080 (" in res.stderr
     assert len(res.stderr.strip().splitlines()) == 1
+
+
+def test_topics_named_by_id_take_the_name_an_earlier_metadata_answer_gave(spark, tmp_path):
+    """Produce v13 names topics by id. The Metadata answer that maps the id to a name came
+    long before most ranges' windows; the rows still name the topic as decode does (and a
+    request before that answer keeps the id)."""
+    import uuid
+
+    from kctl.protocol.frames import frame
+    from kctl.protocol.messages import encode_request, encode_response, request_class, response_class
+    from kctl.protocol.records import Record, build_batch
+    from tests.inspect.kafka_frames import metadata_request, produce_response
+    from kctl.inspect.session import decode_files, DecodedFrame
+    P, M = request_class(0), response_class(3)
+    tid = uuid.UUID("6ba7b810-9dad-11d1-80b4-00c04fd430c8")
+
+    def produce(corr: int) -> bytes:
+        data = [P.PartitionProduceData(index=0, records=build_batch(
+            [Record(i, 0, None, b"v" * 200) for i in range(5)]))]
+        body = P(acks=-1, timeout_ms=1000, topic_data=[P.TopicProduceData(topic_id=tid, partition_data=data)])
+        return frame(encode_request(0, 13, corr, "cli", body))
+
+    c = cb.Conversation()
+    c.send(produce(1), mss=500)
+    c.reply(produce_response(1, version=13))
+    c.send(metadata_request(2, ("orders",)))
+    c.reply(frame(encode_response(3, 12, 2, M(topics=[M.MetadataResponseTopic(name="orders", topic_id=tid)]))))
+    for corr in range(3, 30):
+        c.send(produce(corr), mss=500)
+        c.reply(produce_response(corr, version=13))
+    c.close()
+    path = tmp_path / "ids.pcapng"
+    path.write_bytes(cb.capture(c.segs, fmt="pcapng"))
+    want = sorted((rs.topic, rs.record_count) for f in decode_files([path], {9092})
+                  if isinstance(f, DecodedFrame) for rs in f.record_sets)
+    assert ("orders", 5) in want and (str(tid), 5) in want
+    from kctl.spark.analyze import analyze
+    res = analyze([str(path)], [9092], str(tmp_path / "out"), spark=spark, range_bytes=400,
+                  lookback_bytes=3000)
+    assert res.tasks > 20 and not res.repaired
+    got = sorted((r["topic"], r["records"]) for r in
+                 spark.read.parquet(str(tmp_path / "out" / "partitions")).collect())
+    assert got == want
