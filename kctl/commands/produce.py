@@ -16,7 +16,7 @@ from kctl.load.produce import ProduceOptions, execute, prepare
 from kctl.quantities import parse_byte_rate, parse_duration, parse_rate
 from kctl.ui.console import stderr_console, stdout_console
 from kctl.ui.produce_view import (
-    ProduceDashboard, clock_line, plain_line, summary_line, summary_renderable,
+    ProduceDashboard, clock_line, plain_line, spark_start_line, summary_line, summary_renderable,
 )
 
 #: kafka-producer-perf-test takes several properties after one flag (argparse nargs="+").
@@ -171,6 +171,8 @@ def produce(
         out.print(summary_renderable(summary))
     # perf-test's closing line, last on stdout (scripts take it with tail -1); the clock
     # its latencies come from on the line before.
+    if (line := spark_start_line(summary)) is not None:
+        print(line)
     print(clock_line(summary))
     print(summary_line(summary), flush=True)
     if outcome.result.interrupted:

@@ -3,8 +3,8 @@
 How this works
 --------------
 ``spark_session(master)`` sets the environment the measured facts call for
-before the JVM starts: ``SPARK_LOCAL_IP=127.0.0.1`` for local masters (works
-offline) and ``PYSPARK_PYTHON`` / ``PYSPARK_DRIVER_PYTHON`` to the running
+before the JVM starts: ``SPARK_LOCAL_IP=127.0.0.1`` and ``spark.driver.host`` on
+loopback for local masters and standalone masters on this host (works offline) and ``PYSPARK_PYTHON`` / ``PYSPARK_DRIVER_PYTHON`` to the running
 interpreter (otherwise tasks run the ``python3`` on PATH, which has no kctl).
 The UI and the console progress bar are off and log4j is quiet. A task is
 never retried (``spark.task.maxFailures=1``): a retried load task would produce
@@ -74,7 +74,8 @@ def spark_session(master: str | None = None, *, app_name: str = "kctl") -> Any:
     """The active SparkSession, or a new one on ``master`` (``local[*]`` by default)."""
     require_pyspark()
     master = master or DEFAULT_MASTER
-    if master.startswith("local"):
+    loopback = master.startswith("local") or _loopback_master(master)
+    if loopback:
         os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     os.environ["PYSPARK_PYTHON"] = sys.executable
     os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
@@ -101,11 +102,23 @@ def spark_session(master: str | None = None, *, app_name: str = "kctl") -> Any:
                .config("spark.sql.shuffle.partitions", "8")
                .config("spark.driver.extraJavaOptions", java_opts)
                .config("spark.executor.extraJavaOptions", java_opts))
-    if master.startswith("local"):
+    if loopback:
+        # The driver, the master and the executors are on this host: the executors reach
+        # the driver on loopback, whatever the host name resolves to.
         builder = builder.config("spark.driver.host", "127.0.0.1")
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
     return spark
+
+
+def _loopback_master(master: str) -> bool:
+    """spark://127.0.0.1:7077, spark://localhost:7077 (a standalone master on this host)."""
+    from urllib.parse import urlsplit
+    try:
+        host = urlsplit(master).hostname or ""
+    except ValueError:
+        return False
+    return host == "localhost" or host.startswith("127.") or host == "::1"
 
 
 def available_slots(spark: Any) -> int:
