@@ -10,38 +10,9 @@ import pytest
 from typer.testing import CliRunner
 
 from kctl.cli import app
-from kctl.engine import admin
-from kctl.engine.blocking_client import BlockingClient
-from kctl.inspect.proxy import InspectorProxy
-from kctl.load.run import LoadRun, LoadSpec
 from tests.inspect import capture_builder as cb
 
 pytestmark = pytest.mark.spark
-
-
-@pytest.fixture(scope="module")
-def captures(broker, tmp_path_factory):
-    """Two captures: one of a 2-worker load run plus a read-back (Produce, Fetch,
-    Metadata, ...), one of metadata and fetches only. Returns (paths, proxy ports)."""
-    d = tmp_path_factory.mktemp("captures")
-    paths, ports = [], []
-    with BlockingClient(broker.bootstrap) as c:
-        admin.create_topics(c, ["cap-a", "cap-b"], partitions=2)
-    for i, topic in enumerate(["cap-a", "cap-b"]):
-        path = d / f"run{i}.pcapng"
-        with InspectorProxy([broker.bootstrap], capture=path) as proxy:
-            if i == 0:
-                spec = LoadSpec(topic=topic, properties={"bootstrap.servers": proxy.bootstrap,
-                                                         "linger.ms": "2"},
-                                rate=4000, num_records=4000, workers=2, interval_s=0.5)
-                LoadRun(spec, config_for_summary={}).run()
-            with BlockingClient(proxy.bootstrap, client_id=f"reader-{i}") as c:
-                admin.fetch_metadata(c, [topic, "no-such-topic-here"])
-                for p in range(2):
-                    admin.read_partition(c, "cap-a", p)
-        paths.append(str(path))
-        ports.append(int(proxy.bootstrap.rsplit(":", 1)[1]))
-    return paths, ports
 
 
 def _decode_summary(paths, ports) -> dict:
