@@ -28,9 +28,10 @@ How this works
 
 5. Write: ``requests`` (the pair rows; topic ids named from the Metadata answers that came
    before them in the file; 'resynced' marks where decode has them) and ``partitions`` (the
-   record sets exploded) as Parquet under ``--out``.
+   record sets exploded) as Parquet under ``--out``; the requests are cached as they are
+   written, so that the partitions table and
 
-6. Summaries, in Spark SQL over those tables: latency percentiles per API (exact nearest
+6. the summaries, in Spark SQL over those tables, are made at once from them: latency percentiles per API (exact nearest
    rank, as HdrHistogram ranks), throughput per topic per time bucket, top clients by
    bytes, errors by name. Counting follows ``kctl decode --summary``.
 """
@@ -220,25 +221,23 @@ def analyze(paths: Sequence[str], broker_ports: Iterable[int], out: str, *, spar
         table = _pairs(spark, stage, stage_schema, repaired, indexes, locations, ports)
         table = _name_topics(table, topics)
         table = _give_marks_back(table, verdict.resynced)
-        req_path = os.path.join(out, "requests")
-        part_path = os.path.join(out, "partitions")
-
-        def write() -> None:
-            table.select(*[F.col(c) for c in rows_.REQUEST_COLUMNS[:-1]],
-                         F.transform("partitions", lambda p: F.struct(
-                             *[p[n].alias(n) for n in rows_.PARTITION_FIELDS])).alias("partitions")
-                         ).write.mode("overwrite").parquet(req_path)
-            r = spark.read.parquet(req_path)
-            (r.select("ts_ns", "file", "connection", "client", "client_id", "api_name",
-                      "correlation_id", F.explode("partitions").alias("p"))
-              .select("ts_ns", "file", "connection", "client", "client_id", "api_name",
-                      "correlation_id", "p.*")
-              .write.mode("overwrite").parquet(part_path))
-
-        run_job(spark, write, description="kctl analyze: write")
+        requests = table.select(
+            *[F.col(c) for c in rows_.REQUEST_COLUMNS[:-1]],
+            F.transform("partitions", lambda p: F.struct(
+                *[p[n].alias(n) for n in rows_.PARTITION_FIELDS])).alias("partitions")
+        ).persist(StorageLevel.MEMORY_AND_DISK)
+        partitions = (requests.select("ts_ns", "file", "connection", "client", "client_id",
+                                      "api_name", "correlation_id", F.explode("partitions").alias("p"))
+                      .select("ts_ns", "file", "connection", "client", "client_id", "api_name",
+                              "correlation_id", "p.*"))
+        # The partitions table and the summaries are made at once from the cached requests:
+        # each job mostly waits on Spark's scheduling.
+        result = run_job(spark, lambda: _write_and_summarise(
+            spark, requests, partitions, out, bucket_s=bucket_s, top=top),
+            description="kctl analyze: write and summarise")
+        requests.unpersist()
     finally:
         stage.unpersist()
-    result = _summaries(spark, req_path, part_path, bucket_s=bucket_s, top=top)
     result.out, result.tasks = out, len(ranges)
     result.repaired = [f"{f}: {c}" for f, c in repaired]
     result.damaged = [f"{idx.file}: {idx.damage}" for idx in indexes if idx.damage]
@@ -314,24 +313,47 @@ def _give_marks_back(table: Any, resynced: frozenset[tuple[str, str, str, int]])
         "marks", F.array(F.lit("resynced"))))).otherwise(F.col("marks")))
 
 
-# -- summaries ------------------------------------------------------------------------------------
+def _concurrently(*actions: Any) -> list[Any]:
+    """Runs Spark actions in threads that keep the caller's job group; their results."""
+    from pyspark import InheritableThread
+    box: dict[int, Any] = {}
 
-def _summaries(spark: Any, req_path: str, part_path: str, *, bucket_s: float,
-               top: int) -> AnalyzeResult:
-    from kctl.spark.session import run_job
-    spark.read.parquet(req_path).createOrReplaceTempView("requests")
-    spark.read.parquet(part_path).createOrReplaceTempView("partitions")
+    def run(i: int, action: Any) -> None:
+        try:
+            box[i] = (True, action())
+        except BaseException as e:  # noqa: BLE001 - re-raised in the caller
+            box[i] = (False, e)
+    threads = [InheritableThread(target=run, args=(i, a), daemon=True) for i, a in enumerate(actions)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    for ok, value in (box[i] for i in range(len(actions))):
+        if not ok:
+            raise value
+    return [box[i][1] for i in range(len(actions))]
+
+
+def _write_and_summarise(spark: Any, requests: Any, partitions: Any, out: str, *,
+                         bucket_s: float, top: int) -> AnalyzeResult:
+    requests.createOrReplaceTempView("requests")
+    partitions.createOrReplaceTempView("partitions")
     # Nearest rank as HdrHistogram (kctl decode --summary) defines it: the value of rank
     # max(1, round(p * n)) in ascending order; no interpolation. A window sort per API
     # keeps it distributed (no list of every latency in one place).
     pct = ", ".join(f"max(CASE WHEN rn = greatest(1, floor({p} * n + 0.5)) THEN latency_ms END) AS p{i}"
                     for i, p in enumerate(PERCENTILES))
 
-    def sql(q: str) -> list[dict[str, Any]]:
-        return run_job(spark, lambda: [r.asDict(recursive=True) for r in spark.sql(q).collect()],
-                       description="kctl analyze: summary")
+    def sql(q: str) -> Any:
+        return lambda: [r.asDict(recursive=True) for r in spark.sql(q).collect()]
 
-    lat = sql(f"""
+    bucket_ns = int(bucket_s * 1e9)
+    # Writing the requests fills the cache the rest reads (jobs started together would each
+    # compute the rows).
+    requests.write.mode("overwrite").parquet(os.path.join(out, "requests"))
+    _, lat, throughput, clients, errors = _concurrently(
+        lambda: partitions.write.mode("overwrite").parquet(os.path.join(out, "partitions")),
+        sql(f"""
         WITH ranked AS (
             SELECT api_name, latency_ms,
                    row_number() OVER (PARTITION BY api_name ORDER BY latency_ms) AS rn,
@@ -345,7 +367,21 @@ def _summaries(spark: Any, req_path: str, part_path: str, *, bucket_s: float,
                count(latency_ms) AS latency_count, avg(latency_ms) AS latency_mean,
                {", ".join(f"first(pcts.p{i}) AS p{i}" for i in range(len(PERCENTILES)))}
         FROM requests r LEFT JOIN pcts ON r.api_name = pcts.api_name
-        GROUP BY r.api_name ORDER BY r.api_name""")
+        GROUP BY r.api_name ORDER BY r.api_name"""),
+        sql(f"""
+        SELECT topic, direction, CAST(floor(ts_ns / {bucket_ns}) * {bucket_ns} AS BIGINT) AS bucket_ns,
+               count(*) AS rows, sum(records) AS records, sum(bytes) AS bytes,
+               sum(records) / {bucket_s} AS records_per_s, sum(bytes) / {bucket_s} / 1048576 AS mb_per_s
+        FROM partitions GROUP BY topic, direction, bucket_ns ORDER BY topic, direction, bucket_ns"""),
+        sql(f"""
+        SELECT client_id, count(DISTINCT connection) AS connections, count(*) AS requests,
+               coalesce(sum(request_bytes), 0) + coalesce(sum(response_bytes), 0) AS bytes,
+               coalesce(sum(request_bytes), 0) AS request_bytes,
+               coalesce(sum(response_bytes), 0) AS response_bytes
+        FROM requests GROUP BY client_id ORDER BY bytes DESC, client_id LIMIT {int(top)}"""),
+        sql("""
+        SELECT error, count(*) AS count FROM requests LATERAL VIEW explode(errors) e AS error
+        GROUP BY error ORDER BY count DESC, error"""))
     total_rows = 0
     for r in lat:
         total_rows += r.pop("rows")
@@ -353,24 +389,9 @@ def _summaries(spark: Any, req_path: str, part_path: str, *, bucket_s: float,
         mean = r.pop("latency_mean")
         r["latency_ms"] = ({f"p{q * 100:g}": v for q, v in zip(PERCENTILES, p)} | {"mean": mean}
                            if r["latency_count"] else None)
-    bucket_ns = int(bucket_s * 1e9)
-    throughput = sql(f"""
-        SELECT topic, direction, CAST(floor(ts_ns / {bucket_ns}) * {bucket_ns} AS BIGINT) AS bucket_ns,
-               count(*) AS rows, sum(records) AS records, sum(bytes) AS bytes,
-               sum(records) / {bucket_s} AS records_per_s, sum(bytes) / {bucket_s} / 1048576 AS mb_per_s
-        FROM partitions GROUP BY topic, direction, bucket_ns ORDER BY topic, direction, bucket_ns""")
     part_rows = sum(r.pop("rows") for r in throughput)
-    result = AnalyzeResult("", 0, total_rows, part_rows, latency=lat, throughput=throughput)
-    result.clients = sql(f"""
-        SELECT client_id, count(DISTINCT connection) AS connections, count(*) AS requests,
-               coalesce(sum(request_bytes), 0) + coalesce(sum(response_bytes), 0) AS bytes,
-               coalesce(sum(request_bytes), 0) AS request_bytes,
-               coalesce(sum(response_bytes), 0) AS response_bytes
-        FROM requests GROUP BY client_id ORDER BY bytes DESC, client_id LIMIT {int(top)}""")
-    result.errors = sql("""
-        SELECT error, count(*) AS count FROM requests LATERAL VIEW explode(errors) e AS error
-        GROUP BY error ORDER BY count DESC, error""")
-    return result
+    return AnalyzeResult("", 0, total_rows, part_rows, latency=lat, throughput=throughput,
+                         clients=clients, errors=errors)
 
 
 def tcp_ports_seen(files: Sequence[CaptureFile], *, max_segments: int = 2_000_000) -> list[tuple[int, int]]:

@@ -89,6 +89,7 @@ def spark_session(master: str | None = None, *, app_name: str = "kctl") -> Any:
         # The JVM only schedules here (the work is in Python tasks): the C1 JIT and the
         # serial GC halve a cold start on a small, busy machine (measured 39 s -> 20 s).
         java_opts += " -XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
+    driver_opts = f"{java_opts} {class_archive_options()}".strip()
     builder = (SparkSession.builder.master(master).appName(app_name)
                .config("spark.ui.enabled", "false")
                .config("spark.ui.showConsoleProgress", "false")
@@ -100,7 +101,7 @@ def spark_session(master: str | None = None, *, app_name: str = "kctl") -> Any:
                .config("spark.scheduler.barrier.maxConcurrentTasksCheck.maxFailures", "3")
                .config("spark.sql.execution.arrow.pyspark.enabled", "true")
                .config("spark.sql.shuffle.partitions", "8")
-               .config("spark.driver.extraJavaOptions", java_opts)
+               .config("spark.driver.extraJavaOptions", driver_opts)
                .config("spark.executor.extraJavaOptions", java_opts))
     if loopback:
         # The driver, the master and the executors are on this host: the executors reach
@@ -119,6 +120,52 @@ def _loopback_master(master: str) -> bool:
     except ValueError:
         return False
     return host == "localhost" or host.startswith("127.") or host == "::1"
+
+
+#: A dumped class archive is taken into use once it has not changed for this long (the
+#: JVM that dumps it at exit may outlive the Python process that started it).
+_ARCHIVE_SETTLE_S = 30
+
+
+def class_archive_options() -> str:
+    """JVM options for an application class-data-sharing archive of the driver's classes
+    (AppCDS): the first run dumps the classes Spark loaded into
+    ``~/.cache/kctl/spark-<pyspark>-<java>.jsa`` (about 160 MB) when its JVM exits; later
+    runs map it, which takes about 2 s off the driver's start and first job on a small
+    machine (benchmarks/analyze.py). A dump goes to a file of its own and is renamed
+    into place by a later run, so concurrent runs never share a half-written archive; the
+    JVM checks the archive (``VerifySharedSpaces``) and runs without it when it does not
+    match (``-Xshare:auto``). ``KCTL_SPARK_CDS=0`` turns this off."""
+    import hashlib
+    import shutil
+    import time
+    from pathlib import Path
+    if os.environ.get("KCTL_SPARK_CDS", "1") == "0":
+        return ""
+    java = shutil.which("java", path=os.path.join(os.environ["JAVA_HOME"], "bin")
+                        if os.environ.get("JAVA_HOME") else None)
+    if java is None:
+        return ""
+    import pyspark
+    java = os.path.realpath(java)
+    key = hashlib.sha256(f"{java}:{os.stat(java).st_mtime_ns}".encode()).hexdigest()[:12]
+    cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "kctl"
+    final = cache / f"spark-{pyspark.__version__}-{key}.jsa"
+    quiet = "-Xlog:disable -Xlog:all=error:stderr"
+    try:
+        if not final.exists():
+            for dumped in sorted(cache.glob(final.name + ".dump-*")):
+                if time.time() - dumped.stat().st_mtime > _ARCHIVE_SETTLE_S and dumped.stat().st_size:
+                    os.replace(dumped, final)
+                    break
+        if final.exists():
+            return f"-XX:SharedArchiveFile={final} -XX:+VerifySharedSpaces -Xshare:auto {quiet}"
+        if any(cache.glob(final.name + ".dump-*")):
+            return ""               # another run's dump is settling
+        cache.mkdir(parents=True, exist_ok=True)
+        return f"-XX:ArchiveClassesAtExit={final}.dump-{os.getpid()} {quiet}"
+    except OSError:
+        return ""
 
 
 def available_slots(spark: Any) -> int:
