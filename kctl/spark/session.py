@@ -4,8 +4,10 @@ How this works
 --------------
 ``spark_session(master)`` sets the environment the measured facts call for
 before the JVM starts: ``SPARK_LOCAL_IP=127.0.0.1`` and ``spark.driver.host`` on
-loopback for local masters and standalone masters on this host (works offline) and ``PYSPARK_PYTHON`` / ``PYSPARK_DRIVER_PYTHON`` to the running
-interpreter (otherwise tasks run the ``python3`` on PATH, which has no kctl).
+loopback for local masters and standalone masters on this host (works offline), and
+``PYSPARK_PYTHON`` / ``PYSPARK_DRIVER_PYTHON`` to the running interpreter unless set
+(otherwise tasks run the ``python3`` on PATH, which has no kctl). The driver JVM maps
+an AppCDS archive of Spark's classes when it has one (``class_archive_options``).
 The UI and the console progress bar are off and log4j is quiet. A task is
 never retried (``spark.task.maxFailures=1``): a retried load task would produce
 its records twice, and a failure must fail the run with its own error.
@@ -77,8 +79,10 @@ def spark_session(master: str | None = None, *, app_name: str = "kctl") -> Any:
     loopback = master.startswith("local") or _loopback_master(master)
     if loopback:
         os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
-    os.environ["PYSPARK_PYTHON"] = sys.executable
-    os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
+    # Tasks run this interpreter unless the user names another (a cluster's executors may
+    # keep kctl elsewhere, e.g. a packed environment shipped with spark.archives).
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     from pyspark.sql import SparkSession
     active = SparkSession.getActiveSession()
     if active is not None:
