@@ -47,7 +47,12 @@ class DecodeError(RemoteProtocolError):
     def within(self, field: str, base_offset: int = 0) -> DecodeError:
         """The same error with ``field`` prefixed to its path and its offset shifted."""
         path = f"{field}.{self.field}" if self.field and field else (field or self.field)
-        return DecodeError(self.reason, offset=self.offset + base_offset, field=path)
+        return type(self)(self.reason, offset=self.offset + base_offset, field=path)
+
+
+class BudgetExceededError(DecodeError):
+    """Decoding stopped at a work or memory limit (a decompression budget), not at bad
+    bytes: what follows may be well formed, it was not decoded."""
 
 
 class EncodeError(LocalProtocolError):

@@ -15,6 +15,7 @@ from kctl.inspect.session import (
     CaptureNotice, DecodedFrame, decode_files, decode_frame_bytes, guess_broker_ports,
 )
 from kctl.inspect.summary import CaptureSummary
+from kctl.protocol.compression import DEFAULT_RATIO, DecompressionBudget
 from kctl.protocol.schema import API_BY_KEY, API_BY_NAME
 from kctl.ui.console import stderr_console, stdout_console
 
@@ -70,6 +71,10 @@ def decode(
     show_secrets: bool = typer.Option(False, "--show-secrets", help="Show SaslAuthenticate credentials (redacted by default)."),
     max_pending_mb: int = typer.Option(4, "--max-pending-mb", min=1,
                                        help="Out-of-order bytes held per stream before a gap is declared."),
+    max_decompress_ratio: int = typer.Option(
+        DEFAULT_RATIO, "--max-decompress-ratio", min=1,
+        help="Decompressed bytes allowed per captured byte, per frame and per run (beyond "
+             "16 MiB): records of compressed batches past it are not decoded."),
 ) -> None:
     """Decode Kafka frames from pcap/pcapng captures (tcpdump, Wireshark, kctl inspect)."""
     if old_version:
@@ -92,7 +97,8 @@ def decode(
     failures: list[CaptureNotice] = []
 
     for item in decode_files(files, ports, max_pending_bytes=max_pending_mb << 20,
-                             show_secrets=show_secrets):
+                             show_secrets=show_secrets,
+                             budget=DecompressionBudget(ratio=max_decompress_ratio)):
         if isinstance(item, CaptureNotice):
             if summ is not None:
                 summ.add(item)

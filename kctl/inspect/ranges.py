@@ -52,7 +52,9 @@ How this works
 
 Limits kept on purpose: a stream longer than 2 GiB between two cuts, or retransmitted
 bytes that differ from their first copy, could fool the check; the per-connection cap
-on outstanding requests (``MAX_OUTSTANDING_PER_CONNECTION``) is applied per reader.
+on outstanding requests (``MAX_OUTSTANDING_PER_CONNECTION``) is applied per reader, and
+so is the run's decompression budget (grown by the bytes each reader reads), so a
+capture built to exhaust decode's budget can stop at other record sets here.
 """
 
 from __future__ import annotations
@@ -282,6 +284,8 @@ class RangeDecoder:
                 seg = tcp_segment(pkt)
                 if not isinstance(seg, TcpSegment):
                     continue
+                # The run's decompression budget grows with the bytes read, as in decode.
+                self.decoder.budget.add_input(len(seg.payload))
                 oriented = reasm.orient(seg)
                 if oriented is None:
                     reasm.on_segment(seg)

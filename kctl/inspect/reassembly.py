@@ -578,7 +578,9 @@ class FrameSplitter:
             if len(buf) < end:
                 break
             seq, first_packet = self._origin(self._buf_offset + pos)
-            out.append(Frame(self.conn, self.direction, self._buf_offset + pos, bytes(buf[pos + 4:end]),
+            with memoryview(buf) as view:   # one copy of the frame, not a slice and a copy
+                data = bytes(view[pos + 4:end])
+            out.append(Frame(self.conn, self.direction, self._buf_offset + pos, data,
                              ts_ns, self._first_ts if self._first_ts is not None else ts_ns,
                              self._resynced_next, packet, seq, first_packet))
             self._resynced_next = False

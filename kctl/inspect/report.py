@@ -14,6 +14,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any, Final
 
+from kctl.errors import BudgetExceededError
 from kctl.inspect.session import CaptureNotice, DecodedFrame, RecordSet
 from kctl.protocol.error_codes import error_for
 from kctl.protocol.messages import Message, to_jsonable
@@ -96,8 +97,8 @@ def _record_set_json(rs: RecordSet) -> dict[str, Any]:
     d: dict[str, Any] = {"topic": rs.topic, "partition": rs.partition, "bytes": rs.size_bytes,
                          "batches": rs.batch_count, "records": rs.record_count,
                          "codec": ",".join(rs.codecs) or None}
-    if rs.batches is not None and rs.batches.truncated:
-        d["truncated_bytes"] = rs.batches.truncated
+    if rs.truncated:
+        d["truncated_bytes"] = rs.truncated
     if rs.error is not None:
         d["decode_error"] = {"reason": rs.error.reason, "offset": rs.error.offset,
                              "field": rs.error.field}
@@ -160,7 +161,8 @@ def _sets_gist(sets: list[RecordSet], limit: int = 4) -> str:
     parts = []
     for rs in sets[:limit]:
         if rs.error is not None:
-            parts.append(f"{rs.topic}/{rs.partition}: bad records ({rs.error.reason})")
+            what = "records not decoded" if isinstance(rs.error, BudgetExceededError) else "bad records"
+            parts.append(f"{rs.topic}/{rs.partition}: {what} ({rs.error.reason})")
             continue
         codec = "/".join(rs.codecs)
         part = f"{rs.topic}/{rs.partition}: {rs.batch_count}b {rs.record_count}r"
@@ -265,11 +267,8 @@ class RecordView:
 
 def iter_records(f: DecodedFrame) -> Iterator[RecordView]:
     for rs in f.record_sets:
-        if rs.batches is None:
-            continue
-        for b in rs.batches.batches:
-            for r in b.records:
-                yield RecordView(rs.topic, rs.partition, r, f.direction)
+        for _batch, r in rs.iter_records():
+            yield RecordView(rs.topic, rs.partition, r, f.direction)
 
 
 def record_json(v: RecordView) -> dict[str, Any]:

@@ -18,8 +18,9 @@ version, and gets a latency. Nothing is dropped:
 Produce requests and Fetch responses also get their record batches decoded
 (``record_sets``), batch errors staying on the record set.
 
-``decode_files`` reads capture files (one reassembly per file) and yields
-``DecodedFrame`` and ``CaptureNotice`` objects in capture order;
+``decode_stream`` reads one capture from a stream and ``decode_files`` capture files (one
+reassembly per file), yielding ``DecodedFrame`` and ``CaptureNotice`` objects in capture
+order;
 ``guess_broker_ports`` implements ``--port auto``.
 """
 
@@ -32,7 +33,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, BinaryIO, Final
 
-from kctl.errors import DecodeError
+from kctl.errors import BudgetExceededError, DecodeError
 from kctl.inspect.pcap import CaptureReader, TcpSegment, read_segments, tcp_segment
 from kctl.inspect.reassembly import (
     DEFAULT_MAX_PENDING_BYTES, ConnectionId, Direction, Endpoint, Frame, Reassembler,
@@ -44,10 +45,11 @@ from kctl.protocol.messages import (
     Message, RequestHeader, decode_from, decode_request, decode_response,
 )
 from kctl.protocol.primitives import Reader
-from kctl.protocol.records import DecodedBatches, decode_batches
+from kctl.protocol.compression import DecompressionBudget
+from kctl.protocol.records import BatchInfo, Record, iter_batch_records, scan_batches
 
 __all__ = [
-    "DecodedFrame", "RecordSet", "CaptureNotice", "CaptureDecoder", "decode_files",
+    "DecodedFrame", "RecordSet", "CaptureNotice", "CaptureDecoder", "decode_files", "decode_stream",
     "decode_frame_bytes", "guess_broker_ports", "MARKS", "DEFAULT_BROKER_PORT",
 ]
 
@@ -86,29 +88,43 @@ MARKS: Final = ("unmatched", "unknown_api", "decode_error", "resynced", "redacte
 
 @dataclass(frozen=True, slots=True)
 class RecordSet:
-    """The records of one partition inside a Produce request or Fetch response."""
+    """The records of one partition inside a Produce request or Fetch response.
+
+    Decoding checks every batch and counts its records without keeping them
+    (``scan_batches``): a compressed batch is walked a decompressed chunk at a time and
+    released. ``iter_records()`` decodes them again, a window at a time, for whoever
+    prints them. ``data`` is the records field as captured (the body's own bytes).
+    """
 
     topic: str
     partition: int
     size_bytes: int
-    batches: DecodedBatches | None
-    error: DecodeError | None = None
+    batches: tuple[BatchInfo, ...] = ()
+    truncated: int = 0                  # bytes of a cut-off last batch (a Fetch may do so)
+    error: DecodeError | None = None    # what stopped the walk; batches before it are kept
+    data: bytes | None = None
 
     @property
     def batch_count(self) -> int:
-        return len(self.batches) if self.batches is not None else 0
+        return len(self.batches)
 
     @property
     def record_count(self) -> int:
-        if self.batches is None:
-            return 0
-        return sum(len(b.records) for b in self.batches.batches)
+        return sum(b.record_count for b in self.batches)
 
     @property
     def codecs(self) -> list[str]:
-        if self.batches is None:
-            return []
-        return sorted({b.compression.name.lower() for b in self.batches.batches})
+        return sorted({b.compression.name.lower() for b in self.batches})
+
+    def iter_records(self) -> Iterator[tuple[BatchInfo, Record]]:
+        """Every record of the batches that were checked, with its batch."""
+        if not self.data or not self.batches:
+            return
+        # These batches already passed their decompression budget once; the same bytes
+        # decompress to the same size again.
+        budget = DecompressionBudget.fixed(1 << 62)
+        for i, r in iter_batch_records(self.data, budget=budget, max_batches=len(self.batches)):
+            yield self.batches[i], r
 
 
 @dataclass(slots=True)
@@ -184,10 +200,15 @@ class CaptureDecoder:
     def __init__(self, broker_ports: Collection[int], *, file: str = "",
                  max_pending_bytes: int = DEFAULT_MAX_PENDING_BYTES,
                  max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES,
-                 decode_records: bool = True, show_secrets: bool = False) -> None:
+                 decode_records: bool = True, show_secrets: bool = False,
+                 budget: DecompressionBudget | None = None) -> None:
         self.file = file
         self.decode_records = decode_records
         self.show_secrets = show_secrets
+        # Decompression of record batches, per frame and per run (one budget may be shared
+        # by the decoders of several files: the run is the whole command).
+        self.budget = budget if budget is not None else DecompressionBudget()
+        self._budget_noticed = False
         self._outstanding: dict[ConnectionId, OrderedDict[int, _Pending]] = {}
         self.topic_names: dict[Any, str] = {}      # topic id (UUID) -> name, from Metadata
         self.reassembler = Reassembler(broker_ports, expects_response=self._expects,
@@ -214,6 +235,7 @@ class CaptureDecoder:
         return True
 
     def on_segment(self, seg: TcpSegment) -> list[DecodedFrame | CaptureNotice]:
+        self.budget.add_input(len(seg.payload))
         return self._convert(self.reassembler.on_segment(seg))
 
     def finish(self) -> list[DecodedFrame | CaptureNotice]:
@@ -223,7 +245,17 @@ class CaptureDecoder:
         out: list[DecodedFrame | CaptureNotice] = []
         for it in items:
             if isinstance(it, Frame):
-                out.append(self.decode(it))
+                df = self.decode(it)
+                out.append(df)
+                if not self._budget_noticed and any(isinstance(rs.error, BudgetExceededError)
+                                                    for rs in df.record_sets):
+                    # Said once; each record set it stops carries the error too.
+                    self._budget_noticed = True
+                    out.append(CaptureNotice(
+                        self.file, "budget", "records past the decompression budget are not "
+                        f"decoded (first here: {self.budget.exhausted_reason()}; "
+                        "--max-decompress-ratio raises it)", None,
+                        it.ts_ns, it.conn, it.direction))
             elif it.kind != "retransmission":
                 out.append(CaptureNotice(self.file, it.kind, it.message, it.offset, it.ts_ns,
                                          it.conn, it.direction))
@@ -306,7 +338,7 @@ class CaptureDecoder:
         df.header, df.body = req.header, req.body
         df.client_id = getattr(req.header, "client_id", None)
         if api_key == PRODUCE_KEY and self.decode_records:
-            df.record_sets = self._produce_sets(req.body)
+            df.record_sets = self._produce_sets(req.body, len(data))
         return df
 
     def _remember(self, conn: ConnectionId, corr: int, p: _Pending) -> None:
@@ -348,7 +380,7 @@ class CaptureDecoder:
             return df
         df.header, df.body = resp.header, resp.body
         if req.api_key == FETCH_KEY and self.decode_records:
-            df.record_sets = self._fetch_sets(resp.body)
+            df.record_sets = self._fetch_sets(resp.body, len(data))
         elif req.api_key == METADATA_KEY:
             self._learn_topics(resp.body)
         return df
@@ -362,20 +394,22 @@ class CaptureDecoder:
             return self.topic_names.get(topic_id, str(topic_id))
         return ""
 
-    def _produce_sets(self, body: Message) -> list[RecordSet]:
+    def _produce_sets(self, body: Message, frame_bytes: int) -> list[RecordSet]:
+        self.budget.start_frame(frame_bytes)
         out = []
         for t in body.topic_data:
             topic = self._topic(t.name, getattr(t, "topic_id", None))
             for p in t.partition_data:
-                out.append(_record_set(topic, p.index, p.records))
+                out.append(_record_set(topic, p.index, p.records, self.budget))
         return out
 
-    def _fetch_sets(self, body: Message) -> list[RecordSet]:
+    def _fetch_sets(self, body: Message, frame_bytes: int) -> list[RecordSet]:
+        self.budget.start_frame(frame_bytes)
         out = []
         for t in body.responses:
             topic = self._topic(t.topic, getattr(t, "topic_id", None))
             for p in t.partitions:
-                out.append(_record_set(topic, p.partition_index, p.records))
+                out.append(_record_set(topic, p.partition_index, p.records, self.budget))
         return out
 
 
@@ -387,13 +421,13 @@ def _request_decodes(data: bytes) -> bool:
     return True
 
 
-def _record_set(topic: str, partition: int, records: bytes | None) -> RecordSet:
+def _record_set(topic: str, partition: int, records: bytes | None,
+                budget: DecompressionBudget) -> RecordSet:
     if not records:
-        return RecordSet(topic, partition, 0, None if records is None else decode_batches(b""))
-    try:
-        return RecordSet(topic, partition, len(records), decode_batches(records))
-    except DecodeError as e:
-        return RecordSet(topic, partition, len(records), None, e.within("records"))
+        return RecordSet(topic, partition, 0)
+    scan = scan_batches(records, budget=budget)
+    return RecordSet(topic, partition, len(records), scan.batches, scan.truncated,
+                     scan.error.within("records") if scan.error is not None else None, records)
 
 
 def _best_effort_client_id(data: bytes) -> tuple[str | None, int]:
@@ -417,41 +451,58 @@ def _best_effort_client_id(data: bytes) -> tuple[str | None, int]:
 # files
 
 
+def decode_stream(stream: BinaryIO, name: str, broker_ports: Collection[int], *,
+                  max_pending_bytes: int = DEFAULT_MAX_PENDING_BYTES,
+                  max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES,
+                  decode_records: bool = True, show_secrets: bool = False,
+                  budget: DecompressionBudget | None = None) -> Iterator[DecodedFrame | CaptureNotice]:
+    """Every frame and notice of one capture read from ``stream`` (a file, a pipe, bytes),
+    in capture order. Damage ends it with a ``CaptureNotice`` of kind ``"error"`` naming the
+    file offset, after the frames before it (held segments flushed); a file cut short
+    ends with a ``"truncated"`` notice. Only ``OSError`` from the stream escapes."""
+    dec = CaptureDecoder(broker_ports, file=name, max_pending_bytes=max_pending_bytes,
+                         max_frame_bytes=max_frame_bytes, decode_records=decode_records,
+                         show_secrets=show_secrets, budget=budget)
+    try:
+        reader = CaptureReader(stream, name=name)
+        for pkt in reader:
+            seg = tcp_segment(pkt)
+            if isinstance(seg, TcpSegment):
+                yield from dec.on_segment(seg)
+            elif seg.malformed:
+                yield CaptureNotice(name, "malformed", f"packet {seg.number}: {seg.reason}",
+                                    seg.offset)
+        yield from dec.finish()
+        if reader.truncated is not None:
+            yield CaptureNotice(name, "truncated", str(reader.truncated), reader.truncated.offset)
+    except DecodeError as e:
+        # The damage ends this capture: what came before it is still decoded and flushed.
+        yield from dec.finish()
+        yield CaptureNotice(name, "error", e.reason + (f" (field {e.field})" if e.field else ""),
+                            e.offset)
+
+
 def decode_files(paths: Iterable[str | Path], broker_ports: Collection[int], *,
                  max_pending_bytes: int = DEFAULT_MAX_PENDING_BYTES,
                  max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES,
-                 decode_records: bool = True,
-                 show_secrets: bool = False) -> Iterator[DecodedFrame | CaptureNotice]:
+                 decode_records: bool = True, show_secrets: bool = False,
+                 budget: DecompressionBudget | None = None) -> Iterator[DecodedFrame | CaptureNotice]:
     """Every frame and notice of each capture file, file by file, in capture order.
 
     A file that is not a capture, or whose structure breaks, ends with a
     ``CaptureNotice`` of kind ``"error"`` naming the file offset; the frames
-    before it are still yielded and the next file is read.
+    before it are still yielded and the next file is read. One
+    ``DecompressionBudget`` (default: ``DecompressionBudget()``) covers the whole run.
     """
+    budget = budget if budget is not None else DecompressionBudget()
     for path in paths:
         name = str(path)
-        dec = CaptureDecoder(broker_ports, file=name, max_pending_bytes=max_pending_bytes,
-                             max_frame_bytes=max_frame_bytes, decode_records=decode_records,
-                             show_secrets=show_secrets)
         try:
             with open(path, "rb") as f:
-                reader = CaptureReader(f, name=name)
-                for pkt in reader:
-                    seg = tcp_segment(pkt)
-                    if isinstance(seg, TcpSegment):
-                        yield from dec.on_segment(seg)
-                    elif seg.malformed:
-                        yield CaptureNotice(name, "malformed", f"packet {seg.number}: {seg.reason}",
-                                            seg.offset)
-                yield from dec.finish()
-                if reader.truncated is not None:
-                    yield CaptureNotice(name, "truncated", str(reader.truncated),
-                                        reader.truncated.offset)
-        except DecodeError as e:
-            # The damage ends this file: what came before it is still decoded and flushed.
-            yield from dec.finish()
-            yield CaptureNotice(name, "error", e.reason + (f" (field {e.field})" if e.field else ""),
-                                e.offset)
+                yield from decode_stream(f, name, broker_ports, max_pending_bytes=max_pending_bytes,
+                                         max_frame_bytes=max_frame_bytes,
+                                         decode_records=decode_records, show_secrets=show_secrets,
+                                         budget=budget)
         except OSError as e:
             yield CaptureNotice(name, "error", f"cannot read: {e.strerror or e}")
 
@@ -505,6 +556,7 @@ def decode_frame_bytes(data: bytes, *, api_key: int | None = None,
         data = data[4:]
     conn = ConnectionId(Endpoint("-", 0), Endpoint("-", 0))
     dec = CaptureDecoder((0,), file="<stdin>", show_secrets=show_secrets)
+    dec.budget.add_input(len(data))     # the frame is the whole input
     if api_key is None:
         return dec.decode(Frame(conn, "request", 0, data, 0, 0))
     if api_version is None:

@@ -8,6 +8,11 @@ How this works:
   against the length the block declares *before* any output is allocated), so
   a small hostile input can never make us allocate more than ``max_size``
   bytes: exceeding it raises ``DecodeError``, as does any corrupt stream.
+  ``decompress_chunks`` hands the output out a step (1 MiB) at a time, so a
+  caller that consumes each chunk holds one, whatever the ratio.
+- ``DecompressionBudget`` is what a decoder of many batches (``kctl decode``)
+  may decompress: per frame and per run, growing with the input it has read,
+  so a crafted input cannot multiply a per-batch cap by packing batches.
 - Snappy: the Java client writes the xerial block framing
   (``\\x82SNAPPY\\x00``, version and compat int32s, then ``[int32 length][raw
   snappy block]`` chunks of at most 32 KiB of input each); some other clients
@@ -33,6 +38,7 @@ from __future__ import annotations
 import struct
 import threading
 import zlib
+from collections.abc import Iterator
 from enum import IntEnum
 from typing import Final
 
@@ -40,18 +46,34 @@ import cramjam
 import lz4.frame as _lz4f
 import zstandard as _zstd
 
-from kctl.errors import DecodeError, EncodeError
+from kctl.errors import BudgetExceededError, DecodeError, EncodeError
 
 __all__ = [
     "Compression",
+    "DecompressionBudget",
     "DEFAULT_MAX_DECOMPRESSED",
+    "DEFAULT_FLOOR",
+    "DEFAULT_RATIO",
+    "DEFAULT_RECORD_COST",
     "compress",
     "decompress",
+    "decompress_chunks",
     "xxh32",
 ]
 
 DEFAULT_MAX_DECOMPRESSED: Final = 64 * 1024 * 1024
-"""Default cap on the decompressed size of one records blob (64 MiB)."""
+"""Default cap on the decompressed size of one records blob (64 MiB) for ``decode_batches``."""
+DEFAULT_FLOOR: Final = 16 * 1024 * 1024
+"""A ``DecompressionBudget``'s allowance before any input is counted, per frame and per run."""
+DEFAULT_RATIO: Final = 256
+"""Decompressed bytes allowed per input byte, per frame and per run: above what Kafka traffic
+compresses to (kctl's own zeros payload with 10 KB records: about 90:1 with zstd), far below
+a bomb (tens of thousands to one)."""
+DEFAULT_RECORD_COST: Final = 512
+"""Bytes charged per record decoded out of a decompressed batch, on top of its own: a record
+costs about a microsecond to check, whatever its size, so at ``DEFAULT_RATIO`` a captured byte
+buys at most about half a record (under 1 s of work per MB of capture)."""
+"""Bytes charged per record decoded out of a decompressed batch, on top of its own."""
 
 _FIELD: Final = "compressed records"
 # Decompressors hand out at most this much per step, so the memory held is the
@@ -96,8 +118,7 @@ def _gzip_compress(data: bytes, level: int | None) -> bytes:
     return c.compress(data) + c.flush()
 
 
-def _gzip_decompress(data: bytes, max_size: int) -> bytes:
-    out: list[bytes] = []
+def _gzip_chunks(data: bytes, max_size: int) -> Iterator[bytes]:
     total = 0
     buf = memoryview(data)
     d = zlib.decompressobj(31)
@@ -107,7 +128,8 @@ def _gzip_decompress(data: bytes, max_size: int) -> bytes:
             total += len(chunk)
             if total > max_size:
                 raise _too_big(max_size)
-            out.append(chunk)
+            if chunk:
+                yield chunk
             if d.eof:
                 rest = d.unused_data
                 # Like java.util.zip.GZIPInputStream: read a following member if
@@ -122,7 +144,6 @@ def _gzip_decompress(data: bytes, max_size: int) -> bytes:
                 raise _fail("truncated gzip stream")
     except zlib.error as e:
         raise _fail(f"corrupt gzip stream ({e})") from None
-    return b"".join(out)
 
 
 # ---------------------------------------------------------------------------
@@ -154,13 +175,14 @@ def _snappy_raw_len(block: bytes | memoryview) -> int:
         raise _fail(f"corrupt snappy block header ({e})") from None
 
 
-def _snappy_decompress(data: bytes, max_size: int) -> bytes:
+def _snappy_chunks(data: bytes, max_size: int) -> Iterator[bytes]:
+    """Xerial blocks one by one (each at most what its 32 KiB of input declares); a plain
+    raw snappy block whole. Every declared size is checked against ``max_size`` before
+    anything is decompressed."""
     view = memoryview(data)
     if bytes(view[:8]) != _XERIAL_MAGIC:
         blocks = [view]
     else:
-        # Xerial framing: read every block's bounds and declared size first, so
-        # the total is checked before anything is decompressed.
         if len(view) < 16:
             raise _fail("truncated xerial snappy header")
         blocks = []
@@ -181,19 +203,16 @@ def _snappy_decompress(data: bytes, max_size: int) -> bytes:
         if total > max_size:
             raise _too_big(max_size)
         sizes.append(n)
-    out = bytearray(total)
-    at = 0
-    try:
-        for block, n in zip(blocks, sizes):
-            got = cramjam.snappy.decompress_raw_into(block, memoryview(out)[at:at + n])
-            if got != n:
-                raise _fail(f"snappy block produced {got} bytes, its header says {n}")
-            at += n
-    except DecodeError:
-        raise
-    except Exception as e:
-        raise _fail(f"corrupt snappy data ({e})") from None
-    return bytes(out)
+    for block, n in zip(blocks, sizes):
+        out = bytearray(n)
+        try:
+            got = cramjam.snappy.decompress_raw_into(block, out)
+        except Exception as e:  # cramjam raises its own error types
+            raise _fail(f"corrupt snappy data ({e})") from None
+        if got != n:
+            raise _fail(f"snappy block produced {got} bytes, its header says {n}")
+        if n:
+            yield bytes(out)
 
 
 # ---------------------------------------------------------------------------
@@ -264,7 +283,7 @@ def _lz4_compress(data: bytes, level: int | None, legacy: bool) -> bytes:
     return frame
 
 
-def _lz4_decompress(data: bytes, max_size: int, legacy: bool) -> bytes:
+def _lz4_chunks(data: bytes, max_size: int, legacy: bool) -> Iterator[bytes]:
     hc = _lz4_header_end(data)
     good = (xxh32(bytes(data[4:hc])) >> 8) & 0xFF
     if data[hc] != good:
@@ -276,26 +295,23 @@ def _lz4_decompress(data: bytes, max_size: int, legacy: bool) -> bytes:
         patched[hc] = good
         data = bytes(patched)
     d = _lz4f.LZ4FrameDecompressor()
-    out: list[bytes] = []
     total = 0
     buf: bytes | memoryview = data
-    try:
-        while True:
+    while True:
+        try:
             chunk = d.decompress(buf, min(max_size - total + 1, _STEP))
-            buf = b""
-            total += len(chunk)
-            if total > max_size:
-                raise _too_big(max_size)
-            out.append(chunk)
-            if d.eof:
-                break  # bytes after the end mark are ignored, as Kafka does
-            if d.needs_input:
-                raise _fail("truncated LZ4 frame")
-    except DecodeError:
-        raise
-    except Exception as e:  # lz4 raises RuntimeError for corrupt frames
-        raise _fail(f"corrupt LZ4 frame ({e})") from None
-    return b"".join(out)
+        except Exception as e:  # lz4 raises RuntimeError for corrupt frames
+            raise _fail(f"corrupt LZ4 frame ({e})") from None
+        buf = b""
+        total += len(chunk)
+        if total > max_size:
+            raise _too_big(max_size)
+        if chunk:
+            yield chunk
+        if d.eof:
+            break  # bytes after the end mark are ignored, as Kafka does
+        if d.needs_input:
+            raise _fail("truncated LZ4 frame")
 
 
 # ---------------------------------------------------------------------------
@@ -374,26 +390,25 @@ def _zstd_check_frames(data: bytes) -> None:
         raise _fail("truncated zstd frame")
 
 
-def _zstd_decompress(data: bytes, max_size: int) -> bytes:
+def _zstd_chunks(data: bytes, max_size: int) -> Iterator[bytes]:
     _zstd_check_frames(data)
-    out: list[bytes] = []
     total = 0
     try:
         reader = _zstd_decompressor().stream_reader(data, read_across_frames=True)
-        with reader:
-            while True:
-                chunk = reader.read(min(max_size - total + 1, _STEP))
-                if not chunk:
-                    break
-                total += len(chunk)
-                if total > max_size:
-                    raise _too_big(max_size)
-                out.append(chunk)
-    except DecodeError:
-        raise
     except _zstd.ZstdError as e:
         raise _fail(f"corrupt zstd stream ({e})") from None
-    return b"".join(out)
+    with reader:
+        while True:
+            try:
+                chunk = reader.read(min(max_size - total + 1, _STEP))
+            except _zstd.ZstdError as e:
+                raise _fail(f"corrupt zstd stream ({e})") from None
+            if not chunk:
+                break
+            total += len(chunk)
+            if total > max_size:
+                raise _too_big(max_size)
+            yield chunk
 
 
 # ---------------------------------------------------------------------------
@@ -421,26 +436,122 @@ def compress(codec: int, data: bytes, *, level: int | None = None, xerial: bool 
     raise EncodeError(f"unknown compression codec {codec!r}")
 
 
-def decompress(codec: int, data: bytes, *, max_size: int = DEFAULT_MAX_DECOMPRESSED,
-               legacy_lz4: bool = False) -> bytes:
-    """Decompresses ``data``; more than ``max_size`` bytes of output is a ``DecodeError``.
+def decompress_chunks(codec: int, data: bytes, *, max_size: int = DEFAULT_MAX_DECOMPRESSED,
+                      legacy_lz4: bool = False) -> Iterator[bytes]:
+    """Decompresses ``data`` as a stream of chunks of at most 1 MiB (a raw, non-xerial
+    snappy block comes whole): a caller that consumes each chunk before asking for the next
+    never holds more than one, whatever the ratio. More than ``max_size`` bytes of output in
+    all is a ``DecodeError``, raised before the chunk that would pass it is produced.
 
-    ``legacy_lz4=True`` ignores the LZ4 frame header checksum entirely (magic 0
-    message sets); without it, the correct checksum and Kafka's broken one are
-    both accepted.
+    ``legacy_lz4=True`` ignores the LZ4 frame header checksum entirely (magic 0 message
+    sets); without it, the correct checksum and Kafka's broken one are both accepted.
     """
     if max_size < 0:
         raise ValueError("max_size must not be negative")
     if codec == Compression.NONE:
         if len(data) > max_size:
             raise _too_big(max_size)
-        return bytes(data)
+        return iter((bytes(data),) if data else ())
     if codec == Compression.GZIP:
-        return _gzip_decompress(data, max_size)
+        return _gzip_chunks(data, max_size)
     if codec == Compression.SNAPPY:
-        return _snappy_decompress(data, max_size)
+        return _snappy_chunks(data, max_size)
     if codec == Compression.LZ4:
-        return _lz4_decompress(data, max_size, legacy_lz4)
+        return _lz4_chunks(data, max_size, legacy_lz4)
     if codec == Compression.ZSTD:
-        return _zstd_decompress(data, max_size)
+        return _zstd_chunks(data, max_size)
     raise _fail(f"unknown compression codec {codec}")
+
+
+def decompress(codec: int, data: bytes, *, max_size: int = DEFAULT_MAX_DECOMPRESSED,
+               legacy_lz4: bool = False) -> bytes:
+    """Decompresses ``data`` whole; more than ``max_size`` bytes of output is a
+    ``DecodeError``. (``decompress_chunks`` streams it instead.)"""
+    if codec == Compression.NONE:
+        if max_size < 0:
+            raise ValueError("max_size must not be negative")
+        if len(data) > max_size:
+            raise _too_big(max_size)
+        return bytes(data)
+    return b"".join(decompress_chunks(codec, data, max_size=max_size, legacy_lz4=legacy_lz4))
+
+
+# ---------------------------------------------------------------------------
+# the budget
+
+
+class DecompressionBudget:
+    """Decompressed bytes a decoder may still produce: per frame and per run.
+
+    Why both: a per-batch cap alone lets a small crafted input pack many batches that
+    each decompress to just under it. Here one frame may produce at most
+    ``frame_floor + ratio * its own size``, and a whole run at most ``run_floor + ratio *
+    the input bytes reported so far`` (``add_input``): ordinary traffic, compressed well
+    under ``ratio``:1, never runs out, and a crafted capture cannot multiply the work.
+    Each record decoded out of a decompressed batch is charged ``record_cost`` bytes on
+    top of its own, because decoding costs per record as much as per byte.
+
+    Sans-IO and single-threaded: the caller says where frames start (``start_frame``)
+    and how much input it has read; decoders ``charge`` what they produce.
+    """
+
+    __slots__ = ("frame_floor", "run_floor", "ratio", "record_cost", "_run_left", "_frame_left",
+                 "spent", "input_bytes")
+
+    def __init__(self, *, frame_floor: int = DEFAULT_FLOOR,
+                 run_floor: int = DEFAULT_FLOOR, ratio: int = DEFAULT_RATIO,
+                 record_cost: int = DEFAULT_RECORD_COST) -> None:
+        if min(frame_floor, run_floor, ratio, record_cost) < 0:
+            raise ValueError("budget figures must not be negative")
+        self.frame_floor = frame_floor
+        self.run_floor = run_floor
+        self.ratio = ratio
+        self.record_cost = record_cost
+        self._run_left = run_floor
+        self._frame_left = frame_floor
+        self.spent = 0              # charged over the whole run
+        self.input_bytes = 0
+
+    @classmethod
+    def fixed(cls, max_bytes: int, *, record_cost: int = 0) -> DecompressionBudget:
+        """One allowance of ``max_bytes`` (frame and run alike), not growing with input."""
+        return cls(frame_floor=max_bytes, run_floor=max_bytes, ratio=0, record_cost=record_cost)
+
+    def add_input(self, nbytes: int) -> None:
+        """``nbytes`` more input read: the run's allowance grows by ``ratio`` times that."""
+        self.input_bytes += nbytes
+        self._run_left += self.ratio * nbytes
+
+    def start_frame(self, frame_bytes: int) -> None:
+        """A new frame of ``frame_bytes`` begins; its own allowance starts afresh."""
+        self._frame_left = self.frame_floor + self.ratio * frame_bytes
+
+    @property
+    def allowance(self) -> int:
+        """Bytes that may still be produced now."""
+        return max(0, min(self._frame_left, self._run_left))
+
+    def charge(self, nbytes: int, records: int = 0) -> None:
+        """Counts ``nbytes`` produced and ``records`` decoded; past the allowance, a
+        ``DecodeError`` that says which limit was reached."""
+        cost = nbytes + records * self.record_cost
+        over = cost > self.allowance
+        reason = self.exhausted_reason() if over else ""
+        self._frame_left -= cost
+        self._run_left -= cost
+        self.spent += cost
+        if over:
+            raise BudgetExceededError(reason, offset=0, field=_FIELD)
+
+    def exhausted_reason(self) -> str:
+        if not self.ratio and self.frame_floor == self.run_floor:
+            return f"decompressed size exceeds the limit of {self.run_floor} bytes"
+        if self._run_left <= self._frame_left:
+            return (f"this run's decompression budget is spent ({self.spent} bytes; it allows "
+                    f"{self.run_floor} + {self.ratio} per input byte)")
+        return (f"this frame's decompression limit is reached ({self.frame_floor} + "
+                f"{self.ratio} per byte of the frame)")
+
+    def refusal(self) -> BudgetExceededError:
+        """The error for decompression refused or stopped by this budget."""
+        return BudgetExceededError(self.exhausted_reason(), offset=0, field=_FIELD)

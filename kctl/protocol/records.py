@@ -13,6 +13,14 @@ How this works:
   decompressed under a budget (``max_decompressed``, shared by every batch of
   the blob), the record count is checked against the bytes before any record
   is built, and each record must use exactly the bytes its length prefix says.
+- ``scan_batches`` does the same checks without keeping records: a compressed
+  records section is decompressed and walked a chunk at a time (``_Chunks``;
+  a record longer than a chunk is checked field by field and skipped), so
+  counting holds about one chunk whatever a batch decompresses to, and it
+  returns the batches before any damage with the error instead of raising.
+  ``iter_batch_records`` streams records a window at a time for printing.
+  Both charge a ``DecompressionBudget``. ``decode_batches`` is built on the
+  same walk, holding the records.
 - Magic 0/1: as the Java client does, every top-level message is a batch of
   its own; a compressed wrapper message holds an inner message set whose
   offsets are absolute (magic 0) or relative to the wrapper (magic 1:
@@ -32,16 +40,24 @@ No I/O and no clock here (rule 1 of the conventions).
 
 from __future__ import annotations
 
+import codecs
 import struct
 import zlib
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from enum import IntEnum
-from typing import Final, Iterable, Iterator, Sequence
+from typing import Final, NamedTuple
 
 from crc32c import crc32c
 
-from kctl.errors import DecodeError, EncodeError
-from kctl.protocol.compression import DEFAULT_MAX_DECOMPRESSED, Compression, compress, decompress
+from kctl.errors import BudgetExceededError, DecodeError, EncodeError
+from kctl.protocol.compression import (
+    DEFAULT_MAX_DECOMPRESSED,
+    Compression,
+    DecompressionBudget,
+    compress,
+    decompress_chunks,
+)
 from kctl.protocol.primitives import (
     INT16_RANGE,
     INT32_RANGE,
@@ -56,10 +72,14 @@ __all__ = [
     "Record",
     "RecordBatch",
     "DecodedBatches",
+    "BatchInfo",
+    "ScannedBatches",
     "TimestampType",
     "ControlRecordType",
     "EndTransactionMarker",
     "decode_batches",
+    "scan_batches",
+    "iter_batch_records",
     "build_batch",
     "build_message_set",
     "batch_attributes",
@@ -174,8 +194,37 @@ class _UnfrozenRecord:
     attributes: int = 0
 
 
+class _BatchOffsets:
+    """What a batch's header fields say, shared by ``RecordBatch`` and ``BatchInfo``."""
+
+    __slots__ = ()
+    base_offset: int
+    last_offset_delta: int
+    base_sequence: int
+    base_timestamp: int
+    has_delete_horizon_ms: bool
+
+    @property
+    def last_offset(self) -> int:
+        return self.base_offset + self.last_offset_delta
+
+    @property
+    def next_offset(self) -> int:
+        return self.last_offset + 1
+
+    @property
+    def last_sequence(self) -> int:
+        if self.base_sequence == NO_SEQUENCE:
+            return NO_SEQUENCE
+        return (self.base_sequence + self.last_offset_delta) & 0x7FFFFFFF
+
+    @property
+    def delete_horizon_ms(self) -> int | None:
+        return self.base_timestamp if self.has_delete_horizon_ms else None
+
+
 @dataclass(frozen=True, slots=True)
-class RecordBatch:
+class RecordBatch(_BatchOffsets):
     """A decoded batch. For magic 0/1 one top-level message (possibly a
     compressed wrapper around several), with the v2-only fields at their
     "none" values."""
@@ -198,24 +247,6 @@ class RecordBatch:
     base_sequence: int
     records: tuple[Record, ...]
     size_in_bytes: int
-
-    @property
-    def last_offset(self) -> int:
-        return self.base_offset + self.last_offset_delta
-
-    @property
-    def next_offset(self) -> int:
-        return self.last_offset + 1
-
-    @property
-    def last_sequence(self) -> int:
-        if self.base_sequence == NO_SEQUENCE:
-            return NO_SEQUENCE
-        return (self.base_sequence + self.last_offset_delta) & 0x7FFFFFFF
-
-    @property
-    def delete_horizon_ms(self) -> int | None:
-        return self.base_timestamp if self.has_delete_horizon_ms else None
 
     @property
     def control_type(self) -> int | None:
@@ -249,6 +280,54 @@ class DecodedBatches:
             yield from batch.records
 
     def __iter__(self) -> Iterator[RecordBatch]:
+        return iter(self.batches)
+
+    def __len__(self) -> int:
+        return len(self.batches)
+
+
+@dataclass(frozen=True, slots=True)
+class BatchInfo(_BatchOffsets):
+    """A checked batch without its records: the header and how many records it holds
+    (``scan_batches``). For magic 0/1 the v2-only fields are at their "none" values and
+    ``base_offset`` is the top-level message's offset."""
+
+    base_offset: int
+    partition_leader_epoch: int
+    magic: int
+    crc: int
+    attributes: int
+    compression: Compression
+    timestamp_type: TimestampType
+    is_transactional: bool
+    is_control: bool
+    has_delete_horizon_ms: bool
+    last_offset_delta: int
+    base_timestamp: int
+    max_timestamp: int
+    producer_id: int
+    producer_epoch: int
+    base_sequence: int
+    record_count: int
+    size_in_bytes: int
+
+
+@dataclass(frozen=True, slots=True)
+class ScannedBatches:
+    """What ``scan_batches`` found: the whole batches before any damage, ``size`` the
+    bytes they take, ``truncated`` a cut-off tail (as in ``DecodedBatches``) and
+    ``error`` the damage that ended the walk, if any."""
+
+    batches: tuple[BatchInfo, ...]
+    size: int
+    truncated: int
+    error: DecodeError | None = None
+
+    @property
+    def record_count(self) -> int:
+        return sum(b.record_count for b in self.batches)
+
+    def __iter__(self) -> Iterator[BatchInfo]:
         return iter(self.batches)
 
     def __len__(self) -> int:
@@ -291,38 +370,54 @@ def _uvarint_at(data: bytes, pos: int, max_bytes: int) -> tuple[int, int]:
     raise ValueError(f"varint longer than {max_bytes} bytes")
 
 
-def _parse_records(body: bytes, count: int, base_offset: int, base_timestamp: int,
-                   log_append_time: int | None) -> list[Record]:
-    """Parses ``count`` v2 records that must fill ``body`` exactly.
+def _parse_window(body: bytes, pos: int, end: int, index: int, left: int, limit: int,
+                  base_offset: int, base_timestamp: int, log_append_time: int | None,
+                  out: list[Record] | None) -> tuple[int, int, int]:
+    """Parses up to ``min(left, limit)`` v2 records from ``body[pos:end]``.
 
-    Single-byte varints (and 2-byte lengths) are decoded inline: this loop is
-    what decoding speed comes down to. ``what`` names the field being read so
-    an IndexError (ran off the end) becomes a precise error.
+    Returns ``(pos, parsed, need)``: where it stopped, how many it parsed, and how many
+    more bytes than ``body`` holds the next record needs (0 when it stopped because
+    ``left`` or ``limit`` was reached). A record is only parsed once all of its bytes
+    are present, so running short is never an error here: the caller decides whether
+    more bytes can come. ``out`` receives the records; ``None`` only checks and counts.
+
+    Single-byte varints are decoded inline: this loop is what decoding speed comes down
+    to. ``what`` names the field being read so an IndexError becomes a precise error.
+    ``index`` is the number of records of the batch before this window (for errors).
+    A record is parsed only when it ends by ``end``, so bytes after ``end`` (the next
+    batch) are at most read as a bogus length, which then does not fit.
     """
-    out: list[Record] = []
-    append = out.append
-    end = len(body)
-    pos = 0
-    i = 0
+    want = min(left, limit)
+    n = 0       # records parsed (the loop's index while it runs)
     what = "length"
     uv = _uvarint_at
     fast_record = _UnfrozenRecord
+    keep = out is not None
+    append = out.append if out is not None else None
+    start = pos
     try:
-        for i in range(count):
-            # length (varint)
+        for n in range(want):  # noqa: B007 - n is read after the loop and in the handlers
+            # length (varint): the only field that may run past the bytes present.
             what = "length"
             start = pos
+            if pos >= end:
+                return pos, n, 1
             b = body[pos]
             if b < 0x80:
                 u = b
                 pos += 1
             else:
-                u, pos = uv(body, pos, 5)
+                try:
+                    u, pos = uv(body, pos, 5)
+                except IndexError:
+                    return start, n, 1
             length = (u >> 1) ^ -(u & 1)
             rec_end = pos + length
-            if length < _MIN_RECORD_SIZE - 1 or rec_end > end:
-                raise _RecordsError(f"record length {length} does not fit the {end - pos} "
-                                    f"bytes left", start, i, what)
+            if length < _MIN_RECORD_SIZE - 1:
+                raise _RecordsError(f"record length {length} is below the minimum "
+                                    f"{_MIN_RECORD_SIZE - 1}", start, index + n, what)
+            if rec_end > end:
+                return start, n, rec_end - end
             what = "attributes"
             attributes = body[pos]
             if attributes > 127:
@@ -351,15 +446,15 @@ def _parse_records(body: bytes, count: int, base_offset: int, base_timestamp: in
                 pos += 1
             else:
                 u, pos = uv(body, pos, 5)
-            n = (u >> 1) ^ -(u & 1)
-            if n == -1:
+            k = (u >> 1) ^ -(u & 1)
+            if k == -1:
                 key = None
-            elif 0 <= n <= rec_end - pos:
-                key = body[pos:pos + n]
-                pos += n
+            elif 0 <= k <= rec_end - pos:
+                key = body[pos:pos + k] if keep else None
+                pos += k
             else:
-                raise _RecordsError(f"key length {n} invalid or beyond the record's end",
-                                    pos, i, what)
+                raise _RecordsError(f"key length {k} invalid or beyond the record's end",
+                                    pos, index + n, what)
             what = "value"
             b = body[pos]
             if b < 0x80:
@@ -367,15 +462,15 @@ def _parse_records(body: bytes, count: int, base_offset: int, base_timestamp: in
                 pos += 1
             else:
                 u, pos = uv(body, pos, 5)
-            n = (u >> 1) ^ -(u & 1)
-            if n == -1:
+            v = (u >> 1) ^ -(u & 1)
+            if v == -1:
                 value = None
-            elif 0 <= n <= rec_end - pos:
-                value = body[pos:pos + n]
-                pos += n
+            elif 0 <= v <= rec_end - pos:
+                value = body[pos:pos + v] if keep else None
+                pos += v
             else:
-                raise _RecordsError(f"value length {n} invalid or beyond the record's end",
-                                    pos, i, what)
+                raise _RecordsError(f"value length {v} invalid or beyond the record's end",
+                                    pos, index + n, what)
             what = "headers"
             b = body[pos]
             if b < 0x80:
@@ -383,32 +478,45 @@ def _parse_records(body: bytes, count: int, base_offset: int, base_timestamp: in
                 pos += 1
             else:
                 u, pos = uv(body, pos, 5)
-            n = (u >> 1) ^ -(u & 1)
-            if n == 0:
+            h = (u >> 1) ^ -(u & 1)
+            if h == 0:
                 headers: tuple[Header, ...] = ()
             else:
                 # Each header takes at least two bytes (key and value lengths).
-                if n < 0 or 2 * n > rec_end - pos:
-                    raise _RecordsError(f"header count {n} invalid or beyond the record's end",
-                                        pos, i, what)
-                headers = _parse_headers(body, pos, rec_end, n, i)
+                if h < 0 or 2 * h > rec_end - pos:
+                    raise _RecordsError(f"header count {h} invalid or beyond the record's end",
+                                        pos, index + n, what)
+                headers = _parse_headers(body, pos, rec_end, h, index + n)
                 pos = rec_end
             if pos != rec_end:
                 raise _RecordsError(f"record length says {length} bytes but its fields take "
                                     f"{pos - (rec_end - length)}",
-                                    start, i, "length")
-            rec = fast_record(base_offset + offset_delta,
-                              log_append_time if log_append_time is not None
-                              else base_timestamp + ts_delta,
-                              key, value, headers, attributes)
-            rec.__class__ = Record
-            append(rec)
+                                    start, index + n, "length")
+            if append is not None:
+                rec = fast_record(base_offset + offset_delta,
+                                  log_append_time if log_append_time is not None
+                                  else base_timestamp + ts_delta,
+                                  key, value, headers, attributes)
+                rec.__class__ = Record
+                append(rec)
     except IndexError:
-        raise _RecordsError("truncated", pos, i, what) from None
+        raise _RecordsError("truncated", pos, index + n, what) from None
     except ValueError as e:
-        raise _RecordsError(str(e), pos, i, what) from None
-    if pos != end:
-        raise _RecordsError(f"{end - pos} bytes left after the declared {count} records",
+        raise _RecordsError(str(e), pos, index + n, what) from None
+    return pos, want, 0
+
+
+def _parse_records(body: bytes, count: int, base_offset: int, base_timestamp: int,
+                   log_append_time: int | None) -> list[Record]:
+    """Parses ``count`` v2 records that must fill ``body`` exactly."""
+    out: list[Record] = []
+    pos, n, need = _parse_window(body, 0, len(body), 0, count, count, base_offset,
+                                 base_timestamp, log_append_time, out)
+    if need:
+        raise _RecordsError(f"record length does not fit the {len(body) - pos} bytes left",
+                            pos, n, "length")
+    if pos != len(body):
+        raise _RecordsError(f"{len(body) - pos} bytes left after the declared {count} records",
                             pos, count, "")
     return out
 
@@ -497,61 +605,6 @@ def _parse_headers_checked(body: bytes, pos: int, rec_end: int, count: int,
     return tuple(headers)
 
 
-def _decode_v2(data: bytes, pos: int, index: int, verify_crc: bool,
-               budget: int) -> tuple[RecordBatch, int]:
-    """One v2 batch that lies whole in ``data[pos:]``; returns it and the
-    decompressed bytes it used from the budget."""
-    where = f"batch[{index}]"
-    (base_offset, length, leader_epoch, magic, crc, attributes, last_offset_delta,
-     base_timestamp, max_timestamp, producer_id, producer_epoch, base_sequence,
-     count) = _V2_HEADER.unpack_from(data, pos)
-    end = pos + _LOG_OVERHEAD + length
-    if verify_crc:
-        actual = crc32c(memoryview(data)[pos + _CRC_START:end])
-        if actual != crc:
-            raise DecodeError(f"CRC-32C mismatch: batch says {crc:#010x}, "
-                              f"computed {actual:#010x}", offset=pos + 17, field=f"{where}.crc")
-    if count < 0:
-        raise DecodeError(f"negative record count {count}", offset=pos + 57,
-                          field=f"{where}.records_count")
-    codec_id = attributes & _COMPRESSION_MASK
-    try:
-        codec = Compression(codec_id)
-    except ValueError:
-        raise DecodeError(f"unknown compression codec {codec_id}", offset=pos + 21,
-                          field=f"{where}.attributes") from None
-    body_at = pos + RECORD_BATCH_OVERHEAD
-    if codec is Compression.NONE:
-        body = data[body_at:end]
-        used = 0
-    else:
-        try:
-            body = decompress(codec, data[body_at:end], max_size=budget)
-        except DecodeError as e:
-            raise e.within(f"{where}.records", body_at) from None
-        used = len(body)
-    if count > len(body) // _MIN_RECORD_SIZE:
-        raise DecodeError(f"record count {count} cannot fit in {len(body)} bytes of records",
-                          offset=pos + 57, field=f"{where}.records_count")
-    timestamp_type = TimestampType(1 if attributes & _TIMESTAMP_TYPE_BIT else 0)
-    try:
-        records = _parse_records(body, count, base_offset, base_timestamp,
-                                 max_timestamp if timestamp_type == 1 else None)
-    except _RecordsError as e:
-        field = f"{where}.records[{e.index}]" + (f".{e.field}" if e.field else "")
-        if codec is Compression.NONE:
-            raise DecodeError(e.reason, offset=body_at + e.pos, field=field) from None
-        raise DecodeError(f"{e.reason} (at byte {e.pos} of the decompressed records)",
-                          offset=body_at, field=field) from None
-    batch = RecordBatch(
-        base_offset, leader_epoch, magic, crc, attributes, codec, timestamp_type,
-        bool(attributes & _TRANSACTIONAL_BIT), bool(attributes & _CONTROL_BIT),
-        bool(attributes & _DELETE_HORIZON_BIT), last_offset_delta, base_timestamp,
-        max_timestamp, producer_id, producer_epoch, base_sequence, tuple(records),
-        end - pos)
-    return batch, used
-
-
 @dataclass(frozen=True, slots=True)
 class _Message:
     offset: int
@@ -589,8 +642,259 @@ def _read_message(data: bytes, pos: int, base: int, field: str, verify_crc: bool
     return _Message(offset, crc, magic, attributes, timestamp, key, value, end)
 
 
-def _decode_legacy(data: bytes, pos: int, index: int, verify_crc: bool,
-                   budget: int) -> tuple[RecordBatch, int]:
+class _Chunks:
+    """The bytes of one records section, read forward in chunks (decompressed on the fly,
+    or one slice of the blob): a read of a few bytes joins the next chunk, a long span is
+    skipped chunk by chunk. Nothing longer than one record is ever joined, and when only
+    counting, nothing longer than a chunk is held."""
+
+    __slots__ = ("buf", "pos", "end", "base", "_it")
+
+    def __init__(self, chunks: Iterator[bytes], buf: bytes = b"", pos: int = 0,
+                 end: int = 0) -> None:
+        # The section is buf[pos:end] and then the chunks: a raw section is read in place
+        # in its blob (no copy); a decompressed one starts empty.
+        self.buf = buf
+        self.pos = pos
+        self.end = end
+        self.base = -pos       # offset in the section of buf[0]
+        self._it = chunks
+
+    @property
+    def offset(self) -> int:
+        return self.base + self.pos
+
+    def more(self, need: int) -> bool:
+        """At least ``need`` bytes from ``pos`` on, before ``end``; False if the section
+        ends first."""
+        have = self.end - self.pos
+        if have >= need:
+            return True
+        parts = [self.buf[self.pos:self.end]] if have else []
+        while have < need:
+            chunk = next(self._it, None)
+            if chunk is None:
+                break
+            parts.append(chunk)
+            have += len(chunk)
+        self.base += self.pos
+        self.buf = parts[0] if len(parts) == 1 else b"".join(parts)
+        self.pos = 0
+        self.end = len(self.buf)
+        return have >= need
+
+    def skip(self, n: int, sink: Callable[[bytes], object] | None = None) -> bool:
+        """Moves ``n`` bytes on (showing them to ``sink``) without joining them."""
+        while n:
+            have = self.end - self.pos
+            if not have:
+                chunk = next(self._it, None)
+                if chunk is None:
+                    return False
+                self.base += self.end
+                self.buf, self.pos, self.end = chunk, 0, len(chunk)
+                continue
+            step = min(have, n)
+            if sink is not None:
+                sink(self.buf[self.pos:self.pos + step])
+            self.pos += step
+            n -= step
+        return True
+
+    def rest(self) -> int:
+        """Skips to the end; returns how many bytes that was."""
+        start = self.offset
+        while self.skip(1 << 30):
+            pass
+        return self.offset - start
+
+    def byte(self) -> int:
+        if not self.more(1):
+            raise IndexError
+        b = self.buf[self.pos]
+        self.pos += 1
+        return b
+
+    def zigzag(self, max_bytes: int) -> int:
+        result = shift = 0
+        for _ in range(max_bytes):
+            b = self.byte()
+            result |= (b & 0x7F) << shift
+            if b < 0x80:
+                return (result >> 1) ^ -(result & 1)
+            shift += 7
+        raise ValueError(f"varint longer than {max_bytes} bytes")
+
+
+#: Records materialised at a time when they are streamed out (``iter_batch_records``).
+_WINDOW: Final = 1024
+#: When only counting, a record longer than this is checked and skipped, never joined.
+_BIG_RECORD: Final = 1 << 20
+
+
+def _skip_record(src: _Chunks, index: int) -> None:
+    """Checks one (long) record field by field, skipping its key, value and header bytes
+    without holding them; raises ``_RecordsError`` with section offsets."""
+    what = "length"
+    start = src.offset
+    try:
+        length = src.zigzag(5)
+        rec_end = src.offset + length
+        what = "attributes"
+        src.byte()
+        what = "timestamp_delta"
+        src.zigzag(10)
+        what = "offset_delta"
+        src.zigzag(5)
+        for what in ("key", "value"):
+            n = src.zigzag(5)
+            if n < -1 or n > rec_end - src.offset:
+                raise _RecordsError(f"{what} length {n} invalid or beyond the record's end",
+                                    src.offset, index, what)
+            if n > 0 and not src.skip(n):
+                raise IndexError
+        what = "headers"
+        h = src.zigzag(5)
+        if h < 0 or 2 * h > rec_end - src.offset:
+            raise _RecordsError(f"header count {h} invalid or beyond the record's end",
+                                src.offset, index, what)
+        for i in range(h):
+            what = f"headers[{i}].key"
+            n = src.zigzag(5)
+            if n < 0 or n > rec_end - src.offset:
+                raise _RecordsError(f"invalid header key length {n}", src.offset, index, what)
+            utf8 = codecs.getincrementaldecoder("utf-8")()
+            if not src.skip(n, utf8.decode):
+                raise IndexError
+            utf8.decode(b"", final=True)
+            what = f"headers[{i}].value"
+            n = src.zigzag(5)
+            if n < -1 or n > rec_end - src.offset:
+                raise _RecordsError(f"invalid header value length {n}", src.offset, index, what)
+            if n > 0 and not src.skip(n):
+                raise IndexError
+    except IndexError:
+        raise _RecordsError("truncated", src.offset, index, what) from None
+    except UnicodeDecodeError as e:
+        raise _RecordsError(f"invalid UTF-8 ({e.reason})", src.offset, index, what) from None
+    except ValueError as e:
+        raise _RecordsError(str(e), src.offset, index, what) from None
+    if src.offset != rec_end:
+        raise _RecordsError(f"record length says {length} bytes but its fields take "
+                            f"{src.offset - (rec_end - length)}", start, index, "length")
+
+
+def _v2_windows(src: _Chunks, count: int, base_offset: int, base_timestamp: int,
+                log_append_time: int | None, keep: bool, budget: DecompressionBudget | None,
+                window: int = _WINDOW) -> Iterator[list[Record] | int]:
+    """The records of one v2 batch, a window at a time: lists of records (``keep``) or
+    counts. Errors are ``_RecordsError`` with offsets in the records section.
+    ``budget`` (compressed batches only) is charged ``record_cost`` per record."""
+    index = 0
+    left = count
+    limit = window if keep else count
+    if left and src.pos == src.end:
+        src.more(1)             # a decompressed section starts empty: its first chunk
+    while left:
+        out: list[Record] | None = [] if keep else None
+        try:
+            pos, n, need = _parse_window(src.buf, src.pos, src.end, index, left, limit,
+                                         base_offset, base_timestamp, log_append_time, out)
+        except _RecordsError as e:
+            e.pos += src.base
+            raise
+        src.pos = pos
+        if n:
+            index += n
+            left -= n
+            if budget is not None:
+                budget.charge(0, n)
+            yield out if out is not None else n
+            continue
+        if not keep and need > _BIG_RECORD:
+            _skip_record(src, index)
+            index += 1
+            left -= 1
+            if budget is not None:
+                budget.charge(0, 1)
+            yield 1
+            continue
+        if not src.more(src.end - src.pos + need):
+            raise _RecordsError(f"the records end inside record {index} of the declared "
+                                f"{count}", src.offset, index, "length")
+    if src.more(1):
+        extra = src.rest()
+        raise _RecordsError(f"{extra} bytes left after the declared {count} records",
+                            src.offset - extra, count, "")
+
+
+class _Opened(NamedTuple):
+    """A batch whose header is read and checked; its records are read on demand.
+    (A named tuple: one is made per batch, and a frozen dataclass costs microseconds.)"""
+
+    index: int
+    pos: int                # offset of the batch in the blob
+    end: int
+    magic: int
+    base_offset: int
+    partition_leader_epoch: int
+    crc: int
+    attributes: int
+    compression: Compression
+    timestamp_type: TimestampType
+    last_offset_delta: int
+    base_timestamp: int
+    max_timestamp: int
+    producer_id: int
+    producer_epoch: int
+    base_sequence: int
+    count: int              # v2: the header's record count; legacy: -1
+    body_at: int            # where the records section (v2) or the wrapper's value starts
+    message: _Message | None = None     # legacy: the top-level message
+
+    def info(self, record_count: int) -> BatchInfo:
+        return BatchInfo(self.base_offset, self.partition_leader_epoch, self.magic, self.crc,
+                         self.attributes, self.compression, self.timestamp_type,
+                         bool(self.attributes & _TRANSACTIONAL_BIT) if self.magic == 2 else False,
+                         bool(self.attributes & _CONTROL_BIT) if self.magic == 2 else False,
+                         bool(self.attributes & _DELETE_HORIZON_BIT) if self.magic == 2 else False,
+                         self.last_offset_delta, self.base_timestamp, self.max_timestamp,
+                         self.producer_id, self.producer_epoch, self.base_sequence,
+                         record_count, self.end - self.pos)
+
+
+def _open_v2(data: bytes, pos: int, index: int, verify_crc: bool) -> _Opened:
+    """Reads and checks the header of a v2 batch that lies whole in ``data[pos:]``."""
+    where = f"batch[{index}]"
+    (base_offset, length, leader_epoch, magic, crc, attributes, last_offset_delta,
+     base_timestamp, max_timestamp, producer_id, producer_epoch, base_sequence,
+     count) = _V2_HEADER.unpack_from(data, pos)
+    end = pos + _LOG_OVERHEAD + length
+    if verify_crc:
+        actual = crc32c(memoryview(data)[pos + _CRC_START:end])
+        if actual != crc:
+            raise DecodeError(f"CRC-32C mismatch: batch says {crc:#010x}, "
+                              f"computed {actual:#010x}", offset=pos + 17, field=f"{where}.crc")
+    if count < 0:
+        raise DecodeError(f"negative record count {count}", offset=pos + 57,
+                          field=f"{where}.records_count")
+    codec_id = attributes & _COMPRESSION_MASK
+    try:
+        codec = Compression(codec_id)
+    except ValueError:
+        raise DecodeError(f"unknown compression codec {codec_id}", offset=pos + 21,
+                          field=f"{where}.attributes") from None
+    body_at = pos + RECORD_BATCH_OVERHEAD
+    if codec is Compression.NONE and count > (end - body_at) // _MIN_RECORD_SIZE:
+        raise DecodeError(f"record count {count} cannot fit in {end - body_at} bytes of records",
+                          offset=pos + 57, field=f"{where}.records_count")
+    return _Opened(index, pos, end, magic, base_offset, leader_epoch, crc, attributes, codec,
+                   TimestampType(1 if attributes & _TIMESTAMP_TYPE_BIT else 0),
+                   last_offset_delta, base_timestamp, max_timestamp, producer_id,
+                   producer_epoch, base_sequence, count, body_at)
+
+
+def _open_legacy(data: bytes, pos: int, index: int, verify_crc: bool) -> _Opened:
     where = f"batch[{index}]"
     msg = _read_message(data, pos, 0, where, verify_crc)
     codec_id = msg.attributes & _COMPRESSION_MASK
@@ -603,109 +907,266 @@ def _decode_legacy(data: bytes, pos: int, index: int, verify_crc: bool,
         ts_type = TimestampType.NO_TIMESTAMP_TYPE
     else:
         ts_type = TimestampType(1 if msg.attributes & _TIMESTAMP_TYPE_BIT else 0)
-    used = 0
-    if codec is Compression.NONE:
-        records = (Record(msg.offset, msg.timestamp, msg.key, msg.value),)
-    else:
-        if msg.value is None:
-            raise DecodeError("compressed wrapper message has a null value", offset=pos,
-                              field=f"{where}.value")
-        value_at = msg.end - len(msg.value)
-        try:
-            inner = decompress(codec, msg.value, max_size=budget, legacy_lz4=msg.magic == 0)
-        except DecodeError as e:
-            raise e.within(f"{where}.value", value_at) from None
-        used = len(inner)
-        try:
-            messages = _inner_messages(inner, where, verify_crc)
-        except DecodeError as e:
-            raise DecodeError(f"{e.reason} (at byte {e.offset} of the decompressed messages)",
-                              offset=value_at, field=e.field) from None
-        # As Java's DeepRecordsIterator: magic 1 inner offsets are relative to
-        # the wrapper's, unless that would give a negative base (a producer's
-        # own, not yet stored, set with wrapper offset 0), then left as is.
-        shift = msg.offset - messages[-1].offset if msg.magic > 0 and messages else 0
-        if shift < 0:
-            shift = 0
-        append_time = msg.timestamp if ts_type == TimestampType.LOG_APPEND_TIME else None
-        records = tuple(
-            Record(m.offset + shift, m.timestamp if append_time is None else append_time,
-                   m.key, m.value)
-            for m in messages)
-    base = records[0].offset if records else msg.offset
-    batch = RecordBatch(
-        base, NO_PARTITION_LEADER_EPOCH, msg.magic, msg.crc, msg.attributes, codec, ts_type,
-        False, False, False, (records[-1].offset - base) if records else 0,
-        msg.timestamp, msg.timestamp, NO_PRODUCER_ID, NO_PRODUCER_EPOCH, NO_SEQUENCE,
-        records, msg.end - pos)
-    return batch, used
+    if codec is not Compression.NONE and msg.value is None:
+        raise DecodeError("compressed wrapper message has a null value", offset=pos,
+                          field=f"{where}.value")
+    value_at = msg.end - len(msg.value) if msg.value is not None else msg.end
+    return _Opened(index, pos, msg.end, msg.magic, msg.offset, NO_PARTITION_LEADER_EPOCH,
+                   msg.crc, msg.attributes, codec, ts_type, 0, msg.timestamp, msg.timestamp,
+                   NO_PRODUCER_ID, NO_PRODUCER_EPOCH, NO_SEQUENCE, -1, value_at, msg)
 
 
-def _inner_messages(data: bytes, where: str, verify_crc: bool) -> list[_Message]:
-    """The message set inside a compressed wrapper; it must be whole."""
-    out = []
-    pos = 0
+def _open(data: bytes, pos: int, index: int, verify_crc: bool) -> _Opened | None:
+    """The batch at ``pos``, header checked; ``None`` when it is not all there (a cut-off
+    tail, which is not an error)."""
     n = len(data)
-    while pos < n:
-        field = f"{where}.records[{len(out)}]"
-        if n - pos < 17:
-            raise DecodeError("truncated inner message", offset=pos, field=field)
-        size = struct.unpack_from(">i", data, pos + 8)[0]
-        if size < 0 or pos + _LOG_OVERHEAD + size > n:
-            raise DecodeError(f"inner message size {size} exceeds the {n - pos - 12} bytes left",
-                              offset=pos + 8, field=f"{field}.size")
-        m = _read_message(data, pos, 0, field, verify_crc)
-        if m.attributes & _COMPRESSION_MASK:
-            raise DecodeError("compressed message nested in a compressed message",
-                              offset=pos + 17, field=f"{field}.attributes")
-        out.append(m)
-        pos = m.end
+    if n - pos < 17:
+        return None  # not even the magic byte: a cut-off tail
+    length = struct.unpack_from(">i", data, pos + 8)[0]
+    magic = data[pos + 16]
+    if magic == 2:
+        if length < RECORD_BATCH_OVERHEAD - _LOG_OVERHEAD:
+            raise DecodeError(f"batch length {length} is below the v2 minimum "
+                              f"{RECORD_BATCH_OVERHEAD - _LOG_OVERHEAD}",
+                              offset=pos + 8, field=f"batch[{index}].batch_length")
+        if pos + _LOG_OVERHEAD + length > n:
+            return None
+        return _open_v2(data, pos, index, verify_crc)
+    if magic in (0, 1):
+        if length < _LEGACY_MIN_SIZE[magic]:
+            raise DecodeError(f"message size {length} is below the minimum "
+                              f"{_LEGACY_MIN_SIZE[magic]} for magic {magic}",
+                              offset=pos + 8, field=f"batch[{index}].size")
+        if pos + _LOG_OVERHEAD + length > n:
+            return None
+        return _open_legacy(data, pos, index, verify_crc)
+    raise DecodeError(f"unsupported magic {magic}", offset=pos + 16,
+                      field=f"batch[{index}].magic")
+
+
+def _section(data: bytes, b: _Opened, budget: DecompressionBudget | None) -> _Chunks:
+    """The records section (v2) or the wrapper's value (legacy) as chunks, decompressed
+    on the fly and charged to ``budget``."""
+    if b.compression is Compression.NONE:
+        return _Chunks(iter(()), data, b.body_at, b.end)
+    raw = data[b.body_at:b.end]
+    if budget is None:
+        return _Chunks(decompress_chunks(b.compression, raw, legacy_lz4=b.magic == 0))
+    # Nothing is decompressed once the budget is spent; otherwise the codec stops at what
+    # is left of it, and each chunk is charged (records are charged as they are read).
+    if budget.allowance <= 0:
+        raise budget.refusal()
+    chunks = decompress_chunks(b.compression, raw, max_size=budget.allowance,
+                               legacy_lz4=b.magic == 0)
+    return _Chunks(_charged(chunks, budget))
+
+
+def _charged(chunks: Iterator[bytes], budget: DecompressionBudget) -> Iterator[bytes]:
+    try:
+        for chunk in chunks:
+            budget.charge(len(chunk))
+            yield chunk
+    except BudgetExceededError:
+        raise
+    except DecodeError as e:
+        if e.reason.startswith("decompressed size exceeds"):
+            # The codec stopped at the allowance: that work was done, so it is charged
+            # (which raises), and the next batch is refused before any decompression.
+            budget.charge(budget.allowance + 1)
+        raise
+
+
+def _records_of(data: bytes, b: _Opened, keep: bool, budget: DecompressionBudget | None,
+                window: int = _WINDOW) -> Iterator[list[Record] | int]:
+    """Windows of ``b``'s records (lists when ``keep``, else counts); errors are
+    ``DecodeError`` with blob offsets and field paths."""
+    where = f"batch[{b.index}]"
+    compressed = b.compression is not Compression.NONE
+    try:
+        src = _section(data, b, budget)
+        if b.magic == 2:
+            yield from _v2_windows(src, b.count, b.base_offset, b.base_timestamp,
+                                   b.max_timestamp if b.timestamp_type == 1 else None, keep,
+                                   budget if compressed else None, window)
+        else:
+            yield from _legacy_windows(src, b, keep, budget, where)
+    except _RecordsError as e:
+        field = f"{where}.records[{e.index}]" + (f".{e.field}" if e.field else "")
+        if not compressed:
+            raise DecodeError(e.reason, offset=b.body_at + e.pos, field=field) from None
+        raise DecodeError(f"{e.reason} (at byte {e.pos} of the decompressed records)",
+                          offset=b.body_at, field=field) from None
+    except DecodeError as e:
+        if e.field.startswith(where):
+            raise
+        raise e.within(f"{where}.records" if b.magic == 2 else f"{where}.value",
+                       b.body_at) from None
+
+
+def _plain_records(data: bytes, b: _Opened) -> list[Record]:
+    """The records of an uncompressed v2 batch, parsed in place in one call: the common
+    case of ``decode_batches``, without the chunked walk's machinery (same checks)."""
+    out: list[Record] = []
+    try:
+        pos, n, need = _parse_window(data, b.body_at, b.end, 0, b.count, b.count, b.base_offset,
+                                     b.base_timestamp,
+                                     b.max_timestamp if b.timestamp_type == 1 else None, out)
+        if need:
+            raise _RecordsError(f"the records end inside record {n} of the declared {b.count}",
+                                pos, n, "length")
+        if pos != b.end:
+            raise _RecordsError(f"{b.end - pos} bytes left after the declared {b.count} records",
+                                pos, b.count, "")
+    except _RecordsError as e:
+        field = f"batch[{b.index}].records[{e.index}]" + (f".{e.field}" if e.field else "")
+        raise DecodeError(e.reason, offset=e.pos, field=field) from None
     return out
+
+
+def _legacy_windows(src: _Chunks, b: _Opened, keep: bool, budget: DecompressionBudget | None,
+                    where: str) -> Iterator[list[Record] | int]:
+    msg = b.message
+    assert msg is not None
+    if b.compression is Compression.NONE:
+        yield [Record(msg.offset, msg.timestamp, msg.key, msg.value)] if keep else 1
+        return
+    # The inner message set, one message at a time (each is joined whole: legacy
+    # messages are small, and a wrapper's value never exceeds the budget).
+    messages: list[_Message] = []
+    count = 0
+    while src.more(1):
+        field = f"{where}.records[{count}]"
+        at = src.offset
+        if not src.more(17):
+            raise DecodeError("truncated inner message (at byte {at} of the decompressed "
+                              "messages)".format(at=at), offset=b.body_at, field=field)
+        size = struct.unpack_from(">i", src.buf, src.pos + 8)[0]
+        if size < 0 or not src.more(_LOG_OVERHEAD + size):
+            raise DecodeError(f"inner message size {size} exceeds the bytes left (at byte {at} "
+                              "of the decompressed messages)", offset=b.body_at,
+                              field=f"{field}.size")
+        try:
+            m = _read_message(src.buf, src.pos, 0, field, True)
+        except DecodeError as e:
+            raise DecodeError(f"{e.reason} (at byte {at + e.offset - src.pos} of the "
+                              "decompressed messages)", offset=b.body_at, field=e.field) from None
+        if m.attributes & _COMPRESSION_MASK:
+            raise DecodeError("compressed message nested in a compressed message (at byte "
+                              f"{at + 17} of the decompressed messages)", offset=b.body_at,
+                              field=f"{field}.attributes")
+        src.pos = m.end
+        count += 1
+        if budget is not None:
+            budget.charge(0, 1)
+        if keep:
+            messages.append(m)
+        else:
+            yield 1
+    if not keep:
+        return
+    # As Java's DeepRecordsIterator: magic 1 inner offsets are relative to the wrapper's,
+    # unless that would give a negative base (a producer's own, not yet stored, set with
+    # wrapper offset 0), then left as is. This needs the last inner offset, so the inner
+    # set is held whole here (it was decompressed under the budget).
+    shift = msg.offset - messages[-1].offset if msg.magic > 0 and messages else 0
+    if shift < 0:
+        shift = 0
+    append_time = msg.timestamp if b.timestamp_type == TimestampType.LOG_APPEND_TIME else None
+    yield [Record(m.offset + shift, m.timestamp if append_time is None else append_time,
+                  m.key, m.value) for m in messages]
+
+
+def _record_batch(data: bytes, b: _Opened, budget: DecompressionBudget | None) -> RecordBatch:
+    if b.magic == 2 and b.compression is Compression.NONE:
+        records = tuple(_plain_records(data, b))
+    else:
+        held: list[Record] = []
+        for w in _records_of(data, b, True, budget, window=1 << 30):
+            held += w  # type: ignore[arg-type]
+        records = tuple(held)
+    if b.magic == 2:
+        base, last_delta = b.base_offset, b.last_offset_delta
+    else:
+        base = records[0].offset if records else b.base_offset
+        last_delta = (records[-1].offset - base) if records else 0
+    return RecordBatch(
+        base, b.partition_leader_epoch, b.magic, b.crc, b.attributes, b.compression,
+        b.timestamp_type, bool(b.attributes & _TRANSACTIONAL_BIT) if b.magic == 2 else False,
+        bool(b.attributes & _CONTROL_BIT) if b.magic == 2 else False,
+        bool(b.attributes & _DELETE_HORIZON_BIT) if b.magic == 2 else False, last_delta,
+        b.base_timestamp, b.max_timestamp, b.producer_id, b.producer_epoch, b.base_sequence,
+        records, b.end - b.pos)
 
 
 def decode_batches(data: bytes | bytearray | memoryview, *, verify_crc: bool = True,
                    max_decompressed: int = DEFAULT_MAX_DECOMPRESSED) -> DecodedBatches:
-    """Decodes every batch of a records blob (any mix of magic 0, 1 and 2).
+    """Decodes every batch of a records blob (any mix of magic 0, 1 and 2), records
+    included.
 
     ``max_decompressed`` caps the decompressed bytes of the whole blob; past
     it, ``DecodeError``. A trailing partial batch is reported in
-    ``truncated``, not raised.
+    ``truncated``, not raised. (``scan_batches`` counts without holding records.)
     """
     if not isinstance(data, bytes):
         data = bytes(data)
-    n = len(data)
+    budget = DecompressionBudget.fixed(max_decompressed)
     pos = 0
     batches: list[RecordBatch] = []
-    budget = max_decompressed
-    while pos < n:
-        index = len(batches)
-        if n - pos < 17:
-            break  # not even the magic byte: a cut-off tail
-        length = struct.unpack_from(">i", data, pos + 8)[0]
-        magic = data[pos + 16]
-        if magic == 2:
-            if length < RECORD_BATCH_OVERHEAD - _LOG_OVERHEAD:
-                raise DecodeError(f"batch length {length} is below the v2 minimum "
-                                  f"{RECORD_BATCH_OVERHEAD - _LOG_OVERHEAD}",
-                                  offset=pos + 8, field=f"batch[{index}].batch_length")
-            if pos + _LOG_OVERHEAD + length > n:
-                break
-            batch, used = _decode_v2(data, pos, index, verify_crc, budget)
-        elif magic in (0, 1):
-            if length < _LEGACY_MIN_SIZE[magic]:
-                raise DecodeError(f"message size {length} is below the minimum "
-                                  f"{_LEGACY_MIN_SIZE[magic]} for magic {magic}",
-                                  offset=pos + 8, field=f"batch[{index}].size")
-            if pos + _LOG_OVERHEAD + length > n:
-                break
-            batch, used = _decode_legacy(data, pos, index, verify_crc, budget)
-        else:
-            raise DecodeError(f"unsupported magic {magic}", offset=pos + 16,
-                              field=f"batch[{index}].magic")
-        budget -= used
-        batches.append(batch)
-        pos += batch.size_in_bytes
-    return DecodedBatches(tuple(batches), pos, n - pos)
+    while (b := _open(data, pos, len(batches), verify_crc)) is not None:
+        batches.append(_record_batch(data, b, budget))
+        pos = b.end
+    return DecodedBatches(tuple(batches), pos, len(data) - pos)
+
+
+def scan_batches(data: bytes | bytearray | memoryview, *, verify_crc: bool = True,
+                 budget: DecompressionBudget | None = None) -> ScannedBatches:
+    """Checks every batch of a records blob and counts its records, holding none of them:
+    a compressed batch is decompressed and walked a chunk at a time, so memory stays
+    about one chunk (plus one record) whatever the batch decompresses to.
+
+    Never raises for bad data: the first ``DecodeError`` ends the walk and is returned in
+    ``error``, with the batches before it. ``budget`` (default: 64 MiB for the blob)
+    limits decompression, and charges each record of a compressed batch.
+    """
+    if not isinstance(data, bytes):
+        data = bytes(data)
+    if budget is None:
+        budget = DecompressionBudget.fixed(DEFAULT_MAX_DECOMPRESSED)
+    pos = 0
+    infos: list[BatchInfo] = []
+    try:
+        while (b := _open(data, pos, len(infos), verify_crc)) is not None:
+            count = 0
+            for n in _records_of(data, b, False, budget):
+                count += n  # type: ignore[operator]
+            infos.append(b.info(count))
+            pos = b.end
+    except DecodeError as e:
+        return ScannedBatches(tuple(infos), pos, 0, e)
+    return ScannedBatches(tuple(infos), pos, len(data) - pos, None)
+
+
+def iter_batch_records(data: bytes | bytearray | memoryview, *, verify_crc: bool = True,
+                       budget: DecompressionBudget | None = None,
+                       max_batches: int | None = None) -> Iterator[tuple[int, Record]]:
+    """``(batch index, record)`` for every record of a records blob, decoded a window at a
+    time: only the records not yet consumed of one window (and one decompressed chunk) are
+    held. Stops after ``max_batches`` batches; a malformed batch raises ``DecodeError``."""
+    if not isinstance(data, bytes):
+        data = bytes(data)
+    if budget is None:
+        budget = DecompressionBudget.fixed(DEFAULT_MAX_DECOMPRESSED)
+    pos = 0
+    index = 0
+    while max_batches is None or index < max_batches:
+        b = _open(data, pos, index, verify_crc)
+        if b is None:
+            return
+        for window in _records_of(data, b, True, budget):
+            for r in window:  # type: ignore[union-attr]
+                yield index, r
+        pos = b.end
+        index += 1
 
 
 # ---------------------------------------------------------------------------

@@ -58,7 +58,7 @@ def summary_tables(s: dict[str, Any]) -> list[Table]:
         t.add_column(col, justify="left" if col == "API" else "right")
     for name, a in s["apis"].items():
         lat = a.get("latency_ms", {})
-        t.add_row(name, str(a["requests"]), str(a["responses"]), str(a["request_bytes"]),
+        t.add_row(Text(name), str(a["requests"]), str(a["responses"]), str(a["request_bytes"]),
                   str(a["response_bytes"]), *(f"{lat[p]:.3f}" if p in lat else "-"
                                               for p in ("p50", "p99", "p100")))
     out.append(t)
@@ -69,7 +69,8 @@ def summary_tables(s: dict[str, Any]) -> list[Table]:
         for col in ("topic", "partition", "records", "bytes", "batches", "codecs"):
             t.add_column(col, justify="left" if col in ("topic", "codecs") else "right")
         for p in s[key]:
-            t.add_row(p["topic"], str(p["partition"]), str(p["records"]), str(p["bytes"]),
+            # Text, not str: a topic name from the capture is data, never Rich markup.
+            t.add_row(Text(p["topic"]), str(p["partition"]), str(p["records"]), str(p["bytes"]),
                       str(p["batches"]), ", ".join(f"{c}×{n}" for c, n in p["codecs"].items()))
         out.append(t)
     if s["errors"] or s["throttle"]["responses"] or s["notices"] or s["marks"]:
@@ -77,7 +78,7 @@ def summary_tables(s: dict[str, Any]) -> list[Table]:
         t.add_column("what")
         t.add_column("count", justify="right")
         for name, n in s["errors"].items():
-            t.add_row(name, str(n))
+            t.add_row(Text(name), str(n))
         if s["throttle"]["responses"]:
             t.add_row(f"throttled responses ({s['throttle']['total_ms']} ms in all)",
                       str(s["throttle"]["responses"]))

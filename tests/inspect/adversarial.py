@@ -87,11 +87,12 @@ def resync_storm(total: int = 2 << 20, tso: int = TSO) -> bytes:
     return cb.capture(conv.segs)
 
 
-def _zstd_bomb_batch(decompressed: int, record_value: int = 8 << 20) -> bytes:
-    """A zstd RecordBatch of zeros that decompresses to about ``decompressed`` bytes."""
-    n = max(1, decompressed // (record_value + 16))
-    recs = [Record(i, 0, None, bytes(record_value)) for i in range(n)]
-    return build_batch(recs, compression=Compression.ZSTD)
+def _zstd_bomb_batch(decompressed: int, records: int = 7) -> bytes:
+    """A zstd RecordBatch of ``records`` zero-filled values that decompresses to just under
+    ``decompressed`` bytes (a few KB of zstd)."""
+    value = decompressed // records - 64
+    return build_batch([Record(i, 0, None, bytes(value)) for i in range(records)],
+                       compression=Compression.ZSTD)
 
 
 def _produce_with_sets(corr: int, sets: list[bytes], version: int = 9) -> bytes:
@@ -143,6 +144,17 @@ def tiny_record_bomb(n: int = 8) -> bytes:
     return cb.capture(conv.segs)
 
 
+def tiny_struct_frame(n: int = 1_000_000) -> bytes:
+    """A 2 MB Metadata v4 request of a million empty topic names (2 bytes each): the message
+    object model's worst case (each element a Python object of about 130 bytes)."""
+    meta = request_class(3)
+    body = meta(topics=[meta.MetadataRequestTopic(name="") for _ in range(n)])
+    conv = cb.Conversation(bport=PORT)
+    conv.send(frame(encode_request(3, 4, 1, "c", body)), mss=TSO)
+    conv.close()
+    return cb.capture(conv.segs)
+
+
 ROWS: tuple[Crafted, ...] = (
     Crafted("pcapng-shb-12", "a 12-byte pcapng whose Section Header Block says its length is 12",
             tiny_pcapng_shb),
@@ -157,4 +169,6 @@ ROWS: tuple[Crafted, ...] = (
     Crafted("zstd-30-partitions", "one Produce of 30 partitions, each a zstd batch just under "
             "the cap", zstd_bombs_across_partitions),
     Crafted("tiny-records", "zstd batches of a million 7-byte records each", tiny_record_bomb),
+    Crafted("tiny-structs", "a 2 MB Metadata request of a million 2-byte topic entries",
+            tiny_struct_frame),
 )

@@ -69,11 +69,10 @@ def kafka_python_records(data: bytes) -> list[dict]:
 
 def kctl_records(rs) -> list[dict]:
     out = []
-    for b in rs.batches.batches:
-        for r in b.records:
-            out.append({"offset": r.offset, "timestamp": r.timestamp, "key": r.key,
-                        "value": r.value, "headers": [(h.key, h.value) for h in r.headers],
-                        "producer_id": b.producer_id, "base_sequence": b.base_sequence,
-                        "is_transactional": b.is_transactional})
+    for b, r in rs.iter_records():
+        out.append({"offset": r.offset, "timestamp": r.timestamp, "key": r.key,
+                    "value": r.value, "headers": [(h.key, h.value) for h in r.headers],
+                    "producer_id": b.producer_id, "base_sequence": b.base_sequence,
+                    "is_transactional": b.is_transactional})
     return out
 

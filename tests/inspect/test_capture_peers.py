@@ -361,7 +361,7 @@ def test_idempotent_and_transactional_batches(client: str, request) -> None:
     capture = request.getfixturevalue(f"{client}_capture")
     produce = [rs for f in _frames(capture, "Produce", "request") for rs in f.record_sets]
     for rs in produce:
-        for b in rs.batches.batches:
+        for b in rs.batches:
             assert b.producer_id >= 0 and b.base_sequence >= 0, (rs.topic, b)
             assert b.is_transactional == ("-txn-" in rs.topic), (rs.topic, b)
     ends = [f.body.committed for f in _frames(capture, "EndTxn", "request")]

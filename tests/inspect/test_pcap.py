@@ -329,3 +329,14 @@ def test_fuzz_link_and_ip_layers(link_type, data):
     from kctl.inspect.pcap import CapturedPacket
     out = tcp_segment(CapturedPacket(1, 0, 0, link_type, data, len(data)))
     assert isinstance(out, (TcpSegment, PacketSkip))
+
+
+def test_caplen_above_the_snap_length_is_accepted_as_libpcap_does():
+    """A packet longer than its interface's snap length is kept (libpcap reads it too);
+    a captured length beyond its own block is the error."""
+    pkt = cb.link(1, cb.ip(V4))
+    ng = cb.pcapng_shb() + cb.pcapng_idb(1, snaplen=20) + cb.pcapng_epb(0, 0, pkt)
+    (seg,) = segments(ng)
+    check(seg, V4, 0)
+    (seg,) = segments(cb.pcap([(V4.ts_ns, pkt)], snaplen=20))
+    check(seg, V4)

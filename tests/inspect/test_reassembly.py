@@ -312,6 +312,18 @@ def test_a_real_frame_after_a_few_false_starts_is_still_found():
     assert ["resynced" in f.marks for f in frames] == [True, False, True]
 
 
+def test_bytes_held_for_a_candidate_are_counted_when_a_gap_ends_the_resync():
+    """Nothing is dropped silently: a gap during a resync reports the bytes it gives up."""
+    conn = ConnectionId(Endpoint("a", 1), Endpoint("b", 9092))
+    sp = FrameSplitter(conn, "request", synced=False, verify=lambda data: False)
+    head = REQS[2][:200]        # a plausible header whose frame is not all here yet
+    out = sp.feed(StreamData(0, b"\xff" * 10 + head, 0))
+    assert sp.buffered == len(head)
+    out += sp.gap(StreamGap(210, 50, 1, "lost"))
+    skipped = [n for n in out if n.kind == "skipped"]
+    assert sum(n.length for n in skipped) == 210 and sp.buffered == 0
+
+
 # -- fuzz ---------------------------------------------------------------------
 
 @settings(max_examples=60, deadline=None)

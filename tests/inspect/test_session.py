@@ -285,3 +285,21 @@ def test_observed_frames_leave_the_state_decoding_would():
         (f.api_name, f.api_version, f.correlation_id, f.latency_ns, f.marks) for f in resp]
     assert [f.body for f in got] == [f.body for f in resp]
     assert half._outstanding == full._outstanding
+
+
+def test_summary_tables_show_captured_names_as_text_not_markup():
+    """A topic name from a capture such as "[/]x" is data: Rich must not parse it (it raised
+    MarkupError, a traceback, before)."""
+    import io as _io
+
+    from rich.console import Console
+
+    from kctl.inspect.summary import CaptureSummary
+    from kctl.ui.decode_view import summary_tables
+    s = CaptureSummary()
+    for item in decode_frame_bytes(produce_request(1, topic="[/]x[bold")), :
+        s.add(item)
+    out = _io.StringIO()
+    for t in summary_tables(s.to_dict()):
+        Console(file=out, width=120, color_system=None).print(t)
+    assert "[/]x[bold" in out.getvalue()

@@ -14,8 +14,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from kafka import codec as kcodec
 
-from kctl.errors import DecodeError, EncodeError
-from kctl.protocol.compression import Compression, compress, decompress, xxh32
+from kctl.errors import BudgetExceededError, DecodeError, EncodeError
+from kctl.protocol.compression import (
+    Compression, DecompressionBudget, compress, decompress, decompress_chunks, xxh32,
+)
 from tests.protocol.kafka_python_shims import snappy_shim, xxhash_shim  # noqa: F401  (fixtures)
 
 CODECS = list(Compression)
@@ -203,3 +205,44 @@ def test_gzip_error_text():
         decompress(Compression.GZIP, b"\x1f\x8b\x08\x00garbage")
     assert e.value.field == "compressed records"
     assert zlib  # the stdlib codec underneath
+
+
+# -- streaming and the budget (issue 13)
+
+@pytest.mark.parametrize("codec", [c for c in CODECS if c is not Compression.NONE])
+def test_chunks_are_bounded_and_join_to_the_whole(codec):
+    """A bomb comes out 1 MiB at a time (snappy: one xerial block at a time), so a
+    consumer that drops each chunk holds one; the cap stops it before the chunk past it."""
+    data = bytes(16 << 20)
+    z = compress(codec, data)
+    sizes = [len(c) for c in decompress_chunks(codec, z, max_size=len(data))]
+    assert sum(sizes) == len(data) and max(sizes) <= 1 << 20
+    seen = 0
+    with pytest.raises(DecodeError, match="exceeds the limit of 3000000"):
+        for c in decompress_chunks(codec, z, max_size=3_000_000):
+            seen += len(c)
+    assert seen <= 3_000_000
+
+
+def test_budget_per_frame_and_per_run():
+    b = DecompressionBudget(frame_floor=1000, run_floor=1500, ratio=2, record_cost=10)
+    b.start_frame(100)                      # this frame: 1000 + 2 * 100
+    assert b.allowance == 1200
+    b.charge(1100, records=10)              # 1200 charged: the frame's allowance is spent
+    assert b.allowance == 0
+    with pytest.raises(BudgetExceededError, match="this frame's decompression limit"):
+        b.charge(1)
+    b.start_frame(0)                        # next frame: 1000, but the run has 1500 - 1201
+    assert b.allowance == 299
+    b.add_input(50)                         # input read lets the run grow by 2 per byte
+    assert b.allowance == 399
+    with pytest.raises(BudgetExceededError, match="this run's decompression budget is spent"):
+        b.charge(400)
+    assert b.allowance == 0 and b.spent == 1601
+
+
+def test_fixed_budget_reads_as_the_old_cap():
+    b = DecompressionBudget.fixed(10)
+    with pytest.raises(BudgetExceededError, match="exceeds the limit of 10 bytes"):
+        b.charge(11)
+    assert isinstance(b.refusal(), DecodeError)

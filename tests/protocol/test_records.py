@@ -15,9 +15,9 @@ from kafka.record.default_records import DefaultRecordBatch, DefaultRecordBatchB
 from kafka.record.legacy_records import LegacyRecordBatchBuilder
 from kafka.record.memory_records import MemoryRecords
 
-from kctl.errors import DecodeError, EncodeError
+from kctl.errors import BudgetExceededError, DecodeError, EncodeError
 from kctl.protocol.batch_builder import BatchTemplate
-from kctl.protocol.compression import Compression, compress
+from kctl.protocol.compression import Compression, DecompressionBudget, compress
 from kctl.protocol.records import (
     ControlRecordType,
     EndTransactionMarker,
@@ -31,6 +31,8 @@ from kctl.protocol.records import (
     decode_batches,
     decode_control_key,
     decode_end_txn_marker,
+    iter_batch_records,
+    scan_batches,
 )
 from tests.protocol.kafka_python_shims import all_codecs, snappy_shim, xxhash_shim  # noqa: F401
 
@@ -396,8 +398,7 @@ def test_errors_inside_compressed_records():
 
 
 def test_decompression_bomb_in_a_batch_is_capped():
-    bomb = compress(Compression.ZSTD, b"\x00" * (8 << 20))
-    data = _reframe(bomb, 1, attrs=Compression.ZSTD)
+    data = build_batch([Record(0, 0, None, bytes(8 << 20))], compression=Compression.ZSTD)
     with pytest.raises(DecodeError, match="exceeds the limit of 1048576"):
         decode_batches(data, max_decompressed=1 << 20)
     # The budget is shared across the batches of one blob.
@@ -508,3 +509,106 @@ def test_batch_template_read_by_kafka_python():
                    base_sequence=0)
     assert [r.value for r in MemoryRecords(data).next_batch()] == values
 
+
+
+# ---------------------------------------------------------------------------
+# scan_batches / iter_batch_records: the same answers without holding records (issue 13)
+
+def _same_as_decode(data: bytes, verify: bool = True) -> None:
+    """scan_batches and iter_batch_records agree with decode_batches: batch headers,
+    counts and records, or the same error at the same offset and field."""
+    try:
+        d = decode_batches(data, verify_crc=verify, max_decompressed=1 << 20)
+    except DecodeError as e:
+        scan = scan_batches(data, verify_crc=verify, budget=DecompressionBudget.fixed(1 << 20))
+        assert scan.error is not None
+        assert (scan.error.offset, scan.error.field, scan.error.reason) == (e.offset, e.field, e.reason)
+        return
+    scan = scan_batches(data, verify_crc=verify, budget=DecompressionBudget.fixed(1 << 20))
+    assert scan.error is None and (scan.size, scan.truncated) == (d.size, d.truncated)
+    assert [b.record_count for b in scan.batches] == [len(b.records) for b in d.batches]
+    for info, b in zip(scan.batches, d.batches):
+        assert (info.magic, info.compression, info.producer_id, info.base_sequence,
+                info.is_transactional, info.size_in_bytes) == (
+            b.magic, b.compression, b.producer_id, b.base_sequence, b.is_transactional,
+            b.size_in_bytes)
+    streamed = list(iter_batch_records(data, verify_crc=verify))
+    assert [r for _, r in streamed] == [r for b in d.batches for r in b.records]
+
+
+@given(records=record_lists(max_size=40), codec=st.sampled_from(CODECS))
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+def test_scan_and_stream_agree_with_decode(records, codec):
+    _same_as_decode(build_batch(records, compression=codec) + SEED_BLOB)
+
+
+@given(st.data())
+@settings(max_examples=600, deadline=None)
+def test_scan_agrees_with_decode_on_damaged_blobs(draw):
+    data = bytearray(SEED_BLOB + build_batch(SAMPLE, compression=Compression.ZSTD))
+    for _ in range(draw.draw(st.integers(1, 4))):
+        data[draw.draw(st.integers(0, len(data) - 1))] = draw.draw(st.integers(0, 255))
+    _same_as_decode(bytes(data[:draw.draw(st.integers(0, len(data)))]), draw.draw(st.booleans()))
+
+
+def test_records_stream_across_chunk_boundaries():
+    """Records of every size straddling the 1 MiB decompressed chunks, including ones
+    longer than a chunk (checked and skipped when counting, joined when printing)."""
+    sizes = [10, 1 << 20, 3, (3 << 20) + 7, 500_000, 0, 2 << 20]
+    recs = [Record(i, i, b"k" * (i % 3), os.urandom(n) if n < 100 else bytes(n),
+                   (Header("h", b"v" * (n // 2)),) if n > 100 else ()) for i, n in enumerate(sizes)]
+    for codec in (Compression.ZSTD, Compression.LZ4, Compression.GZIP):
+        data = build_batch(recs, compression=codec)
+        assert scan_batches(data, budget=DecompressionBudget.fixed(64 << 20)).record_count == len(recs)
+        assert [r for _, r in iter_batch_records(data)] == recs
+
+
+def test_a_long_record_is_checked_while_skipped():
+    """A record longer than a chunk with a header key that is not UTF-8: the counting walk
+    (which never joins it) finds the same damage as the full decode."""
+    good = build_batch([Record(0, 0, None, bytes(3 << 20), (Header("k", b"v"),))],
+                       compression=Compression.NONE)
+    bad = bytearray(good[61:])
+    at = bytes(bad).rindex(b"k")
+    bad[at] = 0xFF
+    blob = build_batch([Record(0, 0, None, b"x")]) + _reframe(bytes(bad), 1)
+    z = _reframe(compress(Compression.ZSTD, bytes(bad)), 1, attrs=Compression.ZSTD)
+    for data in (blob, z):
+        with pytest.raises(DecodeError, match="UTF-8"):
+            decode_batches(data, max_decompressed=64 << 20)
+        scan = scan_batches(data, budget=DecompressionBudget.fixed(64 << 20))
+        assert scan.error is not None and "UTF-8" in scan.error.reason
+
+
+def test_scanning_a_bomb_holds_one_chunk_not_the_batch():
+    """63 MiB of zeros in a 2 KB zstd batch: counted with a few MiB of Python memory."""
+    import tracemalloc
+    data = build_batch([Record(i, 0, None, bytes(9 << 20)) for i in range(7)],
+                       compression=Compression.ZSTD)
+    assert len(data) < 4096
+    tracemalloc.start()
+    try:
+        scan = scan_batches(data, budget=DecompressionBudget.fixed(64 << 20))
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert scan.error is None and scan.record_count == 7
+    assert peak < 6 << 20, peak
+
+
+def test_a_budget_shared_by_record_sets_and_charged_per_record():
+    bomb = build_batch([Record(0, 0, None, bytes(40 << 20))], compression=Compression.ZSTD)
+    budget = DecompressionBudget(frame_floor=64 << 20, run_floor=64 << 20, ratio=0)
+    budget.start_frame(0)
+    assert scan_batches(bomb, budget=budget).record_count == 1
+    second = scan_batches(bomb, budget=budget)       # 40 + 40 > 64 MiB
+    assert isinstance(second.error, BudgetExceededError) and second.batches == ()
+    assert second.error.field == "batch[0].records.compressed records"
+    # Tiny records cost their record charge: a million of them in a few KB of zstd.
+    tiny = build_batch([Record(0, 0, None, None)] * 1_000_000, compression=Compression.ZSTD)
+    budget = DecompressionBudget(frame_floor=16 << 20, run_floor=16 << 20, ratio=0, record_cost=64)
+    budget.start_frame(0)
+    scan = scan_batches(tiny, budget=budget)
+    # The charge lands per decompressed chunk walked: it overshoots by one chunk at most.
+    one_chunk = (1 << 20) + 64 * (1 << 20) // 7
+    assert isinstance(scan.error, BudgetExceededError) and budget.spent < (16 << 20) + one_chunk
