@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import binascii
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import typer
@@ -11,13 +12,17 @@ from rich.console import Console
 
 from kctl.errors import ConfigError, RemoteProtocolError
 from kctl.inspect import report
+from kctl.inspect.legs import Leg, read_legs
 from kctl.inspect.session import (
     CaptureNotice, DecodedFrame, decode_files, decode_frame_bytes, guess_broker_ports,
 )
 from kctl.inspect.summary import CaptureSummary
+from kctl.inspect.traffic import describe_ports, tcp_port_bytes
 from kctl.protocol.compression import DEFAULT_RATIO, DecompressionBudget
 from kctl.protocol.schema import API_BY_KEY, API_BY_NAME
 from kctl.ui.console import stderr_console, stdout_console
+
+_LEGS = {"client": (Leg.CLIENT,), "upstream": (Leg.UPSTREAM,), "both": (Leg.CLIENT, Leg.UPSTREAM)}
 
 
 def _api_keys(names: list[str]) -> set[int]:
@@ -33,27 +38,46 @@ def _api_keys(names: list[str]) -> set[int]:
     return keys
 
 
-def _ports(values: list[str], files: list[Path]) -> set[int]:
+def _ports(values: list[str], guess: Callable[[], set[int] | frozenset[int]]) -> set[int]:
     ports: set[int] = set()
     for v in values:
         if v == "auto":
-            ports |= guess_broker_ports(files)
+            ports |= guess()
             continue
         try:
             p = int(v)
         except ValueError:
             raise ConfigError(f"--port {v!r}: a port number or 'auto'") from None
         if not 0 < p < 65536:
-            raise ConfigError(f"--port {p}: outside 1..65535")
+            raise ConfigError(f"--port {p}: outside 1..65535") from None
         ports.add(p)
     return ports
+
+
+def _plan(path: Path, port: list[str], leg: str | None) -> tuple[set[int], frozenset[int] | None]:
+    """(broker ports, pcapng interfaces to read) for one file. A kctl inspect capture
+    names its legs and their broker ports (``inspect/legs.py``): one leg is read (the
+    client leg unless ``--leg``), and ``auto`` takes that leg's ports."""
+    # A pipe read as it arrives (stdin with explicit ports) cannot be read twice.
+    legs = read_legs(path) if path.is_file() else None
+    if legs is None:
+        if leg is not None:
+            raise ConfigError(f"--leg {leg}: {path} is not a kctl inspect capture (it names no "
+                              "legs); leave --leg out to read every packet")
+        return _ports(port, lambda: guess_broker_ports([path])), None
+    chosen = _LEGS[leg or "client"]
+    return (_ports(port, lambda: set(legs.ports_for(chosen)) or guess_broker_ports([path])),
+            legs.interfaces_for(chosen))
 
 
 def decode(
     files: list[Path] = typer.Argument(None, help="pcap or pcapng capture files; '-' reads one from stdin "
                                                   "(tcpdump -w - | kctl decode -)."),
-    port: list[str] = typer.Option(["9092"], "--port", "-p",
-                                   help="Broker port (repeatable); 'auto' guesses from the traffic."),
+    port: list[str] = typer.Option(["auto"], "--port", "-p",
+                                   help="Broker port (repeatable); 'auto': from a kctl capture's "
+                                        "legs, else guessed from the traffic."),
+    leg: str = typer.Option(None, "--leg", help="kctl inspect captures: client (default), "
+                            "upstream or both legs of the proxy."),
     json_out: bool = typer.Option(False, "--json", help="One JSON object per frame (docs/decode-json.md)."),
     verbose: bool = typer.Option(False, "--verbose", "-v", help="Full decoded tree of every frame."),
     records: bool = typer.Option(False, "--records", help="Print each record of Produce requests and Fetch responses."),
@@ -89,25 +113,36 @@ def decode(
         return
     if not files:
         raise ConfigError("give capture files to decode ('-' for stdin; or --hex with a frame on stdin)")
+    if leg is not None and leg not in _LEGS:
+        raise ConfigError(f"--leg {leg!r}: expected client, upstream or both")
     files = _stdin_as_file(files, port)
-    ports = _ports(port, files)
+    plans = [(path, *_plan(path, port, leg)) for path in files]
     client_ids = set(client_id)
     topics = set(topic)
     summ = CaptureSummary() if summary else None
     failures: list[CaptureNotice] = []
+    found = 0
 
-    for item in decode_files(files, ports, max_pending_bytes=max_pending_mb << 20,
-                             show_secrets=show_secrets,
-                             budget=DecompressionBudget(ratio=max_decompress_ratio)):
+    budget = DecompressionBudget(ratio=max_decompress_ratio)   # one for the whole run
+    stream_notices = 0
+    for item in (it for path, ports, interfaces in plans
+                 for it in decode_files([path], ports, max_pending_bytes=max_pending_mb << 20,
+                                        show_secrets=show_secrets, interfaces=interfaces,
+                                        budget=budget)):
         if isinstance(item, CaptureNotice):
             if summ is not None:
                 summ.add(item)
             if item.kind == "error":
                 failures.append(item)
+            elif item.conn is not None:
+                # A broker-port stream that was seen but not decoded (skipped as
+                # undecodable, a gap, TLS): Kafka's port, so not "no Kafka traffic".
+                stream_notices += 1
             if not summ:
                 err.print(f"# {item}", markup=False)
             continue
         f: DecodedFrame = item
+        found += 1
         if api_keys and f.api_key not in api_keys:
             continue
         if client_ids and f.client_id not in client_ids:
@@ -130,6 +165,13 @@ def decode(
         else:
             for t in _summary_tables(s):
                 out.print(t)
+    if not found and not failures and not stream_notices:
+        tried = sorted({p for _, ports, _ in plans for p in ports})
+        err.print(f"kctl decode: no Kafka traffic found in {', '.join(str(f) for f in files)} on port"
+                  f"{'s' if len(tried) > 1 else ''} {', '.join(map(str, tried))}; TCP ports seen, with "
+                  f"their payload bytes: {describe_ports(tcp_port_bytes(files))}; give the broker's "
+                  "with --port", markup=False)
+        raise typer.Exit(1)
     if failures:
         # One line: the file, the file offset of the damage and what it is.
         first = failures[0]

@@ -2,19 +2,22 @@
 
 from __future__ import annotations
 
+import json
 import queue
 import signal
-import ssl
 import sys
 import time
+from pathlib import Path
 from types import FrameType
 
 import typer
 
-from kctl.config import ProducerConfig, Setting, parse_assignment
-from kctl.errors import ConfigError
+from kctl.config import ProducerConfig, SecurityConfig, Setting, parse_assignment
+from kctl.errors import ConfigError, KctlError
 from kctl.inspect.faults import ErrorRewrite, FaultPlan
-from kctl.inspect.proxy import FrameEvent, InspectorProxy, parse_hostport
+from kctl.inspect.proxy import (
+    FrameEvent, InspectorProxy, ListenerTls, default_processors, parse_hostport)
+from kctl.inspect.proxy_stats import ProcessorLost, StatsSnapshot
 from kctl.quantities import parse_duration
 
 
@@ -45,11 +48,12 @@ def _describe(plan: FaultPlan) -> str:
     return ", ".join(parts)
 
 
-def upstream_context(properties: list[str], *, tls: bool, ca: str | None, cert: str | None,
-                     key: str | None) -> ssl.SSLContext | None:
-    """The upstream TLS context from ``-X`` client properties (security.protocol, ssl.*), read
-    as every kctl client reads them (``engine.tls.context_for``); the ``--upstream-*`` flags
-    are shorthands for those properties and win over them."""
+def upstream_security(properties: list[str], *, tls: bool, ca: str | None, cert: str | None,
+                      key: str | None) -> SecurityConfig | None:
+    """The upstream TLS settings from ``-X`` client properties (security.protocol, ssl.*), read
+    as every kctl client reads them; the ``--upstream-*`` flags are shorthands for those
+    properties and win over them. ``None`` for plaintext. The context is built here once
+    (``engine.tls.context_for``) so a bad setting is one line before anything listens."""
     settings = [parse_assignment(x, "-X") for x in properties]
     for flag, name, value in (("--upstream-tls", "security.protocol", "SSL" if tls else None),
                               ("--upstream-ca", "ssl.ca.location", ca),
@@ -68,7 +72,8 @@ def upstream_context(properties: list[str], *, tls: bool, ca: str | None, cert: 
                               "(or -X security.protocol=SSL)")
         return None
     from kctl.engine.tls import context_for
-    return context_for(security)
+    context_for(security)
+    return security
 
 
 def inspect(
@@ -112,6 +117,12 @@ def inspect(
     show_secrets: bool = typer.Option(False, "--show-secrets",
                                       help="Show SaslAuthenticate credentials in --show frames "
                                            "(redacted by default)."),
+    processors: int = typer.Option(None, "--processors", min=1,
+                                   help="Processor processes that own the connections "
+                                        "(default: the number of cores; 1: one event loop)."),
+    json_out: Path = typer.Option(None, "--json-out",
+                                  help="Write the run's statistics as JSON here at the end "
+                                       "(docs/inspect-summary.md)."),
 ) -> None:
     """Run a transparent Kafka proxy: live stats or frames, pcapng capture, fault injection.
 
@@ -125,12 +136,12 @@ def inspect(
         raise ConfigError(f"--show {show!r}: expected stats or frames")
     if listen_tls_key and not listen_tls_cert:
         raise ConfigError("--listen-tls-key needs --listen-tls-cert")
-    listen_context = None
+    listen_tls = None
     if listen_tls_cert:
-        from kctl.engine.tls import listener_context
-        listen_context = listener_context(listen_tls_cert, listen_tls_key)
-    up_context = upstream_context(properties, tls=upstream_tls, ca=upstream_ca, cert=upstream_cert,
-                                  key=upstream_key)
+        listen_tls = ListenerTls(listen_tls_cert, listen_tls_key)
+        listen_tls.context()        # a bad certificate is one line now, not in each processor
+    up_security = upstream_security(properties, tls=upstream_tls, ca=upstream_ca, cert=upstream_cert,
+                                    key=upstream_key)
     host, port = parse_hostport(listen, what="--listen")
     lose_rate, lose_limit = FaultPlan.parse_lose(lose_records) if lose_records else (0.0, None)
     plan = FaultPlan(
@@ -138,26 +149,92 @@ def inspect(
         error=ErrorRewrite.parse(inject_error) if inject_error else None, drop_rate=drop_rate,
         tiny_segments=tiny_segments, blackhole=blackhole, lose_rate=lose_rate,
         lose_limit=lose_limit, seed=seed)
-    lines: queue.SimpleQueue[FrameEvent] = queue.SimpleQueue()
+    lines: queue.SimpleQueue[FrameEvent | ProcessorLost] = queue.SimpleQueue()
+    n = processors or default_processors()
     proxy = InspectorProxy(upstream, host, port, faults=plan, capture=capture,
                            virtual_brokers=virtual_brokers,
                            on_frame=lines.put if show == "frames" else None,
-                           listen_ssl_context=listen_context, upstream_ssl_context=up_context,
-                           show_secrets=show_secrets)
+                           listen_tls=listen_tls, upstream_security=up_security,
+                           show_secrets=show_secrets, processors=n, processes=True,
+                           on_lost=lines.put)
     previous_int = signal.signal(signal.SIGINT, signal.default_int_handler)
     previous_term = signal.signal(signal.SIGTERM, _sigterm_as_interrupt)
+    final: StatsSnapshot | None = None
     try:
         with proxy:
-            _run(proxy, show, lines, duration_s, _describe(plan),
-                 tls=", ".join(n for n, c in (("TLS from clients", listen_context),
-                                              ("TLS upstream", up_context)) if c is not None))
+            try:
+                _run(proxy, show, lines, duration_s, _describe(plan),
+                     tls=", ".join(n for n, c in (("TLS from clients", listen_tls),
+                                                  ("TLS upstream", up_security)) if c is not None))
+            finally:
+                final = _final_snapshot(proxy)
     except KeyboardInterrupt:
         pass
     finally:
         signal.signal(signal.SIGTERM, previous_term)
         signal.signal(signal.SIGINT, previous_int)
+    while not lines.empty():            # a processor lost while stopping
+        item = lines.get()
+        if isinstance(item, ProcessorLost):
+            typer.echo(f"kctl inspect: {item}", err=True)
+    if final is not None:
+        typer.echo(f"kctl inspect: {_summary_line(final)}", err=True)
+        if json_out is not None:
+            json_out.write_text(json.dumps(summary_json(final), indent=2) + "\n")
     if capture:
-        typer.echo(f"capture written to {capture}", err=True)
+        merged = proxy.capture_result
+        extra = f" ({merged.packets} packets merged from {n} processors)" if merged else ""
+        typer.echo(f"capture written to {capture}{extra}", err=True)
+        if merged is not None:
+            for line in merged.damaged:
+                typer.echo(f"kctl inspect: capture part cut short: {line}", err=True)
+    if proxy.lost:
+        # Said above, one line per processor, as it happened: the run was damaged.
+        raise typer.Exit(1)
+
+
+def _final_snapshot(proxy: InspectorProxy) -> StatsSnapshot | None:
+    try:
+        return proxy.snapshot()
+    except KctlError:
+        return None
+
+
+def _summary_line(s: StatsSnapshot) -> str:
+    produce = s.apis.get("Produce")
+    records = f", {produce.records} records in {produce.batches} batches" if produce else ""
+    return (f"{s.requests} requests, {s.responses} responses{records}; "
+            f"{_n(s.connections_total, 'connection')} over {_n(s.processors, 'processor')}"
+            + (f"; {_n(len(s.lost), 'processor')} lost" if s.lost else ""))
+
+
+def _n(n: int, noun: str) -> str:
+    return f"{n} {noun}{'' if n == 1 else 's'}"
+
+
+def summary_json(s: StatsSnapshot) -> dict:
+    """``--json-out``: the run's merged statistics (docs/inspect-summary.md)."""
+    return {
+        "schema": "kctl.inspect.summary/1",
+        "processors": s.processors,
+        "connections_total": s.connections_total,
+        "connections_open": len(s.connections),
+        "requests": s.requests,
+        "responses": s.responses,
+        "decode_errors": s.decode_errors,
+        "apis": {name: {"requests": a.requests, "responses": a.responses,
+                        "request_bytes": a.request_bytes, "response_bytes": a.response_bytes,
+                        "records": a.records, "batches": a.batches,
+                        "latency_ms": {f"p{p:g}": a.latency_us[p] / 1000 for p in a.latency_us}
+                        | {"max": a.latency_max_us / 1000, "mean": round(a.latency_mean_us / 1000, 3)},
+                        "throttled": a.throttled, "throttle_ms_max": a.throttle_ms_max}
+                 for name, a in sorted(s.apis.items())},
+        "codecs": dict(sorted(s.codecs.items())),
+        "errors": dict(sorted(s.errors.items())),
+        "faults": dict(sorted(s.faults.items())),
+        "lost_processors": [{"processor": x.processor, "pid": x.pid, "exitcode": x.exitcode,
+                             "connections": [c.id for c in x.connections]} for x in s.lost],
+    }
 
 
 def _run(proxy: InspectorProxy, show: str, lines: queue.SimpleQueue, duration: float | None,
@@ -167,6 +244,7 @@ def _run(proxy: InspectorProxy, show: str, lines: queue.SimpleQueue, duration: f
     listeners = [f"{h}:{p}" for h, p in proxy.listeners]
     typer.echo(f"kctl inspect: listening on {', '.join(listeners)} -> "
                f"{', '.join(f'{h}:{p}' for h, p in proxy.upstreams)}"
+               + f" ({proxy.processors} processor{'s' if proxy.processors > 1 else ''})"
                + (f" ({tls})" if tls else "")
                + (f" (faults: {faults})" if faults else ""), err=True)
     deadline = None if duration is None else time.monotonic() + duration
@@ -175,11 +253,17 @@ def _run(proxy: InspectorProxy, show: str, lines: queue.SimpleQueue, duration: f
 
     def remaining() -> float:
         # Each wait of the loops below passes here: say why upstream TLS failed (the
-        # client only sees its connection reset), once per new reason.
+        # client only sees its connection reset), once per new reason; and which
+        # processor died, with the connections it took with it.
         nonlocal last_tls_error
         if proxy.last_upstream_tls_error != last_tls_error:
             last_tls_error = proxy.last_upstream_tls_error
             typer.echo(f"kctl inspect: {last_tls_error}", err=True)
+        if show != "frames":
+            while not lines.empty():
+                typer.echo(f"kctl inspect: {lines.get()}", err=True)
+        if not proxy.alive_processors:
+            raise KctlError("every kctl inspect processor died: nothing is left to serve clients")
         return 1.0 if deadline is None else max(0.0, deadline - time.monotonic())
 
     if show == "frames":
@@ -188,7 +272,10 @@ def _run(proxy: InspectorProxy, show: str, lines: queue.SimpleQueue, duration: f
                 event = lines.get(timeout=min(0.2, remaining() or 0.01))
             except queue.Empty:
                 continue
-            typer.echo(frame_line(event))
+            if isinstance(event, ProcessorLost):
+                typer.echo(f"kctl inspect: {event}", err=True)
+            else:
+                typer.echo(frame_line(event))
         return
     previous = None
     if sys.stdout.isatty():

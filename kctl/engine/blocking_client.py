@@ -6,31 +6,26 @@ non-blocking network client. One request is outstanding at a time, so a
 response is matched to its request by correlation id and a mismatch is a
 protocol error.
 
-On connect it wraps the socket in TLS when ``security`` says so, negotiates
-versions: ApiVersions at kctl's highest version, and, when the broker answers
-UNSUPPORTED_VERSION (sending its own list in the v0 layout, as KIP-511
-prescribes), again at the highest version it offers; then, for SASL, runs the
-SaslHandshake/SaslAuthenticate exchange (``engine/sasl.py``).
+On connect it opens the socket (``engine/connection.py``), wraps it in TLS when
+``security`` says so, and runs the same sans-IO ``ClientHandshake`` as the
+non-blocking client (``engine/handshake.py``): ApiVersions, again at a lower
+version on UNSUPPORTED_VERSION (KIP-511), then SaslHandshake/SaslAuthenticate for SASL.
 """
 
 from __future__ import annotations
 
-import socket
 import ssl
 import struct
-from dataclasses import dataclass
 from typing import Any
 
-import kctl
 from kctl.config import PLAINTEXT_SECURITY, SecurityConfig
-from kctl.errors import AuthenticationError, BrokerUnavailableError, DecodeError, RemoteProtocolError
+from kctl.engine.connection import open_blocking
+from kctl.engine.handshake import ClientHandshake
+from kctl.errors import BrokerUnavailableError, RemoteProtocolError
 from kctl.protocol import messages, schema
-from kctl.protocol.error_codes import error_for
 from kctl.protocol.frames import DEFAULT_MAX_FRAME_BYTES, frame
-from kctl.protocol.versions import NegotiatedVersions, VersionRange, negotiate
+from kctl.protocol.versions import NegotiatedVersions
 
-API_VERSIONS = schema.API_BY_NAME["ApiVersions"].api_key
-UNSUPPORTED_VERSION = 35
 _SIZE = struct.Struct(">i")
 
 
@@ -88,10 +83,9 @@ class BlockingClient:
 
     def connect(self) -> None:
         try:
-            self._sock = socket.create_connection((self.host, self.port), timeout=self.timeout_s)
+            self._sock = open_blocking(self.host, self.port, self.timeout_s)
         except OSError as e:
             raise BrokerUnavailableError(f"cannot connect to broker {self._tried()}: {e.strerror or e}") from None
-        self._sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         try:
             if self.security.uses_tls:
                 from kctl.engine.tls import context_for, tls_failure
@@ -100,30 +94,27 @@ class BlockingClient:
                         self._sock, server_hostname=self.host)
                 except (ssl.SSLError, ssl.CertificateError) as e:
                     raise tls_failure(self.address, e) from None
-            self.versions = self._negotiate()
-            if self.security.uses_sasl:
-                self._authenticate()
+            self.versions = self._handshake()
         except BaseException:
             self.close()
             raise
 
-    def _authenticate(self) -> None:
-        from kctl.engine.sasl import SASL_AUTHENTICATE, SASL_HANDSHAKE, SaslAuthenticator
-        assert self.versions is not None
-        handshake = self.versions.version_for(SASL_HANDSHAKE)
-        if handshake is None or handshake < 1 or self.versions.version_for(SASL_AUTHENTICATE) is None:
-            raise AuthenticationError(
-                f"broker {self.address} does not offer SaslHandshake v1 and SaslAuthenticate "
-                "(KIP-152, Kafka 1.0+): kctl cannot authenticate with SASL there")
-        auth = SaslAuthenticator(self.security, self.address)
-        while not auth.done:
-            step = auth.next_request()
+    def _handshake(self) -> NegotiatedVersions:
+        """Carries the ``ClientHandshake``'s requests until it is ready (it raises when it
+        cannot be)."""
+        handshake = ClientHandshake(self.security, self.address)
+        while not handshake.ready:
+            step = handshake.next_request()
             if step is None:
-                raise RemoteProtocolError(f"SASL exchange with {self.address} stalled")
-            api_key, body = step
-            version = self.versions.require(api_key)
-            cid = self._send(api_key, version, body)
-            auth.on_response(api_key, self._receive(api_key, version, cid).body)
+                raise RemoteProtocolError(f"the handshake with {self.address} stalled")
+            correlation_id = self._send(step.api_key, step.api_version, step.body)
+            data = self._receive_frame()
+            if messages.peek_correlation_id(data) != correlation_id:
+                name = schema.API_BY_KEY[step.api_key].name
+                raise RemoteProtocolError(f"broker {self.address} answered {name} out of order")
+            handshake.on_response(data)
+        assert handshake.versions is not None
+        return handshake.versions
 
     def close(self) -> None:
         if self._sock is not None:
@@ -204,60 +195,3 @@ class BlockingClient:
             raise RemoteProtocolError(
                 f"broker {self.address} answered correlation id {got}, expected {correlation_id}")
         return messages.decode_response(data, api_key, version)
-
-    # -- ApiVersions ----------------------------------------------------------
-    def _negotiate(self) -> NegotiatedVersions:
-        version = schema.API_BY_KEY[API_VERSIONS].max_version
-        for _ in range(2):
-            correlation_id = self._send(API_VERSIONS, version, api_versions_request())
-            data = self._receive_frame()
-            if messages.peek_correlation_id(data) != correlation_id:
-                raise RemoteProtocolError(f"broker {self.address} answered ApiVersions out of order")
-            answer = read_api_versions_response(data, version, self.address)
-            if answer.versions is not None:
-                return answer.versions
-            version = answer.retry_version
-        raise RemoteProtocolError(f"broker {self.address} supports no ApiVersions version kctl speaks")
-
-
-# -- ApiVersions handshake, shared with the non-blocking NetworkClient ---------
-
-@dataclass(frozen=True, slots=True)
-class ApiVersionsAnswer:
-    """What an ApiVersions response means: the negotiated versions, or the
-    lower ApiVersions version to ask again with (KIP-511's UNSUPPORTED_VERSION)."""
-
-    versions: NegotiatedVersions | None
-    retry_version: int | None = None
-
-
-def api_versions_request() -> Any:
-    """The ApiVersionsRequest kctl sends on every new connection."""
-    return messages.message_class("ApiVersionsRequest")(
-        client_software_name="kctl", client_software_version=kctl.__version__)
-
-
-def read_api_versions_response(data: bytes, version: int, address: str) -> ApiVersionsAnswer:
-    """Interprets an ApiVersions response frame (correlation id already checked).
-
-    A broker that does not know ``version`` answers in the v0 layout with
-    UNSUPPORTED_VERSION and its own range: the answer then names the version to
-    retry with. Any other error, or no usable retry, is a ``RemoteProtocolError``.
-    """
-    max_version = schema.API_BY_KEY[API_VERSIONS].max_version
-    try:
-        resp = messages.decode_response(data, API_VERSIONS, version).body
-    except DecodeError:
-        resp = messages.decode_response(data, API_VERSIONS, 0).body
-    if resp.error_code == UNSUPPORTED_VERSION:
-        offered = [k for k in resp.api_keys if k.api_key == API_VERSIONS]
-        retry = min(offered[0].max_version, max_version) if offered else None
-        if retry is None or retry >= version:
-            raise RemoteProtocolError(
-                f"broker {address} supports no ApiVersions version kctl speaks")
-        return ApiVersionsAnswer(None, retry)
-    if resp.error_code != 0:
-        err = error_for(resp.error_code)
-        raise RemoteProtocolError(f"broker {address} refused ApiVersions: {err.name}")
-    return ApiVersionsAnswer(negotiate(VersionRange(k.api_key, k.min_version, k.max_version)
-                                       for k in resp.api_keys))

@@ -7,19 +7,17 @@ How this works:
   pseudo ids (-1, -2, ...) until then. ``ready(node, now_ns)`` starts a connect
   when the node is disconnected and its reconnect backoff has passed
   (``ClusterConnectionStates``) and says whether a request may be sent now.
-- With TLS (``security.protocol`` SSL / SASL_SSL) the connected socket is wrapped
-  (``do_handshake_on_connect=False``) and the handshake is stepped from ``poll``
-  on SSLWantRead/WriteError, still CONNECTING (the setup timeout covers it);
-  reads continue while the TLS layer holds decrypted bytes (``pending()``), which
-  the selector cannot see. A failed handshake is an ``AuthenticationError`` naming
-  the broker and the reason (``engine/tls.py``).
-- A new connection first sends ApiVersions (kctl's highest version; again at the
-  broker's highest on UNSUPPORTED_VERSION, KIP-511) and is READY only once the
-  answer is in; the negotiated versions are kept per node (``api_version``).
-  No other request is sent before READY. With SASL the connection is
-  AUTHENTICATING after ApiVersions while ``SaslAuthenticator`` (engine/sasl.py)
-  drives SaslHandshake and SaslAuthenticate; a refusal closes it with an
-  ``AuthenticationError`` kept in ``authentication_error(node)``.
+- Each connection's socket, TLS and framing are a ``Connection`` (engine/connection.py).
+  With TLS (``security.protocol`` SSL / SASL_SSL) the handshake is stepped from
+  ``poll``, still CONNECTING (the setup timeout covers it). A failed handshake is an
+  ``AuthenticationError`` naming the broker and the reason (``engine/tls.py``).
+- A new connection then runs its ``ClientHandshake`` (engine/handshake.py, sans-IO):
+  ApiVersions (kctl's highest version; again at the broker's highest on
+  UNSUPPORTED_VERSION, KIP-511), then with SASL SaslHandshake and SaslAuthenticate
+  (AUTHENTICATING). It is READY only once the handshake is; the negotiated versions
+  are kept per node (``api_version``). No other request is sent before READY. A
+  refusal closes it with an ``AuthenticationError`` kept in ``authentication_error(node)``.
+  This client only carries the handshake's requests (internal ones, never handed back).
 - ``send(request, now_ns)`` assigns the correlation id, frames the request (a
   message object is encoded by the generic codec; pre-encoded body bytes get a
   cached header with the correlation id spliced in) and writes what the socket
@@ -51,7 +49,6 @@ Not thread-safe, except ``wakeup()``, which any thread may call.
 
 from __future__ import annotations
 
-import errno
 import logging
 import os
 import random as _random
@@ -68,18 +65,18 @@ from typing import Any, Final
 
 from kctl.config import BrokerAddress, NetworkConfig
 from kctl.engine.backoff import Random
-from kctl.engine.blocking_client import (
-    API_VERSIONS, api_versions_request, parse_address, read_api_versions_response)
+from kctl.engine.blocking_client import parse_address
 from kctl.engine.clock import Clock, SystemClock
+from kctl.engine.connection import RECV_CHUNK, Connection
 from kctl.engine.connection_states import NEVER_NS, ClusterConnectionStates, ConnectionState
+from kctl.engine.handshake import ClientHandshake
 from kctl.engine.inflight import CorrelationIdMismatchError, InFlightRequests
-from kctl.engine.sasl import SASL_AUTHENTICATE, SASL_HANDSHAKE, SaslAuthenticator
 from kctl.engine.tls import context_for, tls_failure
 from kctl.errors import (
     AuthenticationError, BrokerUnavailableError, ConfigError, DecodeError, KctlError,
     RemoteProtocolError, UnsupportedVersionError)
 from kctl.protocol import messages, schema
-from kctl.protocol.frames import DEFAULT_MAX_FRAME_BYTES, FrameDecoder
+from kctl.protocol.frames import DEFAULT_MAX_FRAME_BYTES
 
 __all__ = ["ClientRequest", "ClientResponse", "NetworkClient", "NetworkMetrics",
            "NodeNotReadyError", "RequestTimeoutError"]
@@ -88,12 +85,8 @@ log = logging.getLogger(__name__)
 
 _SIZE: Final = struct.Struct(">i")
 _NS_PER_MS: Final = 1_000_000
-_RECV_CHUNK: Final = 256 * 1024
 _MAX_SELECT_S: Final = 3600.0
 _MAX_UNANSWERED: Final = 4096
-_HAS_SENDMSG: Final = hasattr(socket.socket, "sendmsg")
-_IN_PROGRESS: Final = frozenset({0, errno.EINPROGRESS, errno.EWOULDBLOCK, errno.EALREADY,
-                                 getattr(errno, "WSAEWOULDBLOCK", errno.EWOULDBLOCK)})
 
 
 class NodeNotReadyError(KctlError):
@@ -130,7 +123,7 @@ class ClientRequest:
     timeout_ns: int = 0
     throttle_ns: int = 0    # KIP-219 throttle time added to the timeout
     size_bytes: int = 0     # on the wire, with the size prefix
-    internal: bool = field(default=False, repr=False)  # the client's own ApiVersions
+    internal: bool = field(default=False, repr=False)  # the connection's own handshake
 
 
 @dataclass(frozen=True, slots=True)
@@ -183,33 +176,31 @@ class NetworkMetrics:
 
 
 class _Connection:
-    """One socket and its buffers. ``out`` holds the unsent part of one request."""
+    """One node's ``Connection`` and this client's bookkeeping around it."""
 
-    __slots__ = ("node", "sock", "address", "decoder", "out", "out_request", "events",
-                 "connected", "closed", "api_versions_version", "last_active_ns", "unanswered",
-                 "host", "tls", "handshaking", "sasl")
+    __slots__ = ("node", "channel", "out_request", "events", "connected", "last_active_ns",
+                 "unanswered", "handshake")
 
-    def __init__(self, node: int, sock: socket.socket, address: str, max_frame_bytes: int,
-                 now_ns: int) -> None:
+    def __init__(self, node: int, channel: Connection, now_ns: int) -> None:
         self.node = node
-        self.sock = sock
-        self.address = address
-        self.decoder = FrameDecoder(max_frame_bytes)
-        self.out: list[memoryview] = []
-        self.out_request: ClientRequest | None = None
+        self.channel = channel
+        self.out_request: ClientRequest | None = None   # the request whose bytes are queued
         self.events = 0
         self.connected = False
-        self.closed = False
-        self.api_versions_version = schema.API_BY_KEY[API_VERSIONS].max_version
         self.last_active_ns = now_ns
         # Correlation ids of requests sent without expecting a response (acks=0).
         # A real broker never answers them; Tansu does, in order. Such an answer
         # is dropped instead of breaking the connection.
         self.unanswered: deque[int] = deque(maxlen=_MAX_UNANSWERED)
-        self.host = ""
-        self.tls = False          # the socket is an SSLSocket
-        self.handshaking = False  # TCP connected, TLS handshake not finished
-        self.sasl: SaslAuthenticator | None = None
+        self.handshake: ClientHandshake | None = None   # until READY
+
+    @property
+    def address(self) -> str:
+        return self.channel.address
+
+    @property
+    def closed(self) -> bool:
+        return self.channel.closed
 
 
 def _address_of(value: tuple[str, int] | BrokerAddress | str) -> tuple[str, int]:
@@ -260,7 +251,7 @@ class NetworkClient:
         self._pending: list[ClientResponse] = []  # outcomes produced outside poll
         self._correlation_id = 0
         self._headers: dict[tuple[int, int], bytes] = {}
-        self._recv_buf = memoryview(bytearray(_RECV_CHUNK))
+        self._recv_buf = memoryview(bytearray(RECV_CHUNK))
         self._auth_errors: dict[int, AuthenticationError] = {}
         self.metrics = NetworkMetrics()
 
@@ -435,7 +426,7 @@ class NetworkClient:
         request.size_bytes = size
         request.sent_ns = -1
         self._in_flight.add(conn.node, request)
-        conn.out = out
+        conn.channel.queue(*out)
         conn.out_request = request
         self.metrics.request_total += 1
         self._write(conn, now_ns, responses)
@@ -487,10 +478,10 @@ class NetworkClient:
             if not conn.connected:
                 self._finish_connect(conn, now, responses)
                 continue
-            if conn.handshaking:
+            if conn.channel.handshaking:
                 self._handshake(conn, now, responses)
                 continue
-            if mask & selectors.EVENT_WRITE and conn.out:
+            if mask & selectors.EVENT_WRITE and conn.channel.out:
                 self._write(conn, now, responses)
             if mask & selectors.EVENT_READ and not conn.closed:
                 self._read(conn, now, responses)
@@ -548,33 +539,22 @@ class NetworkClient:
         self._states.connecting(node, now_ns)
         self.metrics.connection_creation_total += 1
         try:
-            infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
-            s = self._states.get(node)
-            family, kind, proto, _, sockaddr = infos[s.failed_attempts % len(infos)]
-            sock = socket.socket(family, kind, proto)
-        except OSError as e:
+            channel = Connection.open(
+                host, port, address, attempt=self._states.get(node).failed_attempts,
+                send_buffer_bytes=self.config.send_buffer_bytes,
+                receive_buffer_bytes=self.config.receive_buffer_bytes,
+                max_frame_bytes=self._max_frame_bytes)
+        except socket.gaierror as e:
             self._connect_failed(node, now_ns, f"cannot resolve broker {address}: {e.strerror or e}")
             return
-        try:
-            sock.setblocking(False)
-            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            if self.config.send_buffer_bytes > 0:
-                sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, self.config.send_buffer_bytes)
-            if self.config.receive_buffer_bytes > 0:
-                sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, self.config.receive_buffer_bytes)
-            err = sock.connect_ex(sockaddr)
         except OSError as e:
-            err = e.errno or errno.EIO
-        if err not in _IN_PROGRESS:
-            sock.close()
-            self._connect_failed(node, now_ns, f"cannot connect to broker {address}: {_strerror(err)}")
+            self._connect_failed(node, now_ns, f"cannot connect to broker {address}: {e.strerror or e}")
             return
-        conn = _Connection(node, sock, address, self._max_frame_bytes, now_ns)
-        conn.host = host
+        conn = _Connection(node, channel, now_ns)
         self._conns[node] = conn
         # Connect completion shows as writability; _finish_connect checks SO_ERROR.
         conn.events = selectors.EVENT_WRITE
-        self._selector.register(sock, conn.events, conn)
+        self._selector.register(channel.sock, conn.events, conn)
         log.debug("connecting to node %s at %s", node, address)
 
     def _connect_failed(self, node: int, now_ns: int, reason: str) -> None:
@@ -585,7 +565,7 @@ class NetworkClient:
             self._on_disconnect(node, reason)
 
     def _finish_connect(self, conn: _Connection, now_ns: int, responses: list[ClientResponse]) -> None:
-        err = conn.sock.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR)
+        err = conn.channel.connect_error()
         if err:
             self._disconnect(conn, now_ns, responses,
                              f"cannot connect to broker {conn.address}: {_strerror(err)}")
@@ -599,13 +579,11 @@ class NetworkClient:
             except ConfigError as e:
                 self._disconnect(conn, now_ns, responses, str(e), error=AuthenticationError(str(e)))
                 return
-            self._selector.unregister(conn.sock)
-            # wrap_socket detaches the plain socket; the SSLSocket has the same fd.
-            conn.sock = context.wrap_socket(conn.sock, server_hostname=conn.host,
-                                            do_handshake_on_connect=False)
-            conn.tls = conn.handshaking = True
+            channel = conn.channel
+            self._selector.unregister(channel.sock)
+            channel.start_tls(context)          # a new socket object, the same fd
             conn.events = selectors.EVENT_READ | selectors.EVENT_WRITE
-            self._selector.register(conn.sock, conn.events, conn)
+            self._selector.register(channel.sock, conn.events, conn)
             self._handshake(conn, now_ns, responses)
             return
         self._connection_established(conn, now_ns, responses)
@@ -613,13 +591,7 @@ class NetworkClient:
     def _handshake(self, conn: _Connection, now_ns: int, responses: list[ClientResponse]) -> None:
         """One step of the TLS handshake; waits for whatever the TLS layer wants."""
         try:
-            conn.sock.do_handshake()
-        except ssl.SSLWantReadError:
-            self._set_events(conn, selectors.EVENT_READ)
-            return
-        except ssl.SSLWantWriteError:
-            self._set_events(conn, selectors.EVENT_WRITE)
-            return
+            wanted = conn.channel.handshake_step()
         except (ssl.SSLError, ssl.CertificateError) as e:
             self._auth_failed(conn, now_ns, responses, tls_failure(conn.address, e))
             return
@@ -628,9 +600,12 @@ class NetworkClient:
                              f"connection to broker {conn.address} broke during the TLS handshake: "
                              f"{e.strerror or e}")
             return
-        conn.handshaking = False
+        if wanted:
+            self._set_events(conn, wanted)
+            return
         conn.last_active_ns = now_ns
-        log.debug("node %s: TLS established with %s (%s)", conn.node, conn.address, conn.sock.version())
+        log.debug("node %s: TLS established with %s (%s)", conn.node, conn.address,
+                  conn.channel.sock.version())
         self._connection_established(conn, now_ns, responses)
 
     def _auth_failed(self, conn: _Connection, now_ns: int, responses: list[ClientResponse],
@@ -642,86 +617,56 @@ class NetworkClient:
                                 responses: list[ClientResponse]) -> None:
         self._set_events(conn, selectors.EVENT_READ)
         self._states.checking_api_versions(conn.node)
-        self._send_api_versions(conn, now_ns, responses)
+        conn.handshake = ClientHandshake(self.config.security, conn.address)
+        self._send_handshake(conn, now_ns, responses)
 
-    def _send_api_versions(self, conn: _Connection, now_ns: int, responses: list[ClientResponse]) -> None:
-        req = ClientRequest(node=conn.node, api_key=API_VERSIONS, body=api_versions_request(),
-                            api_version=conn.api_versions_version, internal=True)
+    def _send_handshake(self, conn: _Connection, now_ns: int, responses: list[ClientResponse]) -> None:
+        assert conn.handshake is not None
+        step = conn.handshake.next_request()
+        if step is None:
+            return
+        req = ClientRequest(node=conn.node, api_key=step.api_key, body=step.body,
+                            api_version=step.api_version, internal=True)
         self._do_send(conn, req, now_ns, responses)
 
-    def _on_api_versions(self, conn: _Connection, req: ClientRequest, frame: bytes, now_ns: int,
-                         responses: list[ClientResponse]) -> None:
+    def _on_handshake(self, conn: _Connection, frame: bytes, now_ns: int,
+                      responses: list[ClientResponse]) -> None:
+        handshake = conn.handshake
+        assert handshake is not None
         try:
-            answer = read_api_versions_response(frame, req.api_version, conn.address)
+            handshake.on_response(frame)
+        except AuthenticationError as e:
+            self._auth_failed(conn, now_ns, responses, e)
+            return
         except RemoteProtocolError as e:
-            self._disconnect(conn, now_ns, responses, str(e), error=e)
+            self._disconnect(conn, now_ns, responses,
+                             str(e) if conn.address in str(e) else f"broker {conn.address}: {e}",
+                             error=e)
             return
-        if answer.versions is None:
-            conn.api_versions_version = answer.retry_version
-            self._send_api_versions(conn, now_ns, responses)
+        if handshake.ready:
+            conn.handshake = None
+            self._versions[conn.node] = handshake.versions
+            self._connection_ready(conn)
             return
-        self._versions[conn.node] = answer.versions
-        if self.config.security.uses_sasl:
-            handshake = answer.versions.version_for(SASL_HANDSHAKE)
-            if (handshake is None or handshake < 1
-                    or answer.versions.version_for(SASL_AUTHENTICATE) is None):
-                self._auth_failed(conn, now_ns, responses, AuthenticationError(
-                    f"broker {conn.address} does not offer SaslHandshake v1 and SaslAuthenticate "
-                    "(KIP-152, Kafka 1.0+): kctl cannot authenticate with SASL there"))
-                return
+        if handshake.authenticating and self._states.state(conn.node) is not ConnectionState.AUTHENTICATING:
             self._states.authenticating(conn.node)
-            conn.sasl = SaslAuthenticator(self.config.security, conn.address)
-            self._send_sasl(conn, now_ns, responses)
-            return
-        self._connection_ready(conn)
+        self._send_handshake(conn, now_ns, responses)
 
     def _connection_ready(self, conn: _Connection) -> None:
         self._states.ready(conn.node)
         self._auth_errors.pop(conn.node, None)
         log.debug("node %s at %s is ready", conn.node, conn.address)
 
-    def _send_sasl(self, conn: _Connection, now_ns: int, responses: list[ClientResponse]) -> None:
-        step = conn.sasl.next_request()
-        if step is None:
-            return
-        api_key, body = step
-        req = ClientRequest(node=conn.node, api_key=api_key, body=body,
-                            api_version=self._versions[conn.node].require(api_key), internal=True)
-        self._do_send(conn, req, now_ns, responses)
-
-    def _on_sasl(self, conn: _Connection, req: ClientRequest, frame: bytes, now_ns: int,
-                 responses: list[ClientResponse]) -> None:
-        try:
-            body = messages.decode_response(frame, req.api_key, req.api_version).body
-            conn.sasl.on_response(req.api_key, body)
-        except AuthenticationError as e:
-            self._auth_failed(conn, now_ns, responses, e)
-            return
-        except RemoteProtocolError as e:
-            self._disconnect(conn, now_ns, responses, f"broker {conn.address}: {e}", error=e)
-            return
-        if conn.sasl.done:
-            conn.sasl = None
-            self._connection_ready(conn)
-        else:
-            self._send_sasl(conn, now_ns, responses)
-
     # -- I/O ---------------------------------------------------------------------------------
     def _set_events(self, conn: _Connection, events: int) -> None:
         if events != conn.events:
             conn.events = events
-            self._selector.modify(conn.sock, events, conn)
+            self._selector.modify(conn.channel.sock, events, conn)
 
     def _write(self, conn: _Connection, now_ns: int, responses: list[ClientResponse]) -> None:
-        out = conn.out
+        channel = conn.channel
         try:
-            if _HAS_SENDMSG and len(out) > 1 and not conn.tls:
-                n = conn.sock.sendmsg(out)
-            else:
-                n = conn.sock.send(out[0])
-        except (BlockingIOError, InterruptedError, ssl.SSLWantWriteError, ssl.SSLWantReadError):
-            # TLS: retry later with the same bytes (Python allows a moved buffer).
-            n = 0
+            n = channel.write()
         except ssl.SSLError as e:
             self._auth_failed(conn, now_ns, responses, tls_failure(conn.address, e))
             return
@@ -732,15 +677,7 @@ class NetworkClient:
         if n:
             self.metrics.outgoing_bytes_total += n
             conn.last_active_ns = now_ns
-            while n:
-                first = out[0]
-                if n >= len(first):
-                    n -= len(first)
-                    del out[0]
-                else:
-                    out[0] = first[n:]
-                    n = 0
-        if out:
+        if channel.out:
             self._set_events(conn, selectors.EVENT_READ | selectors.EVENT_WRITE)
             return
         self._set_events(conn, selectors.EVENT_READ)
@@ -755,42 +692,13 @@ class NetworkClient:
             responses.append(ClientResponse(req, None, now_ns))
 
     def _read(self, conn: _Connection, now_ns: int, responses: list[ClientResponse]) -> None:
-        buf = self._recv_buf
-        size = len(buf)
-        sock = conn.sock
-        decoder = conn.decoder
-        broken: str | None = None
-        tls_error: AuthenticationError | None = None
-        total = 0
-        tls = conn.tls
-        while True:
-            try:
-                n = sock.recv_into(buf)
-            except (BlockingIOError, InterruptedError, ssl.SSLWantReadError, ssl.SSLWantWriteError):
-                break
-            except ssl.SSLZeroReturnError:
-                broken = f"broker {conn.address} closed the TLS connection"
-                break
-            except ssl.SSLError as e:
-                tls_error = tls_failure(conn.address, e)
-                broken = str(tls_error)
-                break
-            except OSError as e:
-                broken = f"connection to broker {conn.address} broke: {e.strerror or e}"
-                break
-            if n == 0:
-                broken = f"broker {conn.address} closed the connection"
-                break
-            total += n
-            decoder.feed(buf[:n])
-            # TLS hands out one record per call and may hold decrypted bytes the
-            # selector cannot see: read until it wants more from the socket.
-            if n < size and not tls:
-                break
-        if total:
-            self.metrics.incoming_bytes_total += total
+        channel = conn.channel
+        result = channel.fill(self._recv_buf)
+        if result.nbytes:
+            self.metrics.incoming_bytes_total += result.nbytes
             conn.last_active_ns = now_ns
         # Frames that arrived before a close still count.
+        decoder = channel.decoder
         try:
             while (frame := decoder.next_frame()) is not None:
                 self._on_frame(conn, frame, now_ns, responses)
@@ -800,10 +708,16 @@ class NetworkClient:
             self._disconnect(conn, now_ns, responses,
                              f"broker {conn.address} broke the framing: {e}", error=e)
             return
-        if tls_error is not None and not conn.closed:
-            self._auth_failed(conn, now_ns, responses, tls_error)
-        elif broken is not None:
-            self._disconnect(conn, now_ns, responses, broken)
+        if result.tls_error is not None:
+            self._auth_failed(conn, now_ns, responses, tls_failure(conn.address, result.tls_error))
+        elif result.tls_closed:
+            self._disconnect(conn, now_ns, responses, f"broker {conn.address} closed the TLS connection")
+        elif result.error is not None:
+            e = result.error
+            self._disconnect(conn, now_ns, responses,
+                             f"connection to broker {conn.address} broke: {e.strerror or e}")
+        elif result.eof:
+            self._disconnect(conn, now_ns, responses, f"broker {conn.address} closed the connection")
 
     def _on_frame(self, conn: _Connection, frame: bytes, now_ns: int,
                   responses: list[ClientResponse]) -> None:
@@ -834,10 +748,7 @@ class NetworkClient:
             self._disconnect(conn, now_ns, responses, str(err), error=err)
             return
         if req.internal:
-            if req.api_key == API_VERSIONS:
-                self._on_api_versions(conn, req, frame, now_ns, responses)
-            else:
-                self._on_sasl(conn, req, frame, now_ns, responses)
+            self._on_handshake(conn, frame, now_ns, responses)
             return
         try:
             body = messages.decode_response(frame, req.api_key, req.api_version).body
@@ -875,12 +786,11 @@ class NetworkClient:
                     reason: str, *, timed_out: bool = False, error: KctlError | None = None) -> None:
         node = conn.node
         if not conn.closed:
-            conn.closed = True
             try:
-                self._selector.unregister(conn.sock)
+                self._selector.unregister(conn.channel.sock)
             except (KeyError, ValueError):
                 pass
-            conn.sock.close()
+            conn.channel.close()
         if self._conns.get(node) is conn:
             del self._conns[node]
         if not conn.connected or self._states.state(node) is not ConnectionState.READY:
@@ -912,9 +822,8 @@ class NetworkClient:
         neither returned nor called back (Java ``close(nodeId)``)."""
         conn = self._conns.pop(node, None)
         if conn is not None and not conn.closed:
-            conn.closed = True
-            self._selector.unregister(conn.sock)
-            conn.sock.close()
+            self._selector.unregister(conn.channel.sock)
+            conn.channel.close()
             self.metrics.connection_close_total += 1
         self._in_flight.clear_all(node)
         self._versions.pop(node, None)
@@ -943,10 +852,10 @@ class NetworkClient:
     def _drain_until_peer_closes(self, linger_s: float) -> None:
         open_socks = []
         for conn in self._conns.values():
-            if conn.connected and not conn.closed and not conn.out:
+            if conn.connected and not conn.closed and not conn.channel.out:
                 try:
-                    conn.sock.shutdown(socket.SHUT_WR)
-                    open_socks.append(conn.sock)
+                    conn.channel.sock.shutdown(socket.SHUT_WR)
+                    open_socks.append(conn.channel.sock)
                 except OSError:
                     pass
         deadline = time.monotonic() + linger_s

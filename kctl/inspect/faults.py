@@ -67,7 +67,7 @@ import threading
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Final
+from typing import Any, Final, Protocol
 
 from kctl.errors import ConfigError
 from kctl.protocol import messages, schema
@@ -422,6 +422,12 @@ def _applies(keys: frozenset[int] | None, api_key: int) -> bool:
     return keys is None or api_key in keys
 
 
+class Budget(Protocol):
+    """How many more times a limited fault may act; ``take()`` spends one."""
+
+    def take(self) -> bool: ...
+
+
 @dataclass(slots=True)
 class ErrorBudget:
     """How many more times a limited fault may act (the responses an ``ErrorRewrite``
@@ -441,20 +447,49 @@ class ErrorBudget:
             return True
 
 
+class SharedBudget:
+    """A budget shared by processor processes: a ``multiprocessing`` shared integer
+    (negative: no limit) behind its own lock. Made in the parent, handed to each
+    processor when it starts; ``reset`` when a new plan takes over."""
+
+    __slots__ = ("_value",)
+
+    def __init__(self, value: Any) -> None:
+        self._value = value          # multiprocessing.Value("q")
+
+    @classmethod
+    def create(cls, context: Any, limit: int | None) -> SharedBudget:
+        return cls(context.Value("q", -1 if limit is None else limit))
+
+    def reset(self, limit: int | None) -> None:
+        with self._value.get_lock():
+            self._value.value = -1 if limit is None else limit
+
+    def take(self) -> bool:
+        with self._value.get_lock():
+            v = self._value.value
+            if v < 0:
+                return True
+            if v == 0:
+                return False
+            self._value.value = v - 1
+            return True
+
+
 @dataclass(slots=True)
 class LossLedger:
     """Shared by every stream of one proxy: how many more requests may lose a batch
     (``lose_limit``), and each partition's next offset and log start offset as the
     acknowledgements passing through have shown them (module docstring)."""
 
-    budget: ErrorBudget
+    budget: Budget
     # (topic, partition) -> (next offset, log start offset)
     next_offsets: dict[tuple[TopicKey, int], tuple[int, int]] = field(default_factory=dict)
     lock: threading.Lock = field(default_factory=threading.Lock)
 
     @classmethod
-    def for_plan(cls, plan: FaultPlan) -> LossLedger:
-        return cls(ErrorBudget(plan.lose_limit))
+    def for_plan(cls, plan: FaultPlan, budget: Budget | None = None) -> LossLedger:
+        return cls(budget if budget is not None else ErrorBudget(plan.lose_limit))
 
     def knows(self, topic: TopicKey, partition: int) -> bool:
         return (topic, partition) in self.next_offsets
@@ -485,9 +520,10 @@ class FaultInjector:
     """Applies a ``FaultPlan`` to one connection's requests and responses, deterministically
     for a seed."""
 
-    def __init__(self, plan: FaultPlan, stream: int = 0, *, budget: ErrorBudget | None = None,
-                 ledger: LossLedger | None = None) -> None:
+    def __init__(self, plan: FaultPlan, stream: int = 0, *, budget: Budget | None = None,
+                 ledger: LossLedger | None = None, generation: int = 0) -> None:
         self._c = _compile(plan)
+        self.generation = generation      # the FaultSwitch plan this injector applies
         seed = plan.seed if plan.seed is not None else random.randrange(1 << 62)
         # A string seed hashes the same in every process (unlike hash() of a tuple).
         self.rng = random.Random(f"kctl-faults:{seed}:{stream}")
@@ -600,6 +636,58 @@ class FaultInjector:
             drop_at = rng.randrange(1, max(2, frame_size))
         return FaultDecision(delay_ns=delay_ns, drop_at=drop_at, segment_bytes=plan.tiny_segments,
                              throttle_ms=throttle, errors_injected=errors)
+
+
+class FaultSwitch:
+    """The plan in force for one proxy (or one processor of it), swappable while running.
+
+    ``set_plan`` may be called from any thread; each connection asks ``injector`` at its
+    next request or response and gets a new ``FaultInjector`` when the plan changed
+    (seeded from the plan's seed and the connection's id, so its choices do not depend
+    on which processor owns it). The budgets of limited faults (``ErrorRewrite.limit``,
+    ``lose_limit``) and the ``LossLedger`` are shared by every connection under one plan;
+    ``budgets`` makes them for a plan (processes pass ``SharedBudget``s so a limit counts
+    across processors)."""
+
+    def __init__(self, plan: FaultPlan | None = None, *,
+                 budgets: Any | None = None) -> None:
+        self._lock = threading.Lock()
+        self._budgets = budgets or _local_budgets
+        self._generation = 0
+        self._install(plan or FaultPlan())
+
+    def _install(self, plan: FaultPlan) -> None:
+        error_budget, lose_budget = self._budgets(plan)
+        self._plan = plan
+        self._error_budget = error_budget
+        self._ledger = LossLedger.for_plan(plan, lose_budget)
+        self._generation += 1
+
+    @property
+    def plan(self) -> FaultPlan:
+        return self._plan
+
+    @property
+    def rewrites_requests(self) -> bool:
+        """Whether some request may be rewritten (only the lost-records fault does)."""
+        return bool(self._plan.lose_rate)
+
+    def set_plan(self, plan: FaultPlan | None) -> None:
+        """Replaces the plan; connections switch at their next request or response.
+        A batch lost under the old plan is still acknowledged under the new one."""
+        with self._lock:
+            self._install(plan or FaultPlan())
+
+    def injector(self, conn_id: int, current: FaultInjector | None) -> FaultInjector:
+        if current is not None and current.generation == self._generation:
+            return current
+        with self._lock:
+            return FaultInjector(self._plan, conn_id, budget=self._error_budget, ledger=self._ledger,
+                                 generation=self._generation)
+
+
+def _local_budgets(plan: FaultPlan) -> tuple[Budget, Budget]:
+    return (ErrorBudget(plan.error.limit if plan.error else None), ErrorBudget(plan.lose_limit))
 
 
 def segments(data: bytes, max_bytes: int) -> list[bytes]:

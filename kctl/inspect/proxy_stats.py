@@ -1,26 +1,44 @@
-"""What the inspector proxy has seen, as counters and HdrHistograms, and frozen snapshots of it.
+"""What the inspector proxy has seen, as counters and HdrHistograms; the reports its
+processors send, and the merged snapshot the live view draws.
 
-The proxy's event loop records into a ``ProxyStats``; any other thread (the live
-view) calls ``snapshot()`` and gets a ``StatsSnapshot``: plain frozen values,
-safe to keep and to diff (``rates_since``). A lock guards each update; updates
-are a few integer additions, so the loop never waits long.
+How this works
+--------------
+Each processor records into its own ``ProxyStats`` (a lock guards each update: a few
+integer additions, so the loop never waits long, and a thread may ask for a report
+at any time). ``report(processor, now_ns)`` is a ``StatsReport``: small frozen values,
+cumulative since the processor started, with each API's latency histogram encoded
+(HdrHistogram's compressed form, a few KiB). Reports cross from processor processes
+to the parent as they are; the parent keeps each processor's latest and
+``merge_reports`` adds them into one ``StatsSnapshot`` (histograms added, then read).
+Cumulative reports make a lost or late report harmless: the next one carries it all.
 
 Latency is request-to-response as the client sees it: from the moment the
 proxy read the whole request from the client to the moment it handed the
 response to the client's socket (injected delays included), in microseconds.
+
+Statistics come from headers and record-batch headers (``peek.py``): requests,
+bytes, and for Produce the batches, records and codecs; responses are decoded for
+their error codes and throttle times.
 """
 
 from __future__ import annotations
 
 import threading
 from collections import Counter
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Final
 
 from hdrh.histogram import HdrHistogram
 
+from kctl.inspect.peek import ProduceSummary
+
 _MAX_LATENCY_US: Final = 3_600_000_000   # an hour: anything longer is clamped
 PERCENTILES: Final = (50.0, 90.0, 99.0, 99.9)
+
+
+def _histogram() -> HdrHistogram:
+    return HdrHistogram(1, _MAX_LATENCY_US, 3)
 
 
 @dataclass(frozen=True, slots=True)
@@ -35,6 +53,8 @@ class ApiSnapshot:
     latency_mean_us: float
     throttled: int                   # responses with throttle_time_ms > 0
     throttle_ms_max: int
+    records: int = 0                 # Produce: records in the requests (record-batch headers)
+    batches: int = 0                 # Produce: record batches in the requests
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,6 +66,26 @@ class ConnectionSnapshot:
     in_flight: int
     requests: int
     responses: int
+    processor: int = 0
+    state: str = "api_versions"      # the client's handshake as seen passing (engine/handshake.py)
+
+
+@dataclass(frozen=True, slots=True)
+class ProcessorLost:
+    """A processor that died while the proxy ran, and the connections it owned then."""
+
+    processor: int
+    pid: int | None
+    exitcode: int | None
+    connections: tuple[ConnectionSnapshot, ...]
+
+    def __str__(self) -> str:
+        how = ("exit code unknown" if self.exitcode is None
+               else f"killed by signal {-self.exitcode}" if self.exitcode < 0
+               else f"exit code {self.exitcode}")
+        conns = ", ".join(f"#{c.id} {c.client} -> {c.upstream}" for c in self.connections) or "none"
+        return (f"processor {self.processor} (pid {self.pid}) died ({how}); "
+                f"its {len(self.connections)} connection(s) were lost: {conns}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,6 +98,9 @@ class StatsSnapshot:
     connections: tuple[ConnectionSnapshot, ...]
     connections_total: int
     decode_errors: int
+    codecs: dict[str, int] = field(default_factory=dict)   # Produce batches per codec
+    processors: int = 1
+    lost: tuple[ProcessorLost, ...] = ()
 
     @property
     def requests(self) -> int:
@@ -85,6 +128,44 @@ class StatsSnapshot:
             out[name] = (reqs / dt, nbytes / dt)
         return out
 
+    def records_rate_since(self, earlier: StatsSnapshot | None) -> float:
+        """Produce records/s between ``earlier`` and this snapshot."""
+        if earlier is None or self.taken_ns <= earlier.taken_ns:
+            return 0.0
+        now = self.apis.get("Produce")
+        before = earlier.apis.get("Produce")
+        n = (now.records if now else 0) - (before.records if before else 0)
+        return n / ((self.taken_ns - earlier.taken_ns) / 1e9)
+
+
+@dataclass(frozen=True, slots=True)
+class ApiReport:
+    api: str
+    requests: int
+    responses: int
+    request_bytes: int
+    response_bytes: int
+    throttled: int
+    throttle_ms_max: int
+    records: int
+    batches: int
+    latency: bytes                   # HdrHistogram.encode() of the latencies (µs), b"" when none
+
+
+@dataclass(frozen=True, slots=True)
+class StatsReport:
+    """One processor's counters since it started (cumulative), as it sends them."""
+
+    processor: int
+    taken_ns: int
+    apis: tuple[ApiReport, ...]
+    errors: tuple[tuple[str, int], ...]
+    faults: tuple[tuple[str, int], ...]
+    codecs: tuple[tuple[str, int], ...]
+    connections: tuple[ConnectionSnapshot, ...]
+    connections_total: int
+    decode_errors: int
+
 
 @dataclass(slots=True)
 class _ApiCounters:
@@ -94,7 +175,9 @@ class _ApiCounters:
     response_bytes: int = 0
     throttled: int = 0
     throttle_ms_max: int = 0
-    latency: HdrHistogram = field(default_factory=lambda: HdrHistogram(1, _MAX_LATENCY_US, 3))
+    records: int = 0
+    batches: int = 0
+    latency: HdrHistogram = field(default_factory=_histogram)
 
 
 @dataclass(slots=True)
@@ -105,16 +188,19 @@ class _ConnCounters:
     in_flight: int = 0
     requests: int = 0
     responses: int = 0
+    state: str = "api_versions"
 
 
 class ProxyStats:
-    """Counters updated by the proxy loop; ``snapshot()`` from any thread."""
+    """One processor's counters, updated by its loop; ``report()`` from any thread."""
 
-    def __init__(self) -> None:
+    def __init__(self, processor: int = 0) -> None:
+        self.processor = processor
         self._lock = threading.Lock()
         self._apis: dict[str, _ApiCounters] = {}
         self._errors: Counter[str] = Counter()
         self._faults: Counter[str] = Counter()
+        self._codecs: Counter[str] = Counter()
         self._conns: dict[int, _ConnCounters] = {}
         self._connections_total = 0
         self._decode_errors = 0
@@ -134,18 +220,30 @@ class ProxyStats:
         with self._lock:
             self._conns.pop(conn_id, None)
 
-    def on_request(self, conn_id: int, api: str, size: int, expects_response: bool) -> None:
+    def on_connection_state(self, conn_id: int, state: str) -> None:
+        with self._lock:
+            c = self._conns.get(conn_id)
+            if c is not None:
+                c.state = state
+
+    def on_request(self, conn_id: int, api: str, size: int, expects_response: bool,
+                   produce: ProduceSummary | None = None) -> None:
         with self._lock:
             a = self._api(api)
             a.requests += 1
             a.request_bytes += size
+            if produce is not None:
+                a.records += produce.records
+                a.batches += produce.batches
+                for codec, n in produce.codecs:
+                    self._codecs[codec] += n
             c = self._conns.get(conn_id)
             if c is not None:
                 c.requests += 1
                 c.in_flight += expects_response
 
     def on_response(self, conn_id: int, api: str, size: int, latency_ns: int | None,
-                    throttle_ms: int, errors: list[str]) -> None:
+                    throttle_ms: int, errors: Iterable[str]) -> None:
         with self._lock:
             a = self._api(api)
             a.responses += 1
@@ -176,19 +274,65 @@ class ProxyStats:
         with self._lock:
             self._decode_errors += 1
 
-    def snapshot(self, now_ns: int) -> StatsSnapshot:
+    def report(self, now_ns: int) -> StatsReport:
         with self._lock:
-            apis = {}
-            for name, a in self._apis.items():
-                h = a.latency
-                count = h.get_total_count()
-                apis[name] = ApiSnapshot(
-                    name, a.requests, a.responses, a.request_bytes, a.response_bytes,
-                    {p: (h.get_value_at_percentile(p) if count else 0) for p in PERCENTILES},
-                    h.get_max_value() if count else 0, h.get_mean_value() if count else 0.0,
-                    a.throttled, a.throttle_ms_max)
+            apis = tuple(
+                ApiReport(name, a.requests, a.responses, a.request_bytes, a.response_bytes,
+                          a.throttled, a.throttle_ms_max, a.records, a.batches,
+                          a.latency.encode() if a.latency.get_total_count() else b"")
+                for name, a in self._apis.items())
             conns = tuple(ConnectionSnapshot(i, c.client, c.upstream, c.listener, c.in_flight,
-                                             c.requests, c.responses)
+                                             c.requests, c.responses, self.processor, c.state)
                           for i, c in sorted(self._conns.items()))
-            return StatsSnapshot(now_ns, apis, dict(self._errors), dict(self._faults), conns,
-                                 self._connections_total, self._decode_errors)
+            return StatsReport(self.processor, now_ns, apis, tuple(self._errors.items()),
+                               tuple(self._faults.items()), tuple(self._codecs.items()), conns,
+                               self._connections_total, self._decode_errors)
+
+    def snapshot(self, now_ns: int) -> StatsSnapshot:
+        """This processor's counters alone, as a snapshot."""
+        return merge_reports([self.report(now_ns)], now_ns)
+
+
+def merge_reports(reports: Iterable[StatsReport], now_ns: int, *, processors: int | None = None,
+                  lost: tuple[ProcessorLost, ...] = ()) -> StatsSnapshot:
+    """Adds the processors' latest reports into one snapshot."""
+    reports = list(reports)
+    totals: dict[str, list[int]] = {}
+    hists: dict[str, HdrHistogram] = {}
+    errors: Counter[str] = Counter()
+    faults: Counter[str] = Counter()
+    codecs: Counter[str] = Counter()
+    conns: list[ConnectionSnapshot] = []
+    connections_total = decode_errors = 0
+    for r in reports:
+        for a in r.apis:
+            t = totals.setdefault(a.api, [0] * 8)
+            for i, v in enumerate((a.requests, a.responses, a.request_bytes, a.response_bytes,
+                                   a.throttled, a.records, a.batches)):
+                t[i] += v
+            t[7] = max(t[7], a.throttle_ms_max)
+            if a.latency:
+                h = hists.get(a.api)
+                decoded = HdrHistogram.decode(a.latency)
+                if h is None:
+                    hists[a.api] = h = _histogram()
+                h.add(decoded)
+        errors.update(dict(r.errors))
+        faults.update(dict(r.faults))
+        codecs.update(dict(r.codecs))
+        conns.extend(r.connections)
+        connections_total += r.connections_total
+        decode_errors += r.decode_errors
+    apis = {}
+    for name, t in totals.items():
+        h = hists.get(name)
+        count = h.get_total_count() if h is not None else 0
+        apis[name] = ApiSnapshot(
+            name, t[0], t[1], t[2], t[3],
+            {p: (h.get_value_at_percentile(p) if count else 0) for p in PERCENTILES},
+            h.get_max_value() if count else 0, h.get_mean_value() if count else 0.0,
+            t[4], t[7], t[5], t[6])
+    return StatsSnapshot(now_ns, apis, dict(errors), dict(faults),
+                         tuple(sorted(conns, key=lambda c: c.id)), connections_total, decode_errors,
+                         dict(codecs), processors if processors is not None else max(1, len(reports)),
+                         lost)

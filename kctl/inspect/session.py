@@ -455,9 +455,11 @@ def decode_stream(stream: BinaryIO, name: str, broker_ports: Collection[int], *,
                   max_pending_bytes: int = DEFAULT_MAX_PENDING_BYTES,
                   max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES,
                   decode_records: bool = True, show_secrets: bool = False,
-                  budget: DecompressionBudget | None = None) -> Iterator[DecodedFrame | CaptureNotice]:
+                  budget: DecompressionBudget | None = None,
+                  interfaces: Collection[int] | None = None) -> Iterator[DecodedFrame | CaptureNotice]:
     """Every frame and notice of one capture read from ``stream`` (a file, a pipe, bytes),
-    in capture order. Damage ends it with a ``CaptureNotice`` of kind ``"error"`` naming the
+    in capture order; ``interfaces``: only packets captured on these pcapng interfaces
+    (a leg of a ``kctl inspect`` capture, ``legs.py``), ``None``: every packet. Damage ends it with a ``CaptureNotice`` of kind ``"error"`` naming the
     file offset, after the frames before it (held segments flushed); a file cut short
     ends with a ``"truncated"`` notice. Only ``OSError`` from the stream escapes."""
     dec = CaptureDecoder(broker_ports, file=name, max_pending_bytes=max_pending_bytes,
@@ -466,6 +468,8 @@ def decode_stream(stream: BinaryIO, name: str, broker_ports: Collection[int], *,
     try:
         reader = CaptureReader(stream, name=name)
         for pkt in reader:
+            if interfaces is not None and pkt.interface not in interfaces:
+                continue
             seg = tcp_segment(pkt)
             if isinstance(seg, TcpSegment):
                 yield from dec.on_segment(seg)
@@ -486,8 +490,11 @@ def decode_files(paths: Iterable[str | Path], broker_ports: Collection[int], *,
                  max_pending_bytes: int = DEFAULT_MAX_PENDING_BYTES,
                  max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES,
                  decode_records: bool = True, show_secrets: bool = False,
-                 budget: DecompressionBudget | None = None) -> Iterator[DecodedFrame | CaptureNotice]:
+                 budget: DecompressionBudget | None = None,
+                 interfaces: Collection[int] | None = None) -> Iterator[DecodedFrame | CaptureNotice]:
     """Every frame and notice of each capture file, file by file, in capture order.
+    ``interfaces``: only packets captured on these pcapng interfaces (a leg of a
+    ``kctl inspect`` capture, ``legs.py``); ``None``: every packet.
 
     A file that is not a capture, or whose structure breaks, ends with a
     ``CaptureNotice`` of kind ``"error"`` naming the file offset; the frames
@@ -502,7 +509,7 @@ def decode_files(paths: Iterable[str | Path], broker_ports: Collection[int], *,
                 yield from decode_stream(f, name, broker_ports, max_pending_bytes=max_pending_bytes,
                                          max_frame_bytes=max_frame_bytes,
                                          decode_records=decode_records, show_secrets=show_secrets,
-                                         budget=budget)
+                                         budget=budget, interfaces=interfaces)
         except OSError as e:
             yield CaptureNotice(name, "error", f"cannot read: {e.strerror or e}")
 

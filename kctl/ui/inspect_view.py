@@ -1,9 +1,10 @@
 """Rich renderables and plain lines for ``kctl inspect``.
 
 ``InspectView`` is a plain object with ``__rich_console__``: given the proxy's
-latest ``StatsSnapshot`` (and the one before, for rates) it draws per-API rates
-and latency percentiles, connections with their in-flight requests, error codes
-and injected faults. ``frame_line`` is one line per frame for ``--show frames``;
+latest ``StatsSnapshot`` (merged over its processors; and the one before, for rates)
+it draws per-API rates and latency percentiles, Produce records/s and codecs,
+connections with their processor, handshake state and in-flight requests, error
+codes, injected faults, and any processor that died with the connections it took. ``frame_line`` is one line per frame for ``--show frames``;
 ``stats_lines`` is the non-TTY form of the view.
 """
 
@@ -38,8 +39,13 @@ class InspectView:
         s = self.snapshot
         rates = s.rates_since(self.previous)
         head = Text.assemble(("kctl inspect", "bold"), "  listening on ", ", ".join(self.listeners),
+                             f"  processors {s.processors}",
                              f"  connections {len(s.connections)} open / {s.connections_total} total",
                              f"  in flight {s.in_flight}")
+        produce = s.apis.get("Produce")
+        if produce is not None and produce.records:
+            head.append(f"  produce {s.records_rate_since(self.previous):,.0f} records/s "
+                        f"({produce.records:,} in {produce.batches:,} batches)")
         if self.faults:
             head.append(f"  faults: {self.faults}", style="yellow")
         apis = Table(title="per API", expand=False)
@@ -53,11 +59,17 @@ class InspectView:
                          _ms(a.latency_us[50.0]), _ms(a.latency_us[99.0]), _ms(a.latency_us[99.9]),
                          _ms(a.latency_max_us), str(a.throttled), str(a.throttle_ms_max))
         conns = Table(title="connections", expand=False)
-        for col in ("#", "client", "listener", "upstream", "in flight", "requests"):
+        for col in ("#", "client", "listener", "upstream", "processor", "state", "in flight", "requests"):
             conns.add_column(col)
         for c in s.connections:
-            conns.add_row(str(c.id), c.client, c.listener, c.upstream, str(c.in_flight), str(c.requests))
+            conns.add_row(str(c.id), c.client, c.listener, c.upstream, str(c.processor), c.state,
+                          str(c.in_flight), str(c.requests))
         parts: list[Any] = [head, apis, conns]
+        if s.codecs:
+            parts.append(Text("produce batches by codec: "
+                              + ", ".join(f"{k} {v}" for k, v in sorted(s.codecs.items()))))
+        for lost in s.lost:
+            parts.append(Text(str(lost), style="bold red"))
         if s.errors:
             errs = Table(title="error codes in responses", expand=False)
             errs.add_column("error")
@@ -80,8 +92,14 @@ def stats_lines(snapshot: StatsSnapshot, previous: StatsSnapshot | None = None) 
         yield (f"{name}: {rps:.1f} req/s {human_bytes(bps)}/s requests={a.requests} responses={a.responses} "
                f"p50={_ms(a.latency_us[50.0])}ms p99={_ms(a.latency_us[99.0])}ms "
                f"max={_ms(a.latency_max_us)}ms throttled={a.throttled}")
+    produce = snapshot.apis.get("Produce")
+    if produce is not None and produce.records:
+        yield (f"produce: {snapshot.records_rate_since(previous):,.0f} records/s records={produce.records} "
+               f"batches={produce.batches} codecs="
+               + ",".join(f"{k}:{v}" for k, v in sorted(snapshot.codecs.items())))
     yield (f"connections open={len(snapshot.connections)} total={snapshot.connections_total} "
-           f"in_flight={snapshot.in_flight}")
+           f"in_flight={snapshot.in_flight} processors={snapshot.processors}"
+           + (f" lost_processors={len(snapshot.lost)}" if snapshot.lost else ""))
     if snapshot.errors:
         yield "errors: " + ", ".join(f"{k}={v}" for k, v in sorted(snapshot.errors.items()))
     if snapshot.faults:

@@ -27,20 +27,34 @@ def _blocks(data: bytes):
     return out
 
 
-def _packets(path):
-    """(ts_ns, src_port, dst_port, seq, ack, flags, payload) of every packet."""
+def _options(body: bytes, pos: int) -> dict[int, bytes]:
+    opts = {}
+    while pos + 4 <= len(body):
+        code, length = struct.unpack_from("<HH", body, pos)
+        if code == 0:
+            break
+        opts[code] = body[pos + 4:pos + 4 + length]
+        pos += 4 + length + (-length % 4)
+    return opts
+
+
+def _packets(path, leg=0):
+    """(ts_ns, src_port, dst_port, seq, ack, flags, payload) of every packet on ``leg``."""
     blocks = _blocks(path.read_bytes())
-    assert blocks[0][0] == 0x0A0D0D0A and blocks[1][0] == 1
+    assert blocks[0][0] == 0x0A0D0D0A and blocks[1][0] == 1 and blocks[2][0] == 1
     shb = blocks[0][1]
     assert struct.unpack_from("<IHHq", shb) == (0x1A2B3C4D, 1, 0, -1)
-    idb = blocks[1][1]
-    assert struct.unpack_from("<HH", idb)[0] == 1                      # Ethernet
-    assert struct.unpack_from("<HHB", idb, 8) == (9, 1, 9)             # if_tsresol = 10^-9
+    for idb, name in ((blocks[1][1], b"kctl client leg"), (blocks[2][1], b"kctl upstream leg")):
+        assert struct.unpack_from("<HH", idb)[0] == 1                      # Ethernet
+        opts = _options(idb, 8)
+        assert opts[9] == bytes([9]) and opts[2] == name                   # if_tsresol = 10^-9
     out = []
-    for btype, body in blocks[2:]:
+    for btype, body in blocks[3:]:
         assert btype == 6
-        _, hi, lo, caplen, origlen = struct.unpack_from("<IIIII", body)
+        iface, hi, lo, caplen, origlen = struct.unpack_from("<IIIII", body)
         assert caplen == origlen
+        if iface != leg:
+            continue
         pkt = body[20:20 + caplen]
         assert pkt[12:14] == b"\x08\x00"
         ip = pkt[14:34]
@@ -146,3 +160,68 @@ def test_capinfos_accepts_the_file(tmp_path):
     assert run.returncode == 0, run.stderr
     name, file_type, encapsulation, packets = run.stdout.strip().splitlines()[-1].split("\t")
     assert (file_type, encapsulation, packets) == ("pcapng", "ether", "12")   # 3 + 6 + 3 packets
+
+
+def test_payload_sum_is_rfc1071s_sum():
+    import os
+
+    from kctl.inspect.capture_writer import payload_sum
+
+    def reference(data: bytes) -> int:
+        data += b"\x00" * (len(data) % 2)
+        total = sum((data[i] << 8) | data[i + 1] for i in range(0, len(data), 2))
+        while total >> 16:
+            total = (total & 0xFFFF) + (total >> 16)
+        return total
+
+    for n in [*range(40), 255, 256, 257, 4097, MAX_SEGMENT_PAYLOAD]:
+        for _ in range(5):
+            data = os.urandom(n)
+            assert payload_sum(data) == reference(data), n
+    assert payload_sum(b"\xff\xff" * 9) == 0xFFFF and payload_sum(b"\x00" * 10) == 0
+
+
+def test_each_leg_is_an_interface_naming_its_broker_ports(tmp_path):
+    from kctl.inspect.legs import Leg, read_legs
+    path = tmp_path / "legs.pcapng"
+    with CaptureWriter(path) as w:
+        client = w.open_flow(CLIENT, ("127.0.0.1", 19092), 1, Leg.CLIENT)
+        upstream = w.open_flow(("127.0.0.1", 40002), SERVER, 2, Leg.UPSTREAM)
+        client.data(3, True, _request(1))
+        upstream.data(4, True, _request(1))
+        w.add_broker_ports(Leg.CLIENT, [19092, 19093])
+        w.add_broker_ports(Leg.UPSTREAM, [SERVER[1]])
+    legs = read_legs(path)
+    assert legs is not None
+    assert legs.interfaces == {Leg.CLIENT: 0, Leg.UPSTREAM: 1}
+    assert legs.broker_ports == {0: frozenset({19092, 19093}), 1: frozenset({SERVER[1]})}
+    assert [p[6] for p in _packets(path, 0) if p[6]] == [p[6] for p in _packets(path, 1) if p[6]]
+    assert read_legs(tmp_path / "missing.pcapng") is None
+
+
+def test_parts_merge_in_time_order_each_packet_once(tmp_path):
+    from kctl.inspect.capture_writer import merge_captures
+    from kctl.inspect.legs import Leg, read_legs
+    parts = []
+    for k in range(3):
+        part = tmp_path / f"p{k}.pcapng"
+        with CaptureWriter(part) as w:
+            flow = w.open_flow(("127.0.0.1", 41000 + k), SERVER, 10 + k)
+            for i in range(4):
+                flow.data(100 + 10 * i + k, True, _request(i))
+                flow.data(105 + 10 * i + k, False, _response(i))
+            flow.close(1000 + k)
+        parts.append(part)
+    # A processor killed mid-write leaves a part that ends inside a block.
+    cut = tmp_path / "cut.pcapng"
+    cut.write_bytes(parts[2].read_bytes()[:-7])
+    out = tmp_path / "merged.pcapng"
+    result = merge_captures([parts[0], parts[1], cut], out, {Leg.CLIENT: [SERVER[1]]})
+    pkts = _packets(out)
+    assert result.packets == len(pkts) == 3 * 14 - 1     # handshake 3, data 8, close 3
+    assert len(result.damaged) == 1 and "cut.pcapng" in result.damaged[0]
+    assert [p[0] for p in pkts] == sorted(p[0] for p in pkts)
+    for k in range(2):
+        mine = [p for p in pkts if p[1] == 41000 + k or p[2] == 41000 + k]
+        assert [p[0] for p in _packets(parts[k])] == [p[0] for p in mine]
+    assert read_legs(out).broker_ports[0] == frozenset({SERVER[1]})

@@ -252,3 +252,22 @@ def test_produce_verify_reports_the_lost_records(broker, tmp_path):
     assert not checked["ok"] and run.returncode != 0
     assert checked["expected"] == 2000 and checked["lost"] == faults["lost_records"] > 0
     assert checked["duplicated"] == 0
+
+
+def test_lost_records_across_processor_processes_keep_one_limit(broker, tmp_path):
+    """Two producer workers on two processors: the limit counts across processes (a shared
+    budget), and --verify still finds exactly what was lost."""
+    plan = FaultPlan(lose_rate=0.5, lose_limit=3, seed=4)
+    out = tmp_path / "summary.json"
+    with InspectorProxy([broker.bootstrap], faults=plan, processors=2) as proxy:
+        run = subprocess.run(
+            [sys.executable, "-m", "kctl", "produce", "--bootstrap-server", proxy.bootstrap,
+             "-t", "fault-lost-processes", "--partitions", "2", "--num-records", "4000",
+             "--rate", "8000", "--workers", "2", "--verify", "--quiet", "--json-out", str(out),
+             "-X", "enable.idempotence=false", "-X", "acks=1"],
+            capture_output=True, text=True, timeout=120)
+        snap = proxy.snapshot()
+    assert snap.faults["lost"] == 3, run.stderr
+    checked = json.loads(out.read_text())["verify"]
+    assert not checked["ok"] and checked["lost"] == snap.faults["lost_records"] > 0
+    assert checked["duplicated"] == 0

@@ -39,7 +39,7 @@ def test_show_frames_streams_decoded_lines(broker, tmp_path):
     cap = tmp_path / "cli.pcapng"
     proc = _kctl("--listen", f"127.0.0.1:{port}", "--upstream", broker.bootstrap, "--show", "frames",
                  "--duration", "3", "--capture", str(cap), "--throttle-ms", "5", "--seed", "1",
-                 "--lose-records", "0.5:2")
+                 "--lose-records", "0.5:2", "--processors", "2")
     try:
         c = _connect(f"127.0.0.1:{port}")
         md = admin.fetch_metadata(c)
@@ -51,8 +51,48 @@ def test_show_frames_streams_decoded_lines(broker, tmp_path):
     assert md.brokers[0].port == port
     assert "-> ApiVersions v" in out and "<- Metadata v" in out
     assert f"listening on 127.0.0.1:{port}" in err and "throttle 5ms" in err
-    assert "lose records 0.5 (at most 2)" in err
-    assert cap.stat().st_size > 0
+    assert "lose records 0.5 (at most 2)" in err and "(2 processors)" in err
+    assert cap.stat().st_size > 0 and "packets merged from 2 processors" in err
+
+
+def _processor_pids(pid: int) -> list[int]:
+    """The spawned children of ``pid`` (not multiprocessing's resource tracker)."""
+    try:
+        children = open(f"/proc/{pid}/task/{pid}/children").read().split()
+    except OSError:
+        return []
+    out = []
+    for c in children:
+        try:
+            cmdline = open(f"/proc/{c}/cmdline", "rb").read()
+        except OSError:
+            continue
+        if b"spawn_main" in cmdline:
+            out.append(int(c))
+    return out
+
+
+@pytest.mark.broker
+def test_a_processor_killed_mid_run_is_reported_and_fails_the_run(broker):
+    import os
+    import signal
+    port = free_port()
+    proc = _kctl("--listen", f"127.0.0.1:{port}", "--upstream", broker.bootstrap,
+                 "--processors", "2", "--duration", "4")
+    try:
+        clients = [_connect(f"127.0.0.1:{port}") for _ in range(2)]   # one on each processor
+        for c in clients:
+            admin.fetch_metadata(c)
+        pids = _processor_pids(proc.pid)
+        assert len(pids) == 2
+        os.kill(pids[0], signal.SIGKILL)
+        out, err = proc.communicate(timeout=30)
+    finally:
+        proc.kill()
+    assert proc.returncode == 1, err
+    lines = [x for x in err.splitlines() if "died" in x]
+    assert len(lines) == 1 and f"(pid {pids[0]}) died (killed by signal 9)" in lines[0]
+    assert "its 1 connection(s) were lost: #" in lines[0]
 
 
 @pytest.mark.broker
@@ -108,7 +148,7 @@ def test_view_renders_into_a_string_console():
 
 
 def test_frame_line():
-    e = FrameEvent(0, 3, "response", 0, 9, 12, 120, None, "c", "u", 2_100_000,
+    e = FrameEvent(0, 3, "response", 0, 9, 12, 120, b"", "c", "u", 2_100_000,
                    FaultDecision(delay_ns=5, errors_injected=1))
     assert frame_line(e) == "conn 3 <- Produce v9 corr=12 120B 2.1ms [delayed errors-injected]"
 
@@ -116,7 +156,9 @@ def test_frame_line():
 def test_frame_line_shows_sasl_credentials_only_when_asked():
     from kctl.protocol import messages
     body = messages.message_class("SaslAuthenticateRequest")(auth_bytes=b"\0u\0pw")
-    shown = FrameEvent(0, 1, "request", 36, 2, 4, 40, body, "c", "u")
+    frame = messages.encode_request(36, 2, 4, "c", body)
+    shown = FrameEvent(0, 1, "request", 36, 2, 4, 40, frame, "c", "u", show_secrets=True)
     assert frame_line(shown).endswith("auth_bytes=AHUAcHc=")
-    hidden = FrameEvent(0, 1, "request", 36, 2, 4, 40, None, "c", "u", redacted=True)
+    hidden = FrameEvent(0, 1, "request", 36, 2, 4, 40, frame, "c", "u")
+    assert hidden.redacted
     assert frame_line(hidden).endswith("auth_bytes=<redacted>") and "AHUAcHc" not in frame_line(hidden)

@@ -87,6 +87,25 @@ def test_tls_client_through_the_proxy_terminating_tls(broker, certs, tmp_path):
     assert "Produce" in run.stdout and "TLS" not in run.stderr
 
 
+def test_tls_terminated_in_processor_processes(broker, certs, tmp_path):
+    """The processes build their own contexts from the recipe; the merged capture is in clear."""
+    from kctl.inspect.proxy import ListenerTls
+    topic = "inspect-tls-processes"
+    _create(broker.bootstrap, topic)
+    cap = tmp_path / "tls-processes.pcapng"
+    with InspectorProxy([broker.bootstrap], advertised_host="localhost", capture=cap, processors=2,
+                        listen_tls=ListenerTls(str(certs / "server.pem"))) as proxy:
+        bootstrap = f"localhost:{proxy.listeners[0][1]}"
+        handles = _produce(_tls_props(certs, bootstrap), topic, 100)
+        assert all(h.error is None and h.offset >= 0 for h in handles)
+        snap = proxy.snapshot()
+    assert snap.apis["Produce"].records == 100 and snap.faults.get("client_tls_failed") is None
+    frames = [f for f in decode_files([cap], {proxy.listeners[0][1]}, interfaces={0})
+              if isinstance(f, DecodedFrame)]
+    assert sum(rs.record_count for f in frames if f.api_name == "Produce" and f.direction == "request"
+               for rs in f.record_sets) == 100
+
+
 def test_tls_handshake_failure_leaves_the_proxy_serving(broker, certs):
     ctx = listener_context(str(certs / "server.pem"))
     with InspectorProxy([broker.bootstrap], advertised_host="localhost", listen_ssl_context=ctx) as proxy:

@@ -1,0 +1,204 @@
+"""What the proxy reads of a frame without decoding it, sans-IO.
+
+The proxy forwards most frames untouched, so it only needs a few numbers from them:
+the request header (API key, version, correlation id), a Produce request's ``acks``
+(whether an answer will come back), and for statistics the record-batch headers of a
+Produce request (batches, records, codecs, bytes). Reading those from fixed offsets
+and length prefixes costs a few microseconds where the generic decoder builds a
+message tree; ``tests/inspect/test_peek.py`` checks every Produce version against
+the generic codec (conventions rule 7).
+
+Every function takes a frame's payload (no size prefix) and returns ``None`` when the
+bytes do not read as what was asked (too short, a length past the end): the proxy
+then forwards the frame anyway and counts it as undecodable; nothing here raises.
+"""
+
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass
+from typing import Final
+
+from kctl.protocol import schema
+
+PRODUCE: Final = schema.API_BY_NAME["Produce"].api_key
+_HEAD: Final = struct.Struct(">hhi")
+_I16: Final = struct.Struct(">h")
+_I32: Final = struct.Struct(">i")
+_PRODUCE_FLEXIBLE: Final = 9
+_PRODUCE_TOPIC_IDS: Final = 13
+#: RecordBatch v2 header offsets (protocol/records.py has the full layout).
+_MAGIC_AT: Final = 16
+_ATTRIBUTES_AT: Final = 21
+_RECORD_COUNT_AT: Final = 57
+_V2_HEADER: Final = 61
+CODECS: Final = ("none", "gzip", "snappy", "lz4", "zstd")
+
+
+@dataclass(frozen=True, slots=True)
+class RequestHead:
+    api_key: int
+    api_version: int
+    correlation_id: int
+
+
+def request_head(frame: bytes | memoryview) -> RequestHead | None:
+    if len(frame) < 8:
+        return None
+    return RequestHead(*_HEAD.unpack_from(frame, 0))
+
+
+def _uvarint(b: bytes | memoryview, pos: int) -> tuple[int, int]:
+    """(value, next position); raises IndexError past the end."""
+    value = shift = 0
+    while True:
+        byte = b[pos]
+        pos += 1
+        value |= (byte & 0x7F) << shift
+        if byte < 0x80:
+            return value, pos
+        shift += 7
+        if shift > 63:
+            raise IndexError("varint too long")
+
+
+def _skip_tags(b: bytes | memoryview, pos: int) -> int:
+    count, pos = _uvarint(b, pos)
+    for _ in range(count):
+        _, pos = _uvarint(b, pos)
+        size, pos = _uvarint(b, pos)
+        pos += size
+    return pos
+
+
+def _body_start(frame: bytes | memoryview, api_key: int, api_version: int) -> int:
+    """Where the body begins: after the header's client id (and tagged fields, header v2)."""
+    pos = 8
+    if schema.request_header_version(api_key, api_version) >= 1:
+        (n,) = _I16.unpack_from(frame, pos)
+        pos += 2 + max(n, 0)
+    if schema.request_header_version(api_key, api_version) >= 2:
+        pos = _skip_tags(frame, pos)
+    return pos
+
+
+def _produce_acks_at(frame: bytes | memoryview, version: int) -> tuple[int, int]:
+    """(acks, position after acks) of a Produce request."""
+    pos = _body_start(frame, PRODUCE, version)
+    if version >= _PRODUCE_FLEXIBLE:
+        n, pos = _uvarint(frame, pos)          # compact nullable string: length + 1
+        pos += max(n - 1, 0)
+    elif version >= 3:
+        (n,) = _I16.unpack_from(frame, pos)
+        pos += 2 + max(n, 0)
+    (acks,) = _I16.unpack_from(frame, pos)
+    return acks, pos + 2
+
+
+def produce_acks(frame: bytes | memoryview, version: int) -> int | None:
+    """The ``acks`` of a Produce request, or ``None`` when the frame does not read."""
+    try:
+        acks, end = _produce_acks_at(frame, version)
+    except (IndexError, struct.error):
+        return None
+    return acks if end <= len(frame) else None
+
+
+@dataclass(frozen=True, slots=True)
+class ProduceSummary:
+    """A Produce request as statistics see it: from the record-batch headers only."""
+
+    acks: int
+    partitions: int
+    batches: int
+    records: int
+    record_bytes: int                 # bytes of record sets (batch headers included)
+    codecs: tuple[tuple[str, int], ...]   # codec name -> batches
+
+
+def produce_summary(frame: bytes | memoryview, version: int) -> ProduceSummary | None:
+    """Batches, records and codecs of a Produce request, read from the v2 batch headers
+    (magic 0/1 message sets count their outer messages); ``None`` when it does not read."""
+    try:
+        return _produce_summary(frame, version)
+    except (IndexError, struct.error, ValueError):
+        return None
+
+
+def _produce_summary(frame: bytes | memoryview, version: int) -> ProduceSummary | None:
+    acks, pos = _produce_acks_at(frame, version)
+    pos += 4                                          # timeout_ms
+    flexible = version >= _PRODUCE_FLEXIBLE
+    end = len(frame)
+    if flexible:
+        topics, pos = _uvarint(frame, pos)
+        topics -= 1
+    else:
+        (topics,) = _I32.unpack_from(frame, pos)
+        pos += 4
+    partitions = batches = records = record_bytes = 0
+    codecs = [0, 0, 0, 0, 0, 0, 0, 0]
+    for _ in range(max(topics, 0)):
+        if version >= _PRODUCE_TOPIC_IDS:
+            pos += 16
+        elif flexible:
+            n, pos = _uvarint(frame, pos)
+            pos += max(n - 1, 0)
+        else:
+            (n,) = _I16.unpack_from(frame, pos)
+            pos += 2 + max(n, 0)
+        if flexible:
+            parts, pos = _uvarint(frame, pos)
+            parts -= 1
+        else:
+            (parts,) = _I32.unpack_from(frame, pos)
+            pos += 4
+        for _ in range(max(parts, 0)):
+            pos += 4                                  # partition index
+            if flexible:
+                size, pos = _uvarint(frame, pos)
+                size -= 1
+            else:
+                (size,) = _I32.unpack_from(frame, pos)
+                pos += 4
+            partitions += 1
+            if size > 0:
+                if pos + size > end:
+                    return None
+                b, r = _count_batches(frame, pos, pos + size, codecs)
+                batches += b
+                records += r
+                record_bytes += size
+                pos += size
+            if flexible:
+                pos = _skip_tags(frame, pos)
+        if flexible:
+            pos = _skip_tags(frame, pos)
+    if pos > end:
+        return None
+    return ProduceSummary(acks, partitions, batches, records, record_bytes,
+                          tuple((CODECS[i] if i < len(CODECS) else f"codec{i}", n)
+                                for i, n in enumerate(codecs) if n))
+
+
+def _count_batches(b: bytes | memoryview, pos: int, end: int, codecs: list[int]) -> tuple[int, int]:
+    """(batches, records) of a record set: v2 batch headers, or magic 0/1 outer messages."""
+    batches = records = 0
+    while pos + 12 <= end:
+        (length,) = _I32.unpack_from(b, pos + 8)
+        nxt = pos + 12 + length
+        if length < 0 or nxt > end or pos + _MAGIC_AT >= end:
+            break                                     # a partial batch at the end is allowed
+        magic = b[pos + _MAGIC_AT]
+        if magic >= 2:
+            if pos + _V2_HEADER > end:
+                break
+            records += max(_I32.unpack_from(b, pos + _RECORD_COUNT_AT)[0], 0)
+            codecs[b[pos + _ATTRIBUTES_AT + 1] & 7] += 1
+        else:
+            # offset int64, size int32, crc int32, magic int8, attributes int8
+            records += 1
+            codecs[b[pos + _MAGIC_AT + 1] & 7] += 1
+        batches += 1
+        pos = nxt
+    return batches, records

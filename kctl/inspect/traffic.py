@@ -1,0 +1,53 @@
+"""The TCP ports a capture holds, with their payload bytes: what ``kctl decode`` lists when
+it finds no Kafka traffic, so the user sees which ``--port`` to give.
+
+One pass over the file(s), sans-IO below the file read (``pcap.read_segments``); each
+segment's payload counts for both of its ports. Unreadable or broken files count as far
+as they read.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterable
+from pathlib import Path
+
+from kctl.errors import DecodeError
+from kctl.inspect.pcap import read_segments
+
+
+def tcp_port_bytes(paths: Iterable[str | Path], *, max_segments: int = 2_000_000) -> Counter[int]:
+    """TCP port -> payload bytes seen on it (either direction)."""
+    ports: Counter[int] = Counter()
+    seen = 0
+    for path in paths:
+        try:
+            with open(path, "rb") as f:
+                for seg in read_segments(f, name=str(path)):
+                    seen += 1
+                    if seen > max_segments:
+                        return ports
+                    n = len(seg.payload) + seg.missing
+                    ports[seg.src_port] += n
+                    ports[seg.dst_port] += n
+        except (DecodeError, OSError):
+            continue
+    return ports
+
+
+def describe_ports(ports: Counter[int], *, top: int = 10) -> str:
+    """"9093 (1.2 MB), 51234 (1.2 MB), ..." largest first; "none" when empty."""
+    if not ports:
+        return "none"
+    items = ports.most_common()
+    text = ", ".join(f"{port} ({_size(n)})" for port, n in items[:top])
+    if len(items) > top:
+        text += f", and {len(items) - top} more"
+    return text
+
+
+def _size(n: int) -> str:
+    for unit, scale in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
+        if n >= scale:
+            return f"{n / scale:.1f} {unit}"
+    return f"{n} B"
