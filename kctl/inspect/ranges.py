@@ -245,11 +245,15 @@ class RangeDecoder:
     """Reads one ``CaptureRange`` and yields ``FramePair``/``RequestHalf``/``ResponseHalf``
     items for the frames it owns; ``coverage`` and ``topics`` are complete once the
     iteration ends. With ``connections`` (``connection_key`` strings) only those
-    connections are read, every frame is owned, and nothing is a half: a repair."""
+    connections are read, every frame is owned, and nothing is a half: a repair.
+    ``interfaces``: only packets captured on these pcapng interfaces (a leg of a kctl
+    inspect capture, as ``decode_stream`` reads it); ``None``: every packet."""
 
     def __init__(self, rng: CaptureRange, broker_ports: Collection[int], *,
-                 connections: Collection[str] | None = None, decode_records: bool = True) -> None:
+                 connections: Collection[str] | None = None, decode_records: bool = True,
+                 interfaces: Collection[int] | None = None) -> None:
         self.range = rng
+        self.interfaces = None if interfaces is None else frozenset(interfaces)
         self.decoder = CaptureDecoder(broker_ports, file=rng.file, decode_records=decode_records)
         self.connections = None if connections is None else frozenset(connections)
         self.coverage: dict[tuple[ConnectionId, Direction], StreamCoverage] = {}
@@ -281,6 +285,8 @@ class RangeDecoder:
                         at_eof = False
                         break
                 self.packets_read += 1
+                if self.interfaces is not None and pkt.interface not in self.interfaces:
+                    continue
                 seg = tcp_segment(pkt)
                 if not isinstance(seg, TcpSegment):
                     continue

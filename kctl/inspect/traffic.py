@@ -9,20 +9,24 @@ as they read.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
+from typing import BinaryIO
 
 from kctl.errors import DecodeError
 from kctl.inspect.pcap import read_segments
 
 
-def tcp_port_bytes(paths: Iterable[str | Path], *, max_segments: int = 2_000_000) -> Counter[int]:
-    """TCP port -> payload bytes seen on it (either direction)."""
+def tcp_port_bytes(paths: Iterable[str | Path], *, max_segments: int = 2_000_000,
+                   open_file: Callable[[str | Path], BinaryIO] | None = None) -> Counter[int]:
+    """TCP port -> payload bytes seen on it (either direction). ``open_file`` opens a path
+    for reading (default: a local file; kctl analyze: a URI on a cluster's store)."""
+    opener = open_file or (lambda p: open(p, "rb"))
     ports: Counter[int] = Counter()
     seen = 0
     for path in paths:
         try:
-            with open(path, "rb") as f:
+            with opener(path) as f:
                 for seg in read_segments(f, name=str(path)):
                     seen += 1
                     if seen > max_segments:

@@ -61,11 +61,33 @@ PERCENTILES = (0.5, 0.9, 0.99, 0.999, 1.0)
 
 
 @dataclass(frozen=True, slots=True)
+class CaptureSource:
+    """One capture as its tasks read it: where it is, the broker ports its frames are
+    decoded on, and the pcapng interfaces read (a leg of a kctl inspect capture, as
+    ``kctl decode --leg`` chooses it; ``None``: every packet). Picklable: tasks get it."""
+
+    file: CaptureFile
+    broker_ports: tuple[int, ...]
+    interfaces: tuple[int, ...] | None = None
+
+    @property
+    def name(self) -> str:
+        return self.file.name
+
+
+def sources(paths: Iterable[str], broker_ports: Iterable[int],
+            interfaces: Iterable[int] | None = None) -> list[CaptureSource]:
+    """The same ports (and interfaces) for every capture (paths or URIs, checked here)."""
+    ports = tuple(sorted(set(broker_ports)))
+    ifaces = None if interfaces is None else tuple(sorted(set(interfaces)))
+    return [CaptureSource(locate(str(p)), ports, ifaces) for p in paths]
+
+
+@dataclass(frozen=True, slots=True)
 class RepairTask:
     """Connections of one capture to decode again from its first packet."""
 
-    file: str
-    location: str
+    source: CaptureSource
     whole: CaptureRange
     connections: tuple[str, ...]
 
@@ -113,27 +135,28 @@ def auto_range_bytes(files: Sequence[CaptureFile], slots: int) -> int:
 
 # -- tasks ----------------------------------------------------------------------------------------
 
-def _decode_task(ranges: tuple[CaptureRange, ...], locations: dict[str, str],
-                 broker_ports: tuple[int, ...]):
+def _decode_task(ranges: tuple[CaptureRange, ...], by_name: dict[str, CaptureSource]):
     def run(batches: Iterator[Any]) -> Iterator[Any]:
         stage, _ = rows_.arrow_schemas()
         for b in batches:
             for i in b.column(0).to_pylist():
                 rng = ranges[i]
-                reader = RangeDecoder(rng, broker_ports)
-                with open_at(locations[rng.file], rng.window.offset) as stream:
+                src = by_name[rng.file]
+                reader = RangeDecoder(rng, src.broker_ports, interfaces=src.interfaces)
+                with open_at(src.file.location, rng.window.offset) as stream:
                     yield from rows_.arrow_batches(rows_.range_rows(reader, stream), stage)
     return run
 
 
-def _repair_task(tasks: tuple[RepairTask, ...], broker_ports: tuple[int, ...]):
+def _repair_task(tasks: tuple[RepairTask, ...]):
     def run(batches: Iterator[Any]) -> Iterator[Any]:
         stage, _ = rows_.arrow_schemas()
         for b in batches:
             for i in b.column(0).to_pylist():
                 t = tasks[i]
-                reader = RangeDecoder(t.whole, broker_ports, connections=t.connections)
-                with open_at(t.location, t.whole.window.offset) as stream:
+                reader = RangeDecoder(t.whole, t.source.broker_ports, connections=t.connections,
+                                      interfaces=t.source.interfaces)
+                with open_at(t.source.file.location, t.whole.window.offset) as stream:
                     rows = (r for r in rows_.range_rows(reader, stream) if r["kind"] == "pair")
                     yield from rows_.arrow_batches(rows, stage)
     return run
@@ -179,7 +202,7 @@ def _ids(spark: Any, n: int) -> Any:
 
 # -- the pipeline ---------------------------------------------------------------------------------
 
-def analyze(paths: Sequence[str], broker_ports: Iterable[int], out: str, *, spark: Any,
+def analyze(captures: Sequence[CaptureSource], out: str, *, spark: Any,
             range_bytes: int | None = None, lookback_bytes: int = DEFAULT_LOOKBACK_BYTES,
             bucket_s: float = 1.0, top: int = 10) -> AnalyzeResult:
     """Decodes the captures into ``out``/requests and ``out``/partitions; returns the summaries."""
@@ -191,17 +214,18 @@ def analyze(paths: Sequence[str], broker_ports: Iterable[int], out: str, *, spar
 
     if bucket_s <= 0:
         raise ConfigError(f"--bucket must be positive, not {bucket_s}")
-    files = [locate(str(p)) for p in paths]
+    files = [c.file for c in captures]
+    if len({f.name for f in files}) != len(files):
+        raise ConfigError("a capture is given twice")
     if range_bytes is None:
         range_bytes = auto_range_bytes(files, available_slots(spark))
     indexes = plan_ranges(files, range_bytes=range_bytes, lookback_bytes=lookback_bytes)
     ranges = tuple(r for idx in indexes for r in idx.ranges)
-    locations = {f.name: f.location for f in files}
-    ports = tuple(sorted(set(broker_ports)))
+    by_name = {c.name: c for c in captures}
     stage_arrow, _ = rows_.arrow_schemas()
     stage_schema = from_arrow_schema(stage_arrow)
 
-    stage = (_ids(spark, len(ranges)).mapInArrow(_decode_task(ranges, locations, ports), stage_schema)
+    stage = (_ids(spark, len(ranges)).mapInArrow(_decode_task(ranges, by_name), stage_schema)
              .persist(StorageLevel.MEMORY_AND_DISK))
     try:
         side = run_job(spark, lambda: stage.where("kind IN ('coverage', 'topic')")
@@ -218,7 +242,7 @@ def analyze(paths: Sequence[str], broker_ports: Iterable[int], out: str, *, spar
                     topics[key] = (r["topic"]["name"], r["topic"]["packet"])
         verdict = check_coverage(coverages)
         repaired = sorted(verdict.repair)
-        table = _pairs(spark, stage, stage_schema, repaired, indexes, locations, ports)
+        table = _pairs(spark, stage, stage_schema, repaired, indexes, by_name)
         table = _name_topics(table, topics)
         table = _give_marks_back(table, verdict.resynced)
         requests = table.select(
@@ -245,7 +269,7 @@ def analyze(paths: Sequence[str], broker_ports: Iterable[int], out: str, *, spar
 
 
 def _pairs(spark: Any, stage: Any, stage_schema: Any, repaired: list[tuple[str, str]],
-           indexes: list[CaptureIndex], locations: dict[str, str], ports: tuple[int, ...]) -> Any:
+           indexes: list[CaptureIndex], by_name: dict[str, CaptureSource]) -> Any:
     """Every pair row: the tasks' own pairs, the halves joined, the repaired connections."""
     from pyspark.sql import functions as F
 
@@ -272,9 +296,9 @@ def _pairs(spark: Any, stage: Any, stage_schema: Any, repaired: list[tuple[str, 
             if idx.file in by_file:
                 first_range = idx.ranges[0]
                 whole = CaptureRange(idx.file, 0, first_range.window, first_range.window, None)
-                tasks += [RepairTask(idx.file, locations[idx.file], whole, (c,))
+                tasks += [RepairTask(by_name[idx.file], whole, (c,))
                           for c in by_file[idx.file]]
-        redone = _ids(spark, len(tasks)).mapInArrow(_repair_task(tuple(tasks), ports), stage_schema)
+        redone = _ids(spark, len(tasks)).mapInArrow(_repair_task(tuple(tasks)), stage_schema)
         table = table.unionByName(redone)
     return table
 
@@ -393,25 +417,3 @@ def _write_and_summarise(spark: Any, requests: Any, partitions: Any, out: str, *
     return AnalyzeResult("", 0, total_rows, part_rows, latency=lat, throughput=throughput,
                          clients=clients, errors=errors)
 
-
-def tcp_ports_seen(files: Sequence[CaptureFile], *, max_segments: int = 2_000_000) -> list[tuple[int, int]]:
-    """(TCP port, payload bytes on it in either direction), largest first: what a user needs
-    to see when no Kafka frame was found on the ports tried."""
-    from collections import Counter
-
-    from kctl.inspect.pcap import read_segments
-    ports: Counter[int] = Counter()
-    seen = 0
-    for f in files:
-        try:
-            with open_at(f.location) as stream:
-                for seg in read_segments(stream, name=f.name):
-                    seen += 1
-                    if seen > max_segments:
-                        return ports.most_common()
-                    n = len(seg.payload) + seg.missing
-                    ports[seg.src_port] += n
-                    ports[seg.dst_port] += n
-        except (DecodeError, OSError):
-            continue
-    return ports.most_common()
