@@ -28,27 +28,30 @@ def _cell(v: object) -> str:
     return str(v)
 
 
-def _size(n: int) -> str:
-    for unit, scale in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
-        if n >= scale:
-            return f"{n / scale:.1f} {unit}"
-    return f"{n} B"
+def _source(name: str, port: list[str], leg: str | None):
+    """One capture as analyze reads it: located (path or URI), its broker ports, and for a
+    kctl inspect capture one leg (the client leg unless ``--leg``), as ``kctl decode`` reads it."""
+    from kctl.inspect.legs import LEG_CHOICES, read_legs
+    from kctl.inspect.session import guess_broker_ports
+    from kctl.inspect.traffic import broker_ports
+    from kctl.spark.analyze import CaptureSource
+    from kctl.spark.storage import locate, open_at
+    capture = locate(name)
 
+    def opener(_: object):
+        return open_at(capture.location)
 
-def _broker_ports(values: list[str], guess) -> set[int]:
-    ports: set[int] = set()
-    for v in values:
-        if v == "auto":
-            ports |= guess()
-            continue
-        try:
-            p = int(v)
-        except ValueError:
-            raise ConfigError(f"--port {v!r}: a port number or 'auto'") from None
-        if not 0 < p < 65536:
-            raise ConfigError(f"--port {p}: outside 1..65535")
-        ports.add(p)
-    return ports
+    def guess() -> set[int]:
+        return guess_broker_ports([name], open_file=opener)
+    legs = read_legs(name, open_file=opener)
+    if legs is None:
+        if leg is not None:
+            raise ConfigError(f"--leg {leg}: {name} is not a kctl inspect capture (it names no "
+                              "legs); leave --leg out to read every packet")
+        return CaptureSource(capture, tuple(sorted(broker_ports(port, guess))))
+    chosen = LEG_CHOICES[leg or "client"]
+    ports = broker_ports(port, lambda: set(legs.ports_for(chosen)) or guess())
+    return CaptureSource(capture, tuple(sorted(ports)), tuple(sorted(legs.interfaces_for(chosen))))
 
 
 def analyze(
@@ -57,7 +60,10 @@ def analyze(
     out_dir: str = typer.Option(..., "--out", help="Directory (or URI) for the Parquet tables requests/ and partitions/."),
     master: Optional[str] = typer.Option(None, "--master", help="Spark master URL (default local[*])."),
     port: list[str] = typer.Option(["auto"], "--port", "-p",
-                                   help="Broker port (repeatable); 'auto' (the default) guesses from the traffic."),
+                                   help="Broker port (repeatable); 'auto' (the default): from a kctl "
+                                        "capture's legs, else guessed from the traffic."),
+    leg: Optional[str] = typer.Option(None, "--leg", help="kctl inspect captures: client (default), "
+                                      "upstream or both legs of the proxy."),
     split_mb: Optional[int] = typer.Option(None, "--split-mb", min=1,
                                            help="Capture megabytes per task (default: 4 tasks per task slot, at least 4)."),
     bucket: str = typer.Option("1s", "--bucket", help="Length of a throughput bucket: 500ms, 1s, 1m."),
@@ -65,29 +71,31 @@ def analyze(
     json_out: bool = typer.Option(False, "--json", help="Print the summaries as one JSON object."),
 ) -> None:
     """Decode captures in parallel on Spark into Parquet; print latency, throughput, client and error summaries."""
+    from kctl.inspect.legs import LEG_CHOICES
     from kctl.inspect.report import dumps, format_ts
-    from kctl.inspect.session import guess_broker_ports
+    from kctl.inspect.traffic import describe_ports, tcp_port_bytes
     from kctl.quantities import parse_duration
-    from kctl.spark.analyze import analyze as run_analyze, tcp_ports_seen
+    from kctl.spark.analyze import analyze as run_analyze
     from kctl.spark.session import require_pyspark, spark_session
-    from kctl.spark.storage import locate, open_at
+    from kctl.spark.storage import open_at
     from kctl.ui.console import stderr_console, stdout_console
     bucket_s = parse_duration(bucket, "--bucket")
     if bucket_s <= 0:
         raise ConfigError(f"--bucket must be longer than 0, not {bucket!r}")
+    if leg is not None and leg not in LEG_CHOICES:
+        raise ConfigError(f"--leg {leg!r}: expected client, upstream or both")
     require_pyspark()
-    captures = [locate(f) for f in files]
-    where = {c.name: c.location for c in captures}
-    ports = _broker_ports(port, lambda: guess_broker_ports(files, open_file=lambda f: open_at(where[str(f)])))
+    captures = [_source(f, port, leg) for f in files]
     spark = spark_session(master, app_name="kctl analyze")
-    res = run_analyze(files, ports, out_dir, spark=spark,
+    res = run_analyze(captures, out_dir, spark=spark,
                       range_bytes=split_mb << 20 if split_mb else None, bucket_s=bucket_s, top=top)
     err = stderr_console(highlight=False)
     for d in res.damaged:
         err.print(f"kctl analyze: {d}; the frames before it are analyzed", markup=False)
     if res.requests == 0:
-        seen = ", ".join(f"{p} ({_size(n)})" for p, n in tcp_ports_seen(captures)[:10]) or "none"
-        tried = sorted(ports)
+        where = {c.name: c.file.location for c in captures}
+        seen = describe_ports(tcp_port_bytes(files, open_file=lambda f: open_at(where[str(f)])))
+        tried = sorted({p for c in captures for p in c.broker_ports})
         err.print(f"kctl analyze: no Kafka traffic found in {', '.join(files)} on port"
                   f"{'s' if len(tried) > 1 else ''} {', '.join(map(str, tried))}; TCP ports seen, "
                   f"with their payload bytes: {seen}; give the broker's with --port", markup=False)

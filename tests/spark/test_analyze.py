@@ -33,10 +33,10 @@ def _table(spark, path) -> list[tuple]:
 def test_many_small_ranges_match_decode_summary(spark, captures, tmp_path):
     """Ranges of 32 KiB: frames cut by ranges, requests and responses in different tasks;
     every count, byte, latency percentile, error and record set equals decode's."""
-    from kctl.spark.analyze import analyze
+    from kctl.spark.analyze import analyze, sources
     paths, ports = captures
     expected = _decode_summary(paths, ports)
-    got = analyze(paths, ports, str(tmp_path / "out"), spark=spark, range_bytes=32 << 10,
+    got = analyze(sources(paths, ports), str(tmp_path / "out"), spark=spark, range_bytes=32 << 10,
                   lookback_bytes=512 << 10)
     assert got.tasks > 10 and not got.repaired
     by_api = {r["api_name"]: r for r in got.latency}
@@ -73,15 +73,15 @@ def test_tiny_ranges_over_reordered_and_retransmitted_segments(spark, tmp_path):
     the capture begins inside: ranges of 300 bytes give the rows one task gives, row for row,
     and as many frames as decode; a lookback too short is repaired to the same rows."""
     from kctl.inspect.session import DecodedFrame, decode_files
-    from kctl.spark.analyze import analyze
+    from kctl.spark.analyze import analyze, sources
     from tests.inspect.test_ranges import load_capture
     paths = [str(load_capture(tmp_path, seed, swap=0.15, dup=0.1, cut_first=6 if seed else 0))
              for seed in range(2)]
     frames = sum(1 for f in decode_files(paths, {9092}) if isinstance(f, DecodedFrame))
-    one = analyze(paths, [9092], str(tmp_path / "one"), spark=spark, range_bytes=1 << 30)
-    many = analyze(paths, [9092], str(tmp_path / "many"), spark=spark, range_bytes=300,
+    one = analyze(sources(paths, [9092]), str(tmp_path / "one"), spark=spark, range_bytes=1 << 30)
+    many = analyze(sources(paths, [9092]), str(tmp_path / "many"), spark=spark, range_bytes=300,
                    lookback_bytes=16000)
-    short = analyze(paths, [9092], str(tmp_path / "short"), spark=spark, range_bytes=300,
+    short = analyze(sources(paths, [9092]), str(tmp_path / "short"), spark=spark, range_bytes=300,
                     lookback_bytes=200)
     assert one.tasks == 2 and many.tasks > 60 and not many.repaired and short.repaired
     for res in (one, many, short):
@@ -148,10 +148,29 @@ def test_topics_named_by_id_take_the_name_an_earlier_metadata_answer_gave(spark,
     want = sorted((rs.topic, rs.record_count) for f in decode_files([path], {9092})
                   if isinstance(f, DecodedFrame) for rs in f.record_sets)
     assert ("orders", 5) in want and (str(tid), 5) in want
-    from kctl.spark.analyze import analyze
-    res = analyze([str(path)], [9092], str(tmp_path / "out"), spark=spark, range_bytes=400,
+    from kctl.spark.analyze import analyze, sources
+    res = analyze(sources([str(path)], [9092]), str(tmp_path / "out"), spark=spark, range_bytes=400,
                   lookback_bytes=3000)
     assert res.tasks > 20 and not res.repaired
     got = sorted((r["topic"], r["records"]) for r in
                  spark.read.parquet(str(tmp_path / "out" / "partitions")).collect())
     assert got == want
+
+
+def test_kctl_captures_are_read_one_leg_as_decode_reads_them(spark, captures, tmp_path):
+    """kctl inspect writes both legs of the proxy; with no --port, analyze reads the client
+    leg (the frames decode shows), and --leg both every frame of both legs, as decode does."""
+    paths, _ = captures
+    frames = {}
+    for leg in ("client", "both"):
+        dec = CliRunner().invoke(app, ["decode", *paths, "--leg", leg, "--summary", "--json"])
+        assert dec.exit_code == 0, dec.output
+        args = ["analyze", *paths, "--out", str(tmp_path / leg), "--split-mb", "1", "--json"]
+        res = CliRunner().invoke(app, args + ([] if leg == "client" else ["--leg", leg]))
+        assert res.exit_code == 0, res.output
+        got = json.loads(res.stdout)
+        frames[leg] = json.loads(dec.stdout)["frames"]
+        assert sum(r["requests"] + r["responses"] for r in got["latency"]) == frames[leg]
+    assert frames["both"] == 2 * frames["client"] > 0
+    res = CliRunner().invoke(app, ["analyze", *paths, "--out", str(tmp_path / "x"), "--leg", "left"])
+    assert res.exit_code != 0 and "--leg 'left'" in str(res.exception or res.output)

@@ -43,7 +43,7 @@ def test_produce_on_the_cluster(standalone, broker, tmp_path):
 
 def test_analyze_on_the_cluster_reads_file_uris(standalone, captures, spark, tmp_path):
     """Capture URIs opened by the executors themselves; the same rows as a local run."""
-    from kctl.spark.analyze import analyze
+    from kctl.spark.analyze import analyze, sources
     paths, ports = captures
     uris = [Path(p).as_uri() for p in paths]
     args = ["analyze", *uris, "--master", standalone.url, "--out", str(tmp_path / "cluster"),
@@ -51,7 +51,7 @@ def test_analyze_on_the_cluster_reads_file_uris(standalone, captures, spark, tmp
     for p in ports:
         args += ["--port", str(p)]
     got = json.loads(kctl(*args).stdout)
-    local = analyze(paths, ports, str(tmp_path / "local"), spark=spark, range_bytes=1 << 20)
+    local = analyze(sources(paths, ports), str(tmp_path / "local"), spark=spark, range_bytes=1 << 20)
     assert got["tasks"] == local.tasks > 2 and got["requests"] == local.requests > 0
 
     def rows(d: str) -> list:
