@@ -28,10 +28,10 @@ How this works
 
 5. Write: ``requests`` (the pair rows; topic ids named from the Metadata answers that came
    before them in the file; 'resynced' marks where decode has them) and ``partitions`` (the
-   record sets exploded) as Parquet under ``--out``; the requests are cached as they are
-   written, so that the partitions table and
+   record sets exploded) as Parquet under ``--out``. The requests are cached as they are
+   written, and the partitions table and the summaries are then made at once from them.
 
-6. the summaries, in Spark SQL over those tables, are made at once from them: latency percentiles per API (exact nearest
+6. Summaries, in Spark SQL over those tables: latency percentiles per API (exact nearest
    rank, as HdrHistogram ranks), throughput per topic per time bucket, top clients by
    bytes, errors by name. Counting follows ``kctl decode --summary``.
 """
