@@ -38,9 +38,21 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+# Not benchmarks/ on the path: a sibling script named like a stdlib module (inspect.py)
+# would shadow it. benchmarks/decode.py is loaded by its path.
+sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != ROOT / "benchmarks"]
 sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "benchmarks"))
-from decode import _tcpdump  # noqa: E402  (benchmarks/decode.py)
+
+
+def _sibling(name: str):
+    import importlib.util
+    spec = importlib.util.spec_from_file_location(f"kctl_bench_{name}", ROOT / "benchmarks" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+_tcpdump = _sibling("decode")._tcpdump
 
 DEFAULT_CAPTURE = "/tmp/kctl-analyze-bench.pcap"
 BYTES_PER_RECORD = 186      # 100-byte records on the wire, batches and TCP/IP included
