@@ -217,8 +217,9 @@ def analyze(captures: Sequence[CaptureSource], out: str, *, spark: Any,
     files = [c.file for c in captures]
     if len({f.name for f in files}) != len(files):
         raise ConfigError("a capture is given twice")
+    slots = available_slots(spark)
     if range_bytes is None:
-        range_bytes = auto_range_bytes(files, available_slots(spark))
+        range_bytes = auto_range_bytes(files, slots)
     indexes = plan_ranges(files, range_bytes=range_bytes, lookback_bytes=lookback_bytes)
     ranges = tuple(r for idx in indexes for r in idx.ranges)
     by_name = {c.name: c for c in captures}
@@ -242,7 +243,7 @@ def analyze(captures: Sequence[CaptureSource], out: str, *, spark: Any,
                     topics[key] = (r["topic"]["name"], r["topic"]["packet"])
         verdict = check_coverage(coverages)
         repaired = sorted(verdict.repair)
-        table = _pairs(spark, stage, stage_schema, repaired, indexes, by_name)
+        table = _pairs(spark, stage, stage_schema, repaired, indexes, by_name, slots=slots)
         table = _name_topics(table, topics)
         table = _give_marks_back(table, verdict.resynced)
         requests = table.select(
@@ -269,7 +270,7 @@ def analyze(captures: Sequence[CaptureSource], out: str, *, spark: Any,
 
 
 def _pairs(spark: Any, stage: Any, stage_schema: Any, repaired: list[tuple[str, str]],
-           indexes: list[CaptureIndex], by_name: dict[str, CaptureSource]) -> Any:
+           indexes: list[CaptureIndex], by_name: dict[str, CaptureSource], *, slots: int) -> Any:
     """Every pair row: the tasks' own pairs, the halves joined, the repaired connections."""
     from pyspark.sql import functions as F
 
@@ -279,12 +280,14 @@ def _pairs(spark: Any, stage: Any, stage_schema: Any, repaired: list[tuple[str, 
         rows = rows.where(~F.concat_ws("\u0000", "file", "connection").isin(gone))
     pairs = rows.where("kind = 'pair'")
     # The join of the halves, sort-merge style: both kinds shuffled by (file, connection,
-    # correlation id), each key's halves in capture order, merged in one pass.
+    # correlation id), each key's halves in capture order, merged in one pass. Halves are
+    # only the frames whose pair a cut separated (a few per range), so one shuffle
+    # partition per task slot: more would only be more Python tasks to start.
     key = ["file", "connection", "correlation_id"]
     halves = (rows.where("kind IN ('request', 'response')")
               .withColumn("_at", F.coalesce("req_packet", "resp_packet"))
               .withColumn("_seq", F.coalesce("req_seq", "resp_seq"))
-              .repartition(*key).sortWithinPartitions(*key, "_at", "_seq")
+              .repartition(slots, *key).sortWithinPartitions(*key, "_at", "_seq")
               .drop("_at", "_seq"))
     table = pairs.unionByName(halves.mapInArrow(_join_task(), stage_schema))
     if repaired:
@@ -363,10 +366,11 @@ def _write_and_summarise(spark: Any, requests: Any, partitions: Any, out: str, *
     requests.createOrReplaceTempView("requests")
     partitions.createOrReplaceTempView("partitions")
     # Nearest rank as HdrHistogram (kctl decode --summary) defines it: the value of rank
-    # max(1, round(p * n)) in ascending order; no interpolation. A window sort per API
-    # keeps it distributed (no list of every latency in one place).
-    pct = ", ".join(f"max(CASE WHEN rn = greatest(1, floor({p} * n + 0.5)) THEN latency_ms END) AS p{i}"
-                    for i, p in enumerate(PERCENTILES))
+    # max(1, round(p * n)) in ascending order of the n latencies; no interpolation. One
+    # window sort per API (rows without a latency ranked last) keeps it distributed (no
+    # list of every latency in one place) and gives the counts in the same pass.
+    pct = ", ".join(f"max(CASE WHEN latency_ms IS NOT NULL AND rn = greatest(1, floor({p} * n + 0.5)) "
+                    f"THEN latency_ms END) AS p{i}" for i, p in enumerate(PERCENTILES))
 
     def sql(q: str) -> Any:
         return lambda: [r.asDict(recursive=True) for r in spark.sql(q).collect()]
@@ -379,19 +383,16 @@ def _write_and_summarise(spark: Any, requests: Any, partitions: Any, out: str, *
         lambda: partitions.write.mode("overwrite").parquet(os.path.join(out, "partitions")),
         sql(f"""
         WITH ranked AS (
-            SELECT api_name, latency_ms,
-                   row_number() OVER (PARTITION BY api_name ORDER BY latency_ms) AS rn,
-                   count(*) OVER (PARTITION BY api_name) AS n
-            FROM requests WHERE latency_ms IS NOT NULL),
-        pcts AS (SELECT api_name, {pct} FROM ranked GROUP BY api_name)
-        SELECT r.api_name, count(*) AS rows, count(request_bytes) AS requests,
+            SELECT api_name, request_bytes, response_bytes, latency_ms,
+                   row_number() OVER (PARTITION BY api_name ORDER BY latency_ms NULLS LAST) AS rn,
+                   count(latency_ms) OVER (PARTITION BY api_name) AS n
+            FROM requests)
+        SELECT api_name, count(*) AS rows, count(request_bytes) AS requests,
                count(response_bytes) AS responses,
                coalesce(sum(request_bytes), 0) AS request_bytes,
                coalesce(sum(response_bytes), 0) AS response_bytes,
-               count(latency_ms) AS latency_count, avg(latency_ms) AS latency_mean,
-               {", ".join(f"first(pcts.p{i}) AS p{i}" for i in range(len(PERCENTILES)))}
-        FROM requests r LEFT JOIN pcts ON r.api_name = pcts.api_name
-        GROUP BY r.api_name ORDER BY r.api_name"""),
+               count(latency_ms) AS latency_count, avg(latency_ms) AS latency_mean, {pct}
+        FROM ranked GROUP BY api_name ORDER BY api_name"""),
         sql(f"""
         SELECT topic, direction, CAST(floor(ts_ns / {bucket_ns}) * {bucket_ns} AS BIGINT) AS bucket_ns,
                count(*) AS rows, sum(records) AS records, sum(bytes) AS bytes,

@@ -208,7 +208,7 @@ def run_job(spark: Any, action: Callable[[], T], *, description: str = "kctl",
             on_wait: Callable[[], None] | None = None) -> T:
     """Runs ``action`` (which triggers Spark jobs) in a thread under a job group;
     Ctrl-C in the calling thread cancels the group. ``on_wait`` is called about
-    every 0.2 s while the job runs (the caller's chance to render progress)."""
+    every 0.05 s while the job runs (the caller's chance to render progress)."""
     sc = spark.sparkContext
     group = f"kctl-{uuid.uuid4().hex[:8]}"
     box: dict[str, Any] = {}
@@ -225,7 +225,7 @@ def run_job(spark: Any, action: Callable[[], T], *, description: str = "kctl",
     t.start()
     try:
         while t.is_alive():
-            t.join(0.2)
+            t.join(0.05)
             if on_wait is not None:
                 on_wait()
     except KeyboardInterrupt:
