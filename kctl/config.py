@@ -697,10 +697,16 @@ IGNORED_PREFIXES: tuple[str, ...] = ("ssl.", "sasl.")
 # The typed pieces each component takes
 
 
+#: compression.lz4.level's default; the Java client compresses it with lz4's fast mode.
+LZ4_DEFAULT_LEVEL = 9
+#: The codec level that means lz4's fast (not high-compression) mode.
+LZ4_FAST_LEVEL = 0
+
+
 @dataclass(frozen=True, slots=True)
 class CompressionConfig:
     type: CompressionType
-    level: int | None  # for the chosen codec; None when it has no level (none, snappy)
+    level: int | None  # the codec's level; None when it has no level (none, snappy)
 
 
 @dataclass(frozen=True, slots=True)
@@ -977,6 +983,10 @@ class ProducerConfig:
             CompressionType.LZ4: self.compression_lz4_level,
             CompressionType.ZSTD: self.compression_zstd_level,
         }.get(self.compression_type)
+        if self.compression_type is CompressionType.LZ4 and level == LZ4_DEFAULT_LEVEL:
+            # Java's Lz4BlockOutputStream: the default level uses lz4's fast compressor
+            # ("for backward compatibility"); any other level its high compressor.
+            level = LZ4_FAST_LEVEL
         return CompressionConfig(self.compression_type, level)
 
     @property

@@ -66,9 +66,9 @@ def _tick_label(p: float) -> str:
 
 def clock_of(cell: CellResult) -> str:
     """The latency clock a cell's curve and p99 line plot."""
-    if any((r.summary or {}).get("run", {}).get("max_throughput") for r in cell.reps):
+    if any(r.summary is not None and r.summary.run.max_throughput for r in cell.reps):
         return "send clock"
-    if cell.hlog and not cell.reps[0].summary and "send" not in cell.histograms:
+    if cell.hlog and cell.reps[0].summary is None and "send" not in cell.histograms:
         return "as logged"
     return "intended clock"
 

@@ -29,7 +29,8 @@ from hdrh.histogram import HdrHistogram
 
 from kctl.errors import ConfigError
 from kctl.stats.hlog import LoggedInterval, read_interval_log
-from kctl.stats.latency import decode_histogram, encode_histogram, new_histogram
+from kctl.stats.latency import EMPTY_FIGURES, decode_histogram, encode_histogram, new_histogram
+from kctl.stats.summary import RunSummary
 
 __all__ = ["METRICS", "RESULTS_SCHEMA", "BenchResults", "best_cells", "CellResult", "Metric", "RepResult",
            "Stat", "load_run", "merge_intervals", "metrics_from_summary", "timeline_from_intervals"]
@@ -93,17 +94,20 @@ class RepResult:
     metrics: dict[str, float]
     #: ``[{"t_s": seconds from the first measured interval's start, "records_per_s", "p99_ms"}]``
     timeline: list[dict[str, float]] = field(default_factory=list)
-    summary: dict[str, Any] | None = None
+    summary: RunSummary | None = None
     topic: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {"repetition": self.repetition, "topic": self.topic, "metrics": self.metrics,
-                "timeline": self.timeline, "summary": self.summary}
+                "timeline": self.timeline,
+                "summary": self.summary.to_json() if self.summary is not None else None}
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> RepResult:
+        summary = d.get("summary")
         return cls(int(d["repetition"]), {k: float(v) for k, v in d["metrics"].items()},
-                   list(d.get("timeline") or []), d.get("summary"), d.get("topic"))
+                   list(d.get("timeline") or []),
+                   RunSummary.from_json(summary) if summary else None, d.get("topic"))
 
 
 @dataclass
@@ -179,23 +183,22 @@ class BenchResults:
 
 
 # -- figures from a produce summary or from interval logs ---------------------------------------
-def metrics_from_summary(s: Mapping[str, Any]) -> dict[str, float]:
+def metrics_from_summary(s: RunSummary) -> dict[str, float]:
     """The ``METRICS`` of one ``kctl produce`` summary (docs/produce-summary.md)."""
-    lat = s.get("latency", {})
-    intended, send = lat.get("intended", {}), lat.get("send", {})
-    measured = s.get("run", {}).get("measured_s") or 0.0
-    counts = s.get("counts", {})
+    intended, send = s.latency.get("intended", EMPTY_FIGURES), s.latency.get("send", EMPTY_FIGURES)
+    measured = s.run.measured_s
+    counts = s.counts
     out = {
-        "records_per_s": float(s.get("rates", {}).get("records_per_s", 0.0)),
-        "mb_per_s": float(s.get("rates", {}).get("mb_per_s", 0.0)),
-        "records_per_batch": float(s.get("batching", {}).get("records_per_batch", 0.0)),
-        "requests_per_s": counts.get("requests_sent", 0) / measured if measured else 0.0,
-        "throttle_ms": float(s.get("throttle", {}).get("time_ms", 0)),
-        "errors": float(counts.get("failed", 0) + sum(s.get("errors_by_name", {}).values())),
+        "records_per_s": s.rates.records_per_s,
+        "mb_per_s": s.rates.mb_per_s,
+        "records_per_batch": s.batching.records_per_batch,
+        "requests_per_s": counts.requests_sent / measured if measured else 0.0,
+        "throttle_ms": float(s.throttle.time_ms),
+        "errors": float(counts.failed + sum(s.errors_by_name.values())),
     }
     for k in ("p50_ms", "p99_ms", "p999_ms", "max_ms"):
-        out[k] = float(intended.get(k, 0.0))
-        out[f"service_{k}"] = float(send.get(k, 0.0))
+        out[k] = float(getattr(intended, k))
+        out[f"service_{k}"] = float(getattr(send, k))
     return out
 
 
@@ -287,13 +290,18 @@ def load_run(path: str | Path, *, hlog_unit: str = "us") -> list[CellResult]:
                 raise ConfigError(f"{p}: malformed bench results ({e})") from None
         if isinstance(schema, str) and schema.startswith("kctl.produce.summary/"):
             name = p.stem
-            lat = doc.get("latency", {}).get("intended", {})
-            points = [(p_, float(lat[k])) for p_, k in ((50.0, "p50_ms"), (90.0, "p90_ms"), (99.0, "p99_ms"),
-                                                         (99.9, "p999_ms"), (99.99, "p9999_ms"))
-                      if k in lat]
-            props = {k: str(v) for k, v in (doc.get("config", {}).get("producer") or {}).items()
+            try:
+                summary = RunSummary.from_json(doc)
+            except ValueError as e:
+                raise ConfigError(f"{p}: {e}") from None
+            lat = summary.latency.get("intended")
+            points = [(p_, float(getattr(lat, k))) for p_, k in (
+                (50.0, "p50_ms"), (90.0, "p90_ms"), (99.0, "p99_ms"), (99.9, "p999_ms"),
+                (99.99, "p9999_ms"))] if lat is not None else []
+            props = {k: str(v) for k, v in (summary.config.get("producer") or {}).items()
                      if k != "bootstrap.servers"}
-            return [CellResult(name, name, props, [RepResult(1, metrics_from_summary(doc), summary=doc)],
+            return [CellResult(name, name, props,
+                               [RepResult(1, metrics_from_summary(summary), summary=summary)],
                                percentile_points=points)]
         raise ConfigError(f"{p}: a JSON file that is neither bench results ({RESULTS_SCHEMA}) "
                           "nor a kctl produce summary")

@@ -87,13 +87,13 @@ def produce(
     properties: list[str] = typer.Option([], "-X", help="Producer property name=value (Kafka names, or librdkafka's where they mean the same; repeatable)."),
     producer_props: list[str] = typer.Option([], "--producer-props", "--command-property", metavar="NAME=VALUE...", help="perf-test's spelling of -X (and KIP-1147's): one or more name=value after the flag."),
     producer_config: list[str] = typer.Option([], "--producer-config", "--producer.config", "--command-config", metavar="FILE", help="Java .properties file of producer properties (perf-test: --producer.config; KIP-1147: --command-config)."),
-    workers: Optional[int] = typer.Option(None, "--workers", help="Worker processes (default: CPU cores)."),
+    workers: Optional[int] = typer.Option(None, "--workers", help="Worker processes (default: cores - 1 when the broker is on this host, else one per core)."),
     hdr_out: Optional[Path] = typer.Option(None, "--hdr-out", help="Write the HdrHistogram interval log (.hlog)."),
     json_out: Optional[Path] = typer.Option(None, "--json-out", help="Write the summary JSON."),
     interval: str = typer.Option("1s", "--interval", help="Time between interval reports: 250ms, 1s, 5s."),
     verify: bool = typer.Option(False, "--verify", help="Read the produced range back; report lost, duplicated, reordered records."),
     quiet: bool = typer.Option(False, "--quiet", help="Print only the summary."),
-    no_id_headers: bool = typer.Option(False, "--no-id-headers", help="Do not add kctl's record identity header."),
+    no_id_headers: bool = typer.Option(False, "--no-id-headers", help="Do not add the 24-byte kctl identity header (run, worker, sequence, intended time)."),
     seed: int = typer.Option(0, "--seed", help="Seed for payloads and keys."),
     spark: bool = typer.Option(False, "--spark", help="Run the workers as Spark tasks (needs kctl[spark])."),
     master: Optional[str] = typer.Option(None, "--master", help="Spark master URL with --spark (default local[*])."),
@@ -166,7 +166,7 @@ def produce(
             live.stop()
     summary = outcome.summary
     if json_out:
-        json_out.write_text(json.dumps(summary, indent=2, sort_keys=False) + "\n")
+        json_out.write_text(json.dumps(summary.to_json(), indent=2, sort_keys=False) + "\n")
     if out.is_terminal:
         out.print(summary_renderable(summary))
     # perf-test's closing line, last on stdout (scripts take it with tail -1); the clock
@@ -189,10 +189,10 @@ def produce(
         print(line)
         if not v.ok or v.expected == 0:
             status = 1
-    counts = summary.get("counts", {})
-    if counts.get("failed"):
-        by_error = ", ".join(f"{name} x{n}" for name, n in counts.get("failed_by_error", {}).items())
-        err.print(f"{counts['failed']} record(s) failed: {by_error}", highlight=False)
+    counts = summary.counts
+    if counts.failed:
+        by_error = ", ".join(f"{name} x{n}" for name, n in counts.failed_by_error.items())
+        err.print(f"{counts.failed} record(s) failed: {by_error}", highlight=False)
         status = 1
     if status:
         sys.exit(status)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import sys
+from dataclasses import replace
 from pathlib import Path
 from typing import Optional
 
@@ -72,12 +73,11 @@ def replay(
     outcome = execute(plan, on_event=on_event, on_round=on_round,
                       hdr_out=str(hdr_out) if hdr_out else None,
                       run_factory=replay_run_factory(records, keyed=key_col is not None, master=master))
-    summary = dict(outcome.summary)
-    summary["config"] = dict(summary.get("config", {}), dataset=dataset, key_col=key_col,
-                             value_col=value_col, value_format=value_format,
-                             record_size=None, payload="dataset")
+    summary = replace(outcome.summary, config=dict(
+        outcome.summary.config, dataset=dataset, key_col=key_col, value_col=value_col,
+        value_format=value_format, record_size=None, payload="dataset"))
     if json_out:
-        json_out.write_text(json.dumps(summary, indent=2) + "\n")
+        json_out.write_text(json.dumps(summary.to_json(), indent=2) + "\n")
     if (line := spark_start_line(summary)) is not None:
         print(line)
     print(clock_line(summary))

@@ -9,6 +9,9 @@ How this works
   ``BufferPool``. When the pool has no memory the append stops and says so
   (``needs_memory``); the producer then runs the sender until memory frees or
   ``max.block.ms`` passes (see buffer_pool.py), and appends again.
+- ``open_room`` and ``all_batches_full`` answer the producer's partition choice
+  (KIP-480's new-batch switch and KIP-794's "switch only when the last batch is
+  full").
 - ``ready(cluster, now_ns)`` says which leader nodes have something sendable:
   a full batch, more than one batch queued, ``linger.ms`` passed since the
   first append, a flush or close in progress, or a pool that has run dry. A
@@ -16,6 +19,13 @@ How this works
   (exponential up to ``retry.backoff.max.ms``) instead of ``linger.ms``. It also
   says when the next batch becomes sendable, so the sender sleeps exactly
   until then, and which topics have no known leader (metadata refresh).
+  With ``partitioner.adaptive.partitioning.enable`` it also reports each
+  topic's queue sizes (batches per partition) for the partitioner, once every
+  partition of the topic has a queue, leaving out partitions whose leader has
+  had data it could not take for longer than
+  ``partitioner.availability.timeout.ms`` (the sender reports per ready node
+  whether it could drain, ``update_node_latency_stats``), as Java's
+  ``RecordAccumulator.partitionReady`` does.
 - ``drain(cluster, nodes, max_request_size, now_ns)`` takes at most one batch
   per partition for each node, rotating the starting partition per node for
   fairness, up to ``max.request.size`` bytes per node (at least one batch).
@@ -50,7 +60,7 @@ from kctl.engine.batch import (
 )
 from kctl.engine.buffer_pool import BufferPool
 from kctl.engine.clock import NS_PER_MS
-from kctl.protocol.batch_builder import BatchTemplate
+from kctl.protocol.batch_builder import BatchTemplate, GeneralBatchBuilder
 from kctl.protocol.compression import Compression
 from kctl.protocol.records import Header
 
@@ -60,10 +70,17 @@ from kctl.protocol.records import Header
 RECORD_OVERHEAD_BOUND = 36
 
 
-def record_size_estimate(key: bytes | None, value: bytes | None, headers: Sequence[Header]) -> int:
-    size = RECORD_OVERHEAD_BOUND + (len(key) if key else 0) + (len(value) if value else 0)
+def _headers_size(headers: Sequence[Header]) -> int:
+    size = 0
     for h in headers:
         size += 10 + len(h.key) + (len(h.value) if h.value else 0)
+    return size
+
+
+def record_size_estimate(key: bytes | None, value: bytes | None, headers: Sequence[Header]) -> int:
+    size = RECORD_OVERHEAD_BOUND + (len(key) if key else 0) + (len(value) if value else 0)
+    if headers:
+        size += _headers_size(headers)
     return size
 
 
@@ -71,6 +88,7 @@ class ClusterView(Protocol):
     """What the accumulator needs to know about the cluster (metadata.py)."""
 
     def leader_for(self, tp: TopicPartition) -> int | None: ...
+    def partition_count(self, topic: str) -> int | None: ...
 
 
 class SequenceSource(Protocol):
@@ -83,16 +101,30 @@ class SequenceSource(Protocol):
 
 
 @dataclass(frozen=True, slots=True)
+class PartitionLoad:
+    """One topic's queue sizes for adaptive partitioning (KIP-794): batches queued
+    per partition whose leader is known and has not been unavailable for longer
+    than ``partitioner.availability.timeout.ms`` (those are left out)."""
+
+    topic: str
+    partition_ids: tuple[int, ...]
+    queue_sizes: tuple[int, ...]
+    num_partitions: int
+
+
+@dataclass(frozen=True, slots=True)
 class ReadyCheck:
     ready_nodes: frozenset[int]
     next_ready_check_ns: int            # absolute monotonic time; a large value when idle
     unknown_leader_topics: frozenset[str]
+    # Per topic whose every partition has a queue, when adaptive partitioning is on.
+    partition_load: tuple[PartitionLoad, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
 class AppendResult:
-    handle: RecordHandle | None         # None when the record was not appended
-    batch_is_full: bool
+    batch: ProducerBatch | None         # the batch the record went into (None: not appended)
+    index: int                          # its index in the batch
     new_batch_created: bool
     needs_memory: int = 0               # bytes the pool could not give (append not done)
     abort_for_new_batch: bool = False   # the caller asked to re-partition before a new batch
@@ -106,6 +138,18 @@ class BulkAppendResult:
 
 
 IDLE_NS = 1 << 62
+
+
+class _NodeLatency:
+    """When the sender last found a node with data ready and when it could last drain
+    to it (Java's NodeLatencyStats): ``ready_ns - drain_ns`` is how long the node has
+    had data it could not take."""
+
+    __slots__ = ("ready_ns", "drain_ns")
+
+    def __init__(self, now_ns: int) -> None:
+        self.ready_ns = now_ns
+        self.drain_ns = now_ns
 
 
 class RecordAccumulator:
@@ -122,10 +166,15 @@ class RecordAccumulator:
         self.batch_size = config.batch_size
         self.compression = Compression[config.compression.type.name]
         self.compression_level = config.compression.level
+        self.adaptive = config.adaptive_partitioning_enable
+        self.availability_timeout_ns = config.partition_availability_timeout_ms * NS_PER_MS
+        self._builder = GeneralBatchBuilder(compression=self.compression,
+                                            compression_level=self.compression_level)
         self._deques: dict[TopicPartition, deque[ProducerBatch]] = {}
         self._muted: set[TopicPartition] = set()
         self._drain_index: dict[int, int] = {}
         self._incomplete: set[ProducerBatch] = set()
+        self._node_stats: dict[int, _NodeLatency] = {}
         self._flushes_in_progress = 0
         self.closed = False
         self.on_batch_done: Callable[[ProducerBatch], None] | None = None
@@ -139,7 +188,7 @@ class RecordAccumulator:
 
     def _new_batch(self, tp: TopicPartition, size: int, now_ns: int, wall_ms: int,
                    template: BatchTemplate | None = None,
-                   value_size: int | None = None) -> ProducerBatch | None:
+                   value_size: int | None = None, keyed: bool = False) -> ProducerBatch | None:
         capacity = max(self.batch_size, size + RECORD_BATCH_OVERHEAD)
         buffer = self.pool.try_allocate(capacity)
         if buffer is None:
@@ -147,15 +196,16 @@ class RecordAccumulator:
         batch = ProducerBatch(tp, now_ns, capacity, buffer, compression=self.compression,
                               compression_level=self.compression_level, template=template,
                               value_size=value_size, created_wall_ms=wall_ms,
-                              wall_offset_ns=self.wall_offset_ns)
+                              wall_offset_ns=self.wall_offset_ns, builder=self._builder,
+                              keyed=keyed)
         self._deque(tp).append(batch)
         self._incomplete.add(batch)
         return batch
 
     def append(self, tp: TopicPartition, timestamp_ms: int, key: bytes | None,
                value: bytes | None, headers: Sequence[Header], now_ns: int, *,
-               abort_on_new_batch: bool = False, intended_ns: int = -1,
-               first_seq: int = -1) -> AppendResult:
+               abort_on_new_batch: bool = False,
+               callback: Callable[[RecordHandle], object] | None = None) -> AppendResult:
         """One record into the partition's open batch (or a new one)."""
         if self.closed:
             raise RuntimeError("append after the producer was closed")
@@ -163,56 +213,85 @@ class RecordAccumulator:
         dq = self._deque(tp)
         if dq:
             last = dq[-1]
-            if last.state is BatchState.OPEN and not last.is_bulk:
-                handle = last.try_append(timestamp_ms, key, value, headers, now_ns, size,
-                                         intended_ns, first_seq)
-                if handle is not None:
-                    return AppendResult(handle, len(dq) > 1 or last.is_full(), False)
-                last.close()
+            if last.state is BatchState.OPEN and last.template is None:
+                i = last.try_append(timestamp_ms, key, value, headers, size, now_ns, callback)
+                if i >= 0:
+                    return AppendResult(last, i, False)
+            last.close()
         if abort_on_new_batch:
-            return AppendResult(None, False, False, abort_for_new_batch=True)
+            return AppendResult(None, -1, False, abort_for_new_batch=True)
         batch = self._new_batch(tp, size, now_ns, timestamp_ms)
         if batch is None:
-            return AppendResult(None, False, False, needs_memory=max(self.batch_size, size))
-        handle = batch.try_append(timestamp_ms, key, value, headers, now_ns, size,
-                                  intended_ns, first_seq)
-        assert handle is not None
-        return AppendResult(handle, len(dq) > 1 or batch.is_full(), True)
+            return AppendResult(None, -1, False, needs_memory=max(self.batch_size, size + RECORD_BATCH_OVERHEAD))
+        i = batch.try_append(timestamp_ms, key, value, headers, size, now_ns, callback)
+        assert i == 0
+        return AppendResult(batch, i, True)
 
     def append_bulk(self, tp: TopicPartition, values: Sequence[bytes], record_bytes: int,
                     template: BatchTemplate, now_ns: int, wall_ms: int, *,
+                    keys: Sequence[bytes | None] | None = None,
                     value_size: int | None = None, intended_first_ns: int = -1,
-                    intended_step_ns: int = 0, first_seq: int = -1) -> BulkAppendResult:
-        """A slice of values sharing ``template`` (``record_bytes`` each, framing
-        included), spread over as many batches as needed. Appends a prefix of
-        ``values`` when the pool runs dry; the caller waits for memory and
-        appends the rest."""
+                    intended_step_ns: int = 0, first_seq: int = -1,
+                    positions: Sequence[int] | None = None,
+                    positions_base: int = 0) -> BulkAppendResult:
+        """A slice of values (and keys) sharing ``template`` (``record_bytes`` each,
+        framing included, an upper bound), spread over as many batches as needed.
+        Appends a prefix of ``values`` when the pool runs dry; the caller waits for
+        memory and appends the rest. ``positions``/``positions_base``: the
+        records' places on the schedule (``AppendSlice``)."""
         if self.closed:
             raise RuntimeError("append after the producer was closed")
         dq = self._deque(tp)
         done = 0
         new = 0
         total = len(values)
+        keyed = keys is not None
         while done < total:
             last = dq[-1] if dq else None
             room = 0
             if last is not None and last.state is BatchState.OPEN:
-                if last.template is template:
+                if last.template is template and last.keyed == keyed:
                     room = last.room_for(record_bytes)
                 if room == 0:
                     last.close()
             if room == 0:
-                last = self._new_batch(tp, record_bytes, now_ns, wall_ms, template, value_size)
+                last = self._new_batch(tp, record_bytes, now_ns, wall_ms, template, value_size, keyed)
                 if last is None:
-                    return BulkAppendResult(done, new, needs_memory=self.batch_size)
+                    return BulkAppendResult(done, new,
+                                            needs_memory=max(self.batch_size,
+                                                             record_bytes + RECORD_BATCH_OVERHEAD))
                 new += 1
                 room = last.room_for(record_bytes)
             take = min(room, total - done)
-            first = intended_first_ns + done * intended_step_ns if intended_first_ns >= 0 else -1
             seq = first_seq + done if first_seq >= 0 else -1
-            last.append_bulk(values[done:done + take], record_bytes, now_ns, first, intended_step_ns, seq)
+            if positions is None:
+                first = intended_first_ns + done * intended_step_ns if intended_first_ns >= 0 else -1
+                last.append_bulk(values[done:done + take], keys[done:done + take] if keyed else None,
+                                 record_bytes, now_ns, first, intended_step_ns, seq)
+            else:
+                last.append_bulk(values[done:done + take], keys[done:done + take] if keyed else None,
+                                 record_bytes, now_ns, intended_first_ns, intended_step_ns, seq,
+                                 positions[done:done + take], positions_base)
             done += take
         return BulkAppendResult(done, new)
+
+    def open_room(self, tp: TopicPartition, template: BatchTemplate, record_bytes: int,
+                  keyed: bool) -> int:
+        """How many ``record_bytes`` records of ``template`` the partition's open batch
+        still takes (0: the next append opens a new batch)."""
+        dq = self._deques.get(tp)
+        if not dq:
+            return 0
+        last = dq[-1]
+        if last.template is not template or last.keyed != keyed:
+            return 0
+        return last.room_for(record_bytes) if last.record_count else 0
+
+    def all_batches_full(self, tp: TopicPartition) -> bool:
+        """Java's ``allBatchesFull``: the partition's last batch (if any) is full, so
+        a sticky partition may switch without leaving a fractional batch behind."""
+        dq = self._deques.get(tp)
+        return not dq or dq[-1].is_full()
 
     # -- readiness ----------------------------------------------------------------------
     def _backoff_ns(self, batch: ProducerBatch) -> int:
@@ -222,16 +301,45 @@ class RecordAccumulator:
         cap = self.config.retry_backoff_max_ms * NS_PER_MS
         return min(cap, base << min(batch.attempts - 1, 30))
 
+    def update_node_latency_stats(self, node: int, now_ns: int, can_drain: bool) -> None:
+        """The sender found ``node`` with data ready; ``can_drain``: it could send to it
+        now (Java's ``updateNodeLatencyStats``). Only kept when
+        ``partitioner.availability.timeout.ms`` is set."""
+        if self.availability_timeout_ns <= 0:
+            return
+        stats = self._node_stats.get(node)
+        if stats is None:
+            stats = self._node_stats[node] = _NodeLatency(now_ns)
+        if can_drain:
+            stats.drain_ns = now_ns
+        stats.ready_ns = now_ns
+
+    def _unavailable(self, leader: int) -> bool:
+        if self.availability_timeout_ns <= 0:
+            return False
+        stats = self._node_stats.get(leader)
+        return stats is not None and stats.ready_ns - stats.drain_ns > self.availability_timeout_ns
+
     def ready(self, cluster: ClusterView, now_ns: int) -> ReadyCheck:
         ready_nodes: set[int] = set()
         unknown: set[str] = set()
         next_check = IDLE_NS
         exhausted = self.pool.exhausted
         forced = exhausted or self.closed or self._flushes_in_progress > 0
+        # topic -> [(partition, queue size)] for adaptive partitioning; None: a leader unknown
+        loads: dict[str, list[tuple[int, int]]] | None = {} if self.adaptive else None
+        queues: dict[str, int] = {}
         for tp, dq in self._deques.items():
+            leader = cluster.leader_for(tp)
+            if loads is not None:
+                queues[tp.topic] = queues.get(tp.topic, 0) + 1
+                if leader is not None and leader >= 0 and not self._unavailable(leader):
+                    per = loads.get(tp.topic)
+                    if per is None:
+                        per = loads[tp.topic] = []
+                    per.append((tp.partition, len(dq)))
             if not dq:
                 continue
-            leader = cluster.leader_for(tp)
             if leader is None or leader < 0:
                 unknown.add(tp.topic)
                 continue
@@ -252,7 +360,18 @@ class RecordAccumulator:
                 ready_nodes.add(leader)
             else:
                 next_check = min(next_check, due)
-        return ReadyCheck(frozenset(ready_nodes), next_check, frozenset(unknown))
+        load: tuple[PartitionLoad, ...] = ()
+        if loads is not None:
+            # Java collects queue sizes only once every partition of the topic has a queue.
+            out = []
+            for topic, n in queues.items():
+                count = cluster.partition_count(topic)
+                if count and n >= count:
+                    per = loads.get(topic, ())
+                    out.append(PartitionLoad(topic, tuple(p for p, _ in per),
+                                             tuple(q for _, q in per), count))
+            load = tuple(out)
+        return ReadyCheck(frozenset(ready_nodes), next_check, frozenset(unknown), load)
 
     def has_undrained(self) -> bool:
         return any(self._deques.values())
@@ -358,7 +477,13 @@ class RecordAccumulator:
 
     @property
     def incomplete_count(self) -> int:
+        """Batches not yet resolved (acknowledged or failed)."""
         return len(self._incomplete)
+
+    @property
+    def incomplete_records(self) -> int:
+        """Records in the batches not yet resolved."""
+        return sum(b.record_count for b in self._incomplete)
 
     def close(self) -> None:
         """No more appends; everything queued becomes sendable at once."""

@@ -161,10 +161,24 @@ def _topic_id(client: BlockingClient, topic: str) -> uuid.UUID:
     return info.topic_id
 
 
-def fetch(client: BlockingClient, topic: str, partition: int, offset: int, *,
-          max_bytes: int = 16 * 1024 * 1024, max_wait_ms: int = 100,
-          topic_id: uuid.UUID | None = None) -> FetchedPartition:
-    """One Fetch of one partition from ``offset`` (read_uncommitted)."""
+@dataclass(frozen=True, slots=True)
+class RawFetch:
+    """One partition's Fetch answer with its records left as bytes."""
+
+    high_watermark: int
+    log_start_offset: int
+    records: bytes
+
+
+def topic_id(client: BlockingClient, topic: str) -> uuid.UUID:
+    """The topic's id (Fetch v13+ names topics by id)."""
+    return _topic_id(client, topic)
+
+
+def fetch_raw(client: BlockingClient, topic: str, partition: int, offset: int, *,
+              max_bytes: int = 16 * 1024 * 1024, max_wait_ms: int = 100,
+              topic_id: uuid.UUID | None = None) -> RawFetch:
+    """One Fetch of one partition from ``offset`` (read_uncommitted), records undecoded."""
     req_cls = messages.message_class("FetchRequest")
     tcls = req_cls.FetchTopic
     version = client.version_for(req_cls())
@@ -184,8 +198,17 @@ def fetch(client: BlockingClient, topic: str, partition: int, offset: int, *,
     p = resp.responses[0].partitions[0]
     if p.error_code:
         raise broker_error(p.error_code)
-    batches = decode_batches(p.records or b"")
-    return FetchedPartition(p.high_watermark, p.log_start_offset, tuple(batches))
+    return RawFetch(p.high_watermark, p.log_start_offset, bytes(p.records or b""))
+
+
+def fetch(client: BlockingClient, topic: str, partition: int, offset: int, *,
+          max_bytes: int = 16 * 1024 * 1024, max_wait_ms: int = 100,
+          topic_id: uuid.UUID | None = None) -> FetchedPartition:
+    """One Fetch of one partition from ``offset`` (read_uncommitted)."""
+    raw = fetch_raw(client, topic, partition, offset, max_bytes=max_bytes, max_wait_ms=max_wait_ms,
+                    topic_id=topic_id)
+    batches = decode_batches(raw.records)
+    return FetchedPartition(raw.high_watermark, raw.log_start_offset, tuple(batches))
 
 
 def read_partition(client: BlockingClient, topic: str, partition: int, *, start: int = 0,
@@ -226,8 +249,8 @@ def read_partition(client: BlockingClient, topic: str, partition: int, *, start:
 
 __all__ = [
     "BrokerError", "BrokerInfo", "ClusterMetadata", "FetchedPartition", "PartitionInfo",
-    "BrokerApis", "ProduceResult", "TopicInfo", "cluster_overview", "create_topics", "fetch",
-    "fetch_metadata", "produce",
+    "BrokerApis", "ProduceResult", "RawFetch", "TopicInfo", "cluster_overview", "create_topics",
+    "fetch", "fetch_metadata", "fetch_raw", "produce", "topic_id",
     "read_partition",
 ]
 

@@ -76,7 +76,7 @@ class Metadata:
         self._last_success_ns: int | None = None
         self._last_attempt_ns: int | None = None
         self._failures = 0
-        self.version = 0          # bumped on every applied response
+        self.version = 0          # bumped whenever partitions or leaders may have changed
         self.refreshes = 0
 
     # -- questions ---------------------------------------------------------------------
@@ -183,7 +183,6 @@ class Metadata:
         missing = self.topics - {t.name for t in resp.topics}
         self._need_update = retry or bool(missing)
         self._last_success_ns = now_ns
-        self.version += 1
         changed = old_leaders != {tp: p.leader for tp, p in self._partitions.items()}
         return MetadataUpdate(errors, changed)
 
@@ -212,3 +211,4 @@ class Metadata:
         self._by_topic = {k: tuple(v) for k, v in by_topic.items()}
         self._available = {k: tuple(v) for k, v in available.items()}
         self._by_node = {k: tuple(v) for k, v in by_node.items()}
+        self.version += 1

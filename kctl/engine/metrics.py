@@ -33,6 +33,7 @@ class MetricsSnapshot:
     records_by_partition: dict[tuple[str, int], int]
     records_by_node: dict[int, int]
     epoch_bumps: int
+    value_bytes_acked: int = 0
 
 
 @dataclass
@@ -41,6 +42,7 @@ class ProducerMetrics:
     records_acked: int = 0
     records_failed: int = 0
     bytes_sent: int = 0          # record batch bytes in requests (retries included)
+    value_bytes_acked: int = 0   # bytes of the values of acknowledged records
     batches_sent: int = 0        # batches in requests (retries included)
     batches_acked: int = 0
     requests_sent: int = 0
@@ -66,4 +68,4 @@ class ProducerMetrics:
             self.queue_time_ns_total, self.batch_fill_total, self.request_latency_ns_total,
             dict(self.errors_by_name), dict(self.failed_by_error),
             {(tp[0], tp[1]): n for tp, n in self.records_by_partition.items()},
-            dict(self.records_by_node), self.epoch_bumps)
+            dict(self.records_by_node), self.epoch_bumps, self.value_bytes_acked)

@@ -203,6 +203,31 @@ class _Connection:
         return self.channel.closed
 
 
+class _Selector(selectors.DefaultSelector):  # type: ignore[misc,valid-type]
+    """The default selector with sub-millisecond timeouts.
+
+    epoll counts whole milliseconds and Python rounds a timeout up to the next one,
+    so a 0.3 ms wait sleeps 1 ms: a load worker at 1,000 records/s would wake late
+    for every other record and send them in pairs. A timeout that is not whole
+    milliseconds waits the whole part on the selector and the rest on the selector's
+    own descriptor with select(2), whose timeout has microseconds (an epoll
+    descriptor is readable while it has events)."""
+
+    def select(self, timeout: float | None = None):  # type: ignore[override]
+        fileno = getattr(self, "fileno", None)
+        if timeout is None or timeout <= 0 or fileno is None or fileno() >= 1024:
+            return super().select(timeout)
+        whole = int(timeout * 1000) / 1000
+        if whole > 0:
+            ready = super().select(whole)
+            if ready:
+                return ready
+        rest = timeout - whole
+        if rest > 0:
+            select.select([fileno()], [], [], rest)
+        return super().select(0)
+
+
 def _address_of(value: tuple[str, int] | BrokerAddress | str) -> tuple[str, int]:
     if isinstance(value, BrokerAddress):
         return value.host, value.port
@@ -255,7 +280,7 @@ class NetworkClient:
         self._auth_errors: dict[int, AuthenticationError] = {}
         self.metrics = NetworkMetrics()
 
-        self._selector = selectors.DefaultSelector()
+        self._selector = _Selector()
         self._wake_r, self._wake_w = socket.socketpair()
         self._wake_r.setblocking(False)
         self._wake_w.setblocking(False)

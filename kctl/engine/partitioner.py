@@ -136,6 +136,15 @@ class Partitioner:
         # hashes of recent keys (bytes only: they are immutable). Cleared when full.
         self._key_hashes: dict[bytes, int] = {}
 
+    @property
+    def kind(self) -> PartitionerKind:
+        return self._kind
+
+    @property
+    def uses_keys(self) -> bool:
+        """Whether a record's key decides its partition (murmur2)."""
+        return self._use_keys and self._kind is not PartitionerKind.ROUND_ROBIN
+
     # -- choosing -------------------------------------------------------------
 
     def partition(
@@ -161,6 +170,10 @@ class Partitioner:
         if key is not None and self._use_keys:
             return self._key_hash(key) % num_partitions
         return self.sticky_partition(topic, num_partitions, available)
+
+    def key_partition(self, key: bytes, num_partitions: int) -> int:
+        """murmur2's partition for ``key`` (whatever the kind; ask ``uses_keys`` first)."""
+        return self._key_hash(key) % num_partitions
 
     def _key_hash(self, key: bytes) -> int:
         cache = self._key_hashes
@@ -211,6 +224,24 @@ class Partitioner:
         if available:
             return available[rng.randrange(len(available))]
         return rng.randrange(num_partitions)  # no leader known anywhere: any partition
+
+    def round_robin_start(self, topic: str, count: int) -> int:
+        """The bulk form of ``round_robin``: the counter for the first of ``count``
+        records (record i goes where the counter ``start + i`` points); advances it."""
+        counter = self._round_robin.get(topic, 0)
+        self._round_robin[topic] = (counter + count) & 0x7FFFFFFF
+        return counter
+
+    def sticky_bytes_left(self, topic: str) -> tuple[int, int]:
+        """Bytes the current sticky partition takes before it may switch (KIP-794:
+        ``batch.size``, when the last batch is full) and before it must (twice
+        that); 0 or less when reached. The bulk path appends up to these marks,
+        then reports through ``on_append``, so it switches where per-record
+        appends would."""
+        state = self._sticky.get(topic)
+        produced = state.produced_bytes if state is not None and not state.used_up else 0
+        size = self._sticky_batch_size
+        return size - produced, 2 * size - produced
 
     def _next_round_robin(self, topic: str, num_partitions: int, available: Sequence[int]) -> int:
         counter = self._round_robin.get(topic, 0)

@@ -24,9 +24,23 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
-from kctl.config import ProducerConfig
-from kctl.engine.accumulator import RecordAccumulator
-from kctl.engine.batch import ProducerBatch, RecordHandle, TopicPartition
+from bisect import bisect_left
+
+from kctl.config import PartitionerKind, ProducerConfig
+from kctl.engine.accumulator import (
+    RECORD_OVERHEAD_BOUND,
+    PartitionLoad,
+    RecordAccumulator,
+    record_size_estimate,
+)
+from kctl.engine.batch import (
+    RECORD_BATCH_OVERHEAD,
+    BatchState,
+    ProducerBatch,
+    RecordHandle,
+    TopicPartition,
+)
+from kctl.engine.bulk import KeyLayout, RecordPool, RecordShape
 from kctl.engine.buffer_pool import BufferPool
 from kctl.engine.clock import NS_PER_MS, Clock, SystemClock
 from kctl.engine.idempotence import Idempotence
@@ -35,9 +49,53 @@ from kctl.engine.metrics import ProducerMetrics
 from kctl.engine.network import NetworkClient
 from kctl.engine.partitioner import Partitioner
 from kctl.engine.sender import Sender
-from kctl.errors import ConfigError, KctlError
+from kctl.errors import ConfigError, InvalidPartitionError, KctlError
 from kctl.protocol.batch_builder import BatchTemplate
+from kctl.protocol.compression import Compression
 from kctl.protocol.records import Header
+
+PLAIN = RecordShape()
+_OPEN = BatchState.OPEN
+#: Keys whose partition a topic remembers (murmur2 costs more than the rest of a send).
+KEY_CACHE_SIZE = 65536
+
+
+class _TopicState:
+    """What sends to one topic need from metadata, rebuilt when metadata changes."""
+
+    __slots__ = ("topic", "version", "num_partitions", "available", "tps", "key_partitions",
+                 "sticky_budget", "open_batches")
+
+    def __init__(self, topic: str, version: int, num_partitions: int, available: tuple[int, ...],
+                 tps: tuple[TopicPartition, ...]) -> None:
+        self.topic = topic
+        self.version = version
+        self.num_partitions = num_partitions
+        self.available = available
+        self.tps = tps
+        self.key_partitions: dict[bytes, int] = {}
+        self.open_batches: list[ProducerBatch | None] = [None] * num_partitions
+        # send()'s sticky partition, bytes before it may switch (batch.size) and before
+        # it must (twice that), bytes not yet reported to the partitioner
+        self.sticky_budget: list[int] = [-1, 0, 0, 0]
+
+
+class _BulkRun:
+    """One ``send_bulk`` call's common facts and running counters."""
+
+    __slots__ = ("template", "record_bytes", "value_size", "intended_first_ns",
+                 "intended_step_ns", "next_seq", "opened", "switched")
+
+    def __init__(self, template: BatchTemplate, record_bytes: int, value_size: int | None,
+                 intended_first_ns: int, intended_step_ns: int, first_seq: int) -> None:
+        self.template = template
+        self.record_bytes = record_bytes
+        self.value_size = value_size
+        self.intended_first_ns = intended_first_ns
+        self.intended_step_ns = intended_step_ns
+        self.next_seq = first_seq
+        self.opened = 0
+        self.switched = False
 
 
 class ProducerClosedError(KctlError):
@@ -68,10 +126,37 @@ class Producer:
         self.sender = Sender(sender_cfg, self.accumulator, self.metadata, self.network,
                              idempotence=self.idempotence, metrics=self.metrics,
                              wall_ms=self.clock.wall_ms, on_batch_done=on_batch_done,
-                             batch_size=config.batch_size)
+                             batch_size=config.batch_size,
+                             on_partition_load=self._on_partition_load)
         self.max_block_ns = config.max_block_ms * NS_PER_MS
         self._next_wake_ns = 0
         self._closed = False
+        self._topics: dict[str, _TopicState] = {}
+        self._load_topics: set[str] = set()
+        self._templates: dict[RecordShape, BatchTemplate] = {}
+        self._record_bytes: dict[tuple[RecordShape, RecordPool], int] = {}
+        self._layouts: dict[tuple[str, RecordPool], KeyLayout] = {}
+        self._compression = Compression[config.compression_type.name]
+        kind = config.partitioner
+        self._uses_keys = self.partitioner.uses_keys
+        # Which sticky rule keyless records follow: KIP-794 (default, sticky) or KIP-480 (murmur2).
+        self._kip794 = kind in (PartitionerKind.DEFAULT, PartitionerKind.STICKY)
+        self._abort_on_new_batch = kind is PartitionerKind.MURMUR2
+        self._sticky = kind is not PartitionerKind.ROUND_ROBIN
+
+    def _on_partition_load(self, loads: Sequence[PartitionLoad]) -> None:
+        """Queue sizes from the accumulator's readiness check to the partitioner
+        (KIP-794); a topic that no longer has them goes back to uniform draws."""
+        if not loads and not self._load_topics:
+            return
+        seen = set()
+        for load in loads:
+            self.partitioner.update_load_stats(load.topic, load.partition_ids, load.queue_sizes,
+                                               load.num_partitions)
+            seen.add(load.topic)
+        for topic in self._load_topics - seen:
+            self.partitioner.update_load_stats(topic, None)
+        self._load_topics = seen
 
     # -- the loop --------------------------------------------------------------------------
     def _step(self, max_wait_ns: int = 0) -> None:
@@ -95,24 +180,40 @@ class Producer:
                 return
 
     # -- metadata ------------------------------------------------------------------------------
+    def _topic(self, topic: str) -> _TopicState:
+        """The topic's partitions as metadata last said (cached until it changes),
+        waiting for metadata up to max.block.ms."""
+        t = self._topics.get(topic)
+        if t is not None and t.version == self.metadata.version:
+            return t
+        count = self.metadata.partition_count(topic)
+        if count is None:
+            self.metadata.add_topics([topic])
+            self.metadata.request_update()
+            deadline = self.clock.now_ns() + self.max_block_ns
+            while (count := self.metadata.partition_count(topic)) is None:
+                now = self.clock.now_ns()
+                if now >= deadline:
+                    raise KctlError(
+                        f"topic {topic!r} not present in metadata after {self.config.max_block_ms} ms "
+                        f"(max.block.ms); does it exist on {self._bootstrap_text()}?")
+                if self.sender.fatal_error:
+                    raise KctlError(self.sender.fatal_error)
+                self._step(min(deadline - now, 50 * NS_PER_MS))
+        t = _TopicState(topic, self.metadata.version, count,
+                        self.metadata.available_partitions(topic),
+                        tuple(TopicPartition(topic, i) for i in range(count)))
+        old = self._topics.get(topic)
+        if old is not None:
+            t.sticky_budget = old.sticky_budget
+            if old.num_partitions == count:
+                t.key_partitions = old.key_partitions
+        self._topics[topic] = t
+        return t
+
     def partitions_for(self, topic: str) -> tuple[int, ...]:
         """The topic's partitions, waiting for metadata up to max.block.ms."""
-        count = self.metadata.partition_count(topic)
-        if count is not None:
-            return tuple(range(count))
-        self.metadata.add_topics([topic])
-        self.metadata.request_update()
-        deadline = self.clock.now_ns() + self.max_block_ns
-        while (count := self.metadata.partition_count(topic)) is None:
-            now = self.clock.now_ns()
-            if now >= deadline:
-                raise KctlError(
-                    f"topic {topic!r} not present in metadata after {self.config.max_block_ms} ms "
-                    f"(max.block.ms); does it exist on {self._bootstrap_text()}?")
-            if self.sender.fatal_error:
-                raise KctlError(self.sender.fatal_error)
-            self._step(min(deadline - now, 50 * NS_PER_MS))
-        return tuple(range(count))
+        return tuple(range(self._topic(topic).num_partitions))
 
     def _bootstrap_text(self) -> str:
         return ",".join(f"{a.host}:{a.port}" for a in self.config.bootstrap_servers) or "the cluster"
@@ -121,82 +222,294 @@ class Producer:
     def send(self, topic: str, value: bytes | None, key: bytes | None = None,
              headers: Sequence[Header | tuple[str, bytes | None]] = (),
              partition: int | None = None, timestamp_ms: int | None = None,
-             callback: Callable[[RecordHandle], object] | None = None, *,
-             intended_ns: int = -1, first_seq: int = -1) -> RecordHandle:
-        """Queues one record; ``intended_ns``/``first_seq`` are the load generator's
-        schedule time and sequence number for latency accounting (-1: none)."""
+             callback: Callable[[RecordHandle], object] | None = None) -> RecordHandle:
+        """Queues one record; ``callback(handle)`` runs once it is acknowledged or has
+        failed. The returned handle is a view of the record's batch."""
         if self._closed:
             raise ProducerClosedError("send() after close()")
-        hdrs = tuple(h if isinstance(h, Header) else Header(h[0], h[1]) for h in headers) if headers else ()
-        num = len(self.partitions_for(topic))
-        available = self.metadata.available_partitions(topic)
-        part = self.partitioner.partition(topic, key, num, available, explicit=partition)
+        if headers:
+            headers = tuple(h if type(h) is Header else Header(h[0], h[1]) for h in headers)
+        t = self._topics.get(topic)
+        if t is None or t.version != self.metadata.version:
+            t = self._topic(topic)
+        pt = self.partitioner
+        sticky = False
+        if partition is not None:
+            if not 0 <= partition < t.num_partitions:
+                raise InvalidPartitionError(
+                    f"partition {partition} of topic {topic!r} does not exist "
+                    f"(it has {t.num_partitions}: 0..{t.num_partitions - 1})")
+            part = partition
+        elif key is not None and self._uses_keys:
+            kp = t.key_partitions
+            part = kp.get(key, -1) if type(key) is bytes else -1
+            if part < 0:
+                part = pt.key_partition(key, t.num_partitions)
+                if type(key) is bytes and len(kp) < KEY_CACHE_SIZE:
+                    kp[key] = part
+        elif self._sticky:
+            part = pt.sticky_partition(topic, t.num_partitions, t.available)
+            sticky = True
+        else:
+            part = pt.partition(topic, None, t.num_partitions, t.available)   # round-robin
+        tp = t.tps[part]
         ts = self.clock.wall_ms() if timestamp_ms is None else timestamp_ms
         now = self.clock.now_ns()
-        tp = TopicPartition(topic, part)
-        sticky = self.partitioner.sticks(key, partition)
-        result = self.accumulator.append(tp, ts, key, value, hdrs, now, abort_on_new_batch=sticky,
-                                         intended_ns=intended_ns, first_seq=first_seq)
-        if result.abort_for_new_batch:
-            # KIP-480: a new batch is a chance to move the sticky partition.
-            self.partitioner.on_new_batch(topic, part)
-            part = self.partitioner.partition(topic, key, num, available, explicit=partition)
-            tp = TopicPartition(topic, part)
-            result = self.accumulator.append(tp, ts, key, value, hdrs, now,
-                                             intended_ns=intended_ns, first_seq=first_seq)
-        while result.needs_memory:
-            buffer = self.pool.allocate(result.needs_memory, max_block_ms=self.config.max_block_ms,
-                                        clock=self.clock, run_step=self._run_step)
-            self.pool.deallocate(buffer, result.needs_memory)
-            result = self.accumulator.append(tp, ts, key, value, hdrs, self.clock.now_ns(),
-                                             intended_ns=intended_ns, first_seq=first_seq)
-        handle = result.handle
-        assert handle is not None
-        if sticky:
-            size = len(value or b"") + len(key or b"")
-            self.partitioner.on_append(topic, part, size, enable_switch=result.batch_is_full)
-        if callback is not None:
-            handle.add_callback(callback)
+        acc = self.accumulator
+        # The batch this partition's last record went into, while it is open (only a
+        # deque's last batch can be): the common case needs no accumulator lookup.
+        batch = t.open_batches[part]
+        index = -1
+        if batch is not None and batch.state is _OPEN:
+            size = RECORD_OVERHEAD_BOUND + (len(key) if key else 0) + (len(value) if value else 0)
+            if headers:
+                size = record_size_estimate(key, value, headers)
+            index = batch.try_append(ts, key, value, headers, size, now, callback)
+        new_batch = False
+        if index < 0:
+            result = acc.append(tp, ts, key, value, headers, now, callback=callback,
+                                abort_on_new_batch=sticky and self._abort_on_new_batch)
+            if result.abort_for_new_batch:
+                # KIP-480: a new batch is a chance to move the sticky partition.
+                pt.on_new_batch(topic, part)
+                part = pt.partition(topic, None, t.num_partitions, t.available)
+                tp = t.tps[part]
+                result = acc.append(tp, ts, key, value, headers, now, callback=callback)
+            while result.needs_memory:
+                self._wait_for_memory(result.needs_memory)
+                result = acc.append(tp, ts, key, value, headers, self.clock.now_ns(),
+                                    callback=callback)
+            batch = result.batch
+            assert batch is not None
+            index = result.index
+            new_batch = result.new_batch_created
+            t.open_batches[part] = batch
+        if sticky and self._kip794:
+            # KIP-794: bytes count towards the sticky partition's switch. Only
+            # reaching batch.size with the last batch full, or twice batch.size, can
+            # switch it, so the bytes are reported in one go when that happens: the
+            # same switches as Java's report per record.
+            budget = t.sticky_budget
+            if budget[0] != part:
+                self._report_sticky(t)
+                budget[0] = part
+                budget[1], budget[2] = pt.sticky_bytes_left(topic)
+            size = (len(value) if value else 0) + (len(key) if key else 0)
+            budget[1] -= size
+            budget[2] -= size
+            budget[3] += size
+            if budget[1] <= 0:
+                # Past batch.size: a switch needs the last batch full, or twice batch.size.
+                full = batch.estimated_bytes >= batch.capacity
+                if full or budget[2] <= 0:
+                    pt.on_append(topic, part, budget[3], enable_switch=full)
+                    budget[1], budget[2] = pt.sticky_bytes_left(topic)
+                    budget[3] = 0
         # A turn when a batch just filled (the append opened the next one) or when the
         # sender asked to be woken by now; not on every append behind a full batch,
         # which under backpressure would run the whole sender once per record.
-        if result.new_batch_created or now >= self._next_wake_ns:
+        if new_batch or now >= self._next_wake_ns:
             self._step(0)
-        return handle
+        return RecordHandle(batch, index)
 
-    def send_bulk(self, topic: str, partition: int, values: Sequence[bytes], *,
-                  template: BatchTemplate, record_bytes: int, value_size: int | None = None,
-                  intended_first_ns: int = -1, intended_step_ns: int = 0,
-                  first_seq: int = -1) -> int:
-        """The load path: a slice of same-template values into one partition, through
-        the same accumulator, batches and sender as ``send``. Completion is reported
-        per batch through ``on_batch_done`` (no handle per record). Returns how many
-        new batches the slice opened."""
+    def _report_sticky(self, t: _TopicState) -> None:
+        """Hands the partitioner the bytes ``send()`` has not reported yet (``on_append``)."""
+        budget = t.sticky_budget
+        if budget[3] and budget[0] >= 0:
+            tp = t.tps[budget[0]]
+            self.partitioner.on_append(t.topic, budget[0], budget[3],
+                                       enable_switch=self.accumulator.all_batches_full(tp))
+        budget[:] = [-1, 0, 0, 0]
+
+    def _wait_for_memory(self, size: int) -> None:
+        buffer = self.pool.allocate(size, max_block_ms=self.config.max_block_ms,
+                                    clock=self.clock, run_step=self._run_step)
+        self.pool.deallocate(buffer, size)
+
+    # -- the load path --------------------------------------------------------------------------
+    def send_bulk(self, topic: str, pool: RecordPool, start: int, count: int, *,
+                  shape: RecordShape = PLAIN, intended_first_ns: int = -1,
+                  intended_step_ns: int = 0, first_seq: int = -1) -> int:
+        """The load path: ``count`` records of ``pool`` from index ``start`` on
+        (wrapping at its end), through the same partitioner, accumulator, batches
+        and sender as ``send``; no object per record. Completion is reported per
+        batch through ``on_batch_done`` (its append slices), not per record.
+
+        Record i of the slice (i < count) was meant to go at ``intended_first_ns +
+        i * intended_step_ns`` (``intended_first_ns`` < 0: no schedule). Records get
+        the sequence numbers ``first_seq, first_seq + 1, ...`` in the order they are
+        appended (per partition, in schedule order), which the identity header
+        carries (``shape.identity``). Returns how many new batches were opened.
+        """
         if self._closed:
             raise ProducerClosedError("send_bulk() after close()")
-        tp = TopicPartition(topic, partition)
+        if count <= 0:
+            return 0
+        if shape.identity is not None and first_seq < 0:
+            raise KctlError("send_bulk: records with an identity need first_seq")
+        t = self._topics.get(topic)
+        if t is None or t.version != self.metadata.version:
+            t = self._topic(topic)
+        if self._kip794:
+            self._report_sticky(t)
+        template, record_bytes = self._template_for(shape, pool)
+        size = len(pool.values)
+        run = _BulkRun(template, record_bytes, pool.value_size, intended_first_ns, intended_step_ns,
+                       first_seq)
         done = 0
-        opened = 0
-        while done < len(values):
-            now = self.clock.now_ns()
-            res = self.accumulator.append_bulk(
-                tp, values[done:] if done else values, record_bytes, template, now,
-                self.clock.wall_ms(), value_size=value_size,
-                intended_first_ns=(intended_first_ns + done * intended_step_ns
-                                   if intended_first_ns >= 0 else -1),
-                intended_step_ns=intended_step_ns,
-                first_seq=first_seq + done if first_seq >= 0 else -1)
-            done += res.appended
-            opened += res.new_batches
-            if res.needs_memory:
-                buffer = self.pool.allocate(res.needs_memory, max_block_ms=self.config.max_block_ms,
-                                            clock=self.clock, run_step=self._run_step)
-                self.pool.deallocate(buffer, res.needs_memory)
-            elif res.new_batches:
-                self._step(0)
-        if self.clock.now_ns() >= self._next_wake_ns:
+        start %= size
+        while done < count:
+            n = min(count - done, size - start)
+            if pool.keys is not None and self._uses_keys:
+                self._place_keyed(t, pool, start, n, done, run)
+            elif self.partitioner.kind is PartitionerKind.ROUND_ROBIN:
+                self._place_round_robin(t, pool, start, n, done, run)
+            else:
+                self._place_sticky(t, pool.values, pool.keys, start, n, done, run)
+            done += n
+            start = 0
+        if run.opened or self.clock.now_ns() >= self._next_wake_ns:
             self._step(0)
-        return opened
+        return run.opened
+
+    def _template_for(self, shape: RecordShape, pool: RecordPool) -> tuple[BatchTemplate, int]:
+        """The shape's template (one per shape, with this producer's codec) and an upper
+        bound of one pool record's bytes in a batch."""
+        template = self._templates.get(shape)
+        if template is None:
+            template = self._templates[shape] = BatchTemplate(
+                headers=shape.headers, identity=shape.identity, compression=self._compression,
+                compression_level=self.config.compression.level)
+        key = (shape, pool)
+        record_bytes = self._record_bytes.get(key)
+        if record_bytes is None:
+            value_len = pool.value_size if pool.value_size is not None else max(map(len, pool.values))
+            longest = None if pool.max_key_size < 0 else b"k" * pool.max_key_size
+            record_bytes = template.record_size(value_len, longest)
+            if len(self._record_bytes) >= 64:
+                self._record_bytes.clear()
+            self._record_bytes[key] = record_bytes
+        return template, record_bytes
+
+    def _place_keyed(self, t: _TopicState, pool: RecordPool, a: int, n: int, offset: int,
+                     run: _BulkRun) -> None:
+        """Records a..a+n of a keyed pool (stream positions offset..): each partition's
+        share, from the pool's layout, as one slice; keyless records stick."""
+        key = (t.topic, pool)
+        layout = self._layouts.get(key)
+        if layout is None or layout.num_partitions != t.num_partitions:
+            num = t.num_partitions
+            kp = self.partitioner.key_partition
+            layout = KeyLayout.of(pool, num, lambda k: kp(k, num))
+            if len(self._layouts) >= 16:
+                self._layouts.clear()
+            self._layouts[key] = layout
+        b = a + n
+        base = a - offset
+        for g in layout.groups:
+            pos = g.positions
+            lo = bisect_left(pos, a)
+            hi = bisect_left(pos, b, lo)
+            if hi <= lo:
+                continue
+            if g.partition < 0:
+                part = self.partitioner.partition(t.topic, None, t.num_partitions, t.available)
+                tp = t.tps[part]
+                self._append(tp, g.values[lo:hi], g.keys[lo:hi], run, pos[lo:hi], base)
+                if self._kip794:
+                    self.partitioner.on_append(t.topic, part, (hi - lo) * run.record_bytes,
+                                               self.accumulator.all_batches_full(tp))
+            else:
+                self._append(t.tps[g.partition], g.values[lo:hi], g.keys[lo:hi], run, pos[lo:hi], base)
+
+    def _place_round_robin(self, t: _TopicState, pool: RecordPool, a: int, n: int, offset: int,
+                           run: _BulkRun) -> None:
+        """Record i goes to the available partition the counter start+i points at:
+        partition j's share is every m-th record, a strided slice."""
+        first = self.partitioner.round_robin_start(t.topic, n)
+        avail = t.available or range(t.num_partitions)
+        m = len(avail)
+        keys = pool.keys
+        for j in range(min(m, n)):
+            part = avail[(first + j) % m]
+            values = pool.values[a + j:a + n:m]
+            self._append(t.tps[part], values, keys[a + j:a + n:m] if keys is not None else None,
+                         run, range(offset + j, offset + n, m), 0)
+
+    def _place_sticky(self, t: _TopicState, values: Sequence[bytes],
+                      keys: Sequence[bytes | None] | None, a: int, n: int, offset: int,
+                      run: _BulkRun) -> None:
+        """Keyless records (or keys ignored) on the sticky partition, in chunks that end
+        where per-record appends would switch: KIP-794 at batch.size bytes when the
+        last batch is full, or at twice that; KIP-480 (``murmur2`` kind) when a new
+        batch would open."""
+        pt = self.partitioner
+        acc = self.accumulator
+        rb = run.record_bytes
+        keyed = keys is not None
+        done = 0
+        while done < n:
+            part = pt.partition(t.topic, None, t.num_partitions, t.available)
+            tp = t.tps[part]
+            left = n - done
+            if self._kip794:
+                may, must = pt.sticky_bytes_left(t.topic)
+                if may > 0:
+                    take = -(-may // rb)
+                else:
+                    room = acc.open_room(tp, run.template, rb, keyed)
+                    take = room if room > 0 else max(1, (self.config.batch_size - RECORD_BATCH_OVERHEAD) // rb)
+                    take = min(take, max(1, -(-must // rb)))
+            else:
+                take = acc.open_room(tp, run.template, rb, keyed)
+                if take == 0 and not run.switched:
+                    # KIP-480: the next record would open a batch; move first.
+                    pt.on_new_batch(t.topic, part)
+                    run.switched = True
+                    continue
+                if take == 0:
+                    take = max(1, (self.config.batch_size - RECORD_BATCH_OVERHEAD) // rb)
+                run.switched = False
+            take = min(take, left)
+            s = a + done
+            self._append(tp, values[s:s + take], keys[s:s + take] if keyed else None, run,
+                         None, offset + done)
+            if self._kip794:
+                pt.on_append(t.topic, part, take * rb, acc.all_batches_full(tp))
+            done += take
+
+    def _append(self, tp: TopicPartition, values: Sequence[bytes],
+                keys: Sequence[bytes | None] | None, run: _BulkRun,
+                positions: Sequence[int] | None, stream_offset: int) -> None:
+        """One partition's slice into the accumulator, waiting for memory as needed.
+        ``positions`` None: the records are consecutive from schedule position
+        ``stream_offset``; else their positions, less ``stream_offset`` (the base)."""
+        total = len(values)
+        done = 0
+        step = run.intended_step_ns
+        while done < total:
+            now = self.clock.now_ns()
+            if positions is None:
+                first = (run.intended_first_ns + (stream_offset + done) * step
+                         if run.intended_first_ns >= 0 else -1)
+                res = self.accumulator.append_bulk(
+                    tp, values[done:] if done else values, run.record_bytes, run.template, now,
+                    self.clock.wall_ms(), keys=(keys[done:] if done else keys) if keys is not None else None,
+                    value_size=run.value_size, intended_first_ns=first, intended_step_ns=step,
+                    first_seq=run.next_seq)
+            else:
+                res = self.accumulator.append_bulk(
+                    tp, values[done:] if done else values, run.record_bytes, run.template, now,
+                    self.clock.wall_ms(), keys=(keys[done:] if done else keys) if keys is not None else None,
+                    value_size=run.value_size, intended_first_ns=run.intended_first_ns,
+                    intended_step_ns=step, first_seq=run.next_seq,
+                    positions=positions[done:] if done else positions, positions_base=stream_offset)
+            done += res.appended
+            if run.next_seq >= 0:
+                run.next_seq += res.appended
+            run.opened += res.new_batches
+            if res.needs_memory:
+                self._wait_for_memory(res.needs_memory)
 
     # -- flush and close ------------------------------------------------------------------------
     def flush(self, timeout_s: float | None = None) -> bool:
@@ -242,6 +555,11 @@ class Producer:
     @property
     def in_flight_requests(self) -> int:
         return self.network.in_flight_request_count()
+
+    @property
+    def unresolved_records(self) -> int:
+        """Records sent but neither acknowledged nor failed yet (what a timed-out flush leaves)."""
+        return self.accumulator.incomplete_records
 
     def wall_ms(self) -> int:
         return self.clock.wall_ms()

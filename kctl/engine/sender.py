@@ -15,6 +15,9 @@ In one turn:
 3. Ask the accumulator which leaders have sendable batches; drop those the
    network cannot send to now (connecting, backing off, throttled, at
    max.in.flight.requests.per.connection) and remember when they will be.
+   Each ready node's "could drain or not" goes back to the accumulator
+   (``partitioner.availability.timeout.ms``), and the topics' queue sizes to
+   the partitioner (``on_partition_load``, adaptive partitioning, KIP-794).
 4. Drain up to max.request.size per node, build one ProduceRequest per node
    at the version negotiated with it, and send it.
 5. Fail batches whose delivery.timeout.ms passed, queued or in flight.
@@ -34,7 +37,7 @@ import uuid
 from collections.abc import Callable, Sequence
 
 from kctl.config import SenderConfig
-from kctl.engine.accumulator import RecordAccumulator
+from kctl.engine.accumulator import PartitionLoad, RecordAccumulator
 from kctl.engine.batch import BatchResult, BatchState, ProducerBatch, TopicPartition
 from kctl.engine.clock import NS_PER_MS
 from kctl.engine.idempotence import ErrorAction, Idempotence
@@ -67,7 +70,8 @@ class Sender:
                  network: NetworkClient, *, idempotence: Idempotence | None,
                  metrics: ProducerMetrics, wall_ms: WallClock,
                  on_batch_done: Callable[[ProducerBatch], None] | None = None,
-                 batch_size: int = 16384) -> None:
+                 batch_size: int = 16384,
+                 on_partition_load: Callable[[Sequence[PartitionLoad]], None] | None = None) -> None:
         self.config = config
         self.accumulator = accumulator
         self.metadata = metadata
@@ -77,6 +81,7 @@ class Sender:
         self.wall_ms = wall_ms
         self.on_batch_done = on_batch_done
         self.batch_size = batch_size
+        self.on_partition_load = on_partition_load
         self.delivery_timeout_ns = config.delivery_timeout_ms * NS_PER_MS
         self.guarantee_order = config.max_in_flight_requests_per_connection == 1
         self._in_flight: set[ProducerBatch] = set()
@@ -99,13 +104,17 @@ class Sender:
             self._expire(now_ns)
             return min(wake, self._maybe_init_producer_id(now_ns))
         check = self.accumulator.ready(self.metadata, now_ns)
+        if self.on_partition_load is not None:
+            self.on_partition_load(check.partition_load)
         if check.unknown_leader_topics:
             self.metadata.add_topics(check.unknown_leader_topics)
             self.metadata.request_update()
             wake = min(wake, now_ns + self.metadata.time_to_next_update_ns(now_ns))
         nodes = []
         for node in check.ready_nodes:
-            if self.network.ready(node, now_ns):
+            can_drain = self.network.ready(node, now_ns)
+            self.accumulator.update_node_latency_stats(node, now_ns, can_drain)
+            if can_drain:
                 nodes.append(node)
                 continue
             delay = self.network.poll_delay_ns(node, now_ns)
@@ -352,6 +361,7 @@ class Sender:
             self.idempotence.on_acked(b, base_offset + b.record_count - 1 if base_offset >= 0 else -1)
         b.complete(BatchState.ACKED, BatchResult(base_offset, log_append_time_ms))
         self.metrics.records_acked += b.record_count
+        self.metrics.value_bytes_acked += b.value_bytes
         self.metrics.batches_acked += 1
         self.metrics.records_by_partition[b.tp] += b.record_count
         self.metrics.records_by_node[b.node_id] += b.record_count

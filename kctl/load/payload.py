@@ -12,9 +12,12 @@ kafka-producer-perf-test does; ``--payload-file -`` reads them from stdin.
 as decimal text (``0``, ``1``, ``2``, ...), one sequence per worker: the pool holds a
 worker's whole share, so values never repeat within a worker.
 
-Keys (``--keys``): ``none``; ``seq`` (the record's sequence number as
-decimal text); ``random:N`` (N distinct keys, drawn uniformly); ``file:F``
-(one key per line of F, cycled).
+Keys (``--keys``): ``none``; ``seq`` (the record's position in its worker's
+schedule, as decimal text); ``random:N`` (N distinct keys of one width,
+``key-000`` .. ``key-999`` for N=1000, drawn uniformly); ``file:F`` (one key per
+line of F, cycled). The worker lays keys and values out in a record pool once
+(load/worker.py ``record_pool``), so the producer computes each distinct key's
+partition once.
 """
 
 from __future__ import annotations
@@ -151,7 +154,8 @@ def parse_keys(text: str) -> KeySpec:
             n = 0
         if n < 1:
             raise ConfigError(f"--keys random:N needs a positive N, not {text!r}")
-        return KeySpec("random", n, tuple(f"key-{i}".encode() for i in range(n)))
+        width = len(str(n - 1))
+        return KeySpec("random", n, tuple(f"key-{i:0{width}d}".encode() for i in range(n)))
     if kind == "file":
         if not arg:
             raise ConfigError("--keys file:F needs a file name")

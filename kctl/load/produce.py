@@ -11,10 +11,9 @@ caller (the command) renders through the ``on_round``/``on_event`` callbacks.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable, Sequence
 from contextlib import ExitStack
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from kctl.config import (
@@ -31,9 +30,11 @@ from kctl.errors import ConfigError, KctlError
 from kctl.load.payload import KeySpec, PayloadSpec, make_pool, parse_keys
 from kctl.load.run import LoadResult, LoadRun, LoadSpec
 from kctl.load.verify import VerifyResult, verify
+from kctl.load.worker_count import WorkerCount, default_workers
 from kctl.quantities import parse_duration, parse_warmup
 from kctl.topics import validate_topic_name
 from kctl.stats.aggregate import RunStats
+from kctl.stats.summary import RunSummary
 
 @dataclass(frozen=True)
 class ProduceOptions:
@@ -78,7 +79,7 @@ class ProduceOutcome:
     embedded: bool
     result: LoadResult
     verify: VerifyResult | None
-    summary: dict[str, Any] = field(default_factory=dict)
+    summary: RunSummary
 
 
 def _delimiter(text: str) -> bytes:
@@ -104,9 +105,8 @@ def prepare(o: ProduceOptions) -> ProducePlan:
         raise ConfigError(f"--headers must not be negative, not {o.headers}")
     if o.interval <= 0:
         raise ConfigError(f"--interval must be positive, not {o.interval}")
-    workers = o.workers if o.workers is not None else (os.cpu_count() or 1)
-    if workers < 1:
-        raise ConfigError(f"--workers must be at least 1, not {workers}")
+    if o.workers is not None and o.workers < 1:
+        raise ConfigError(f"--workers must be at least 1, not {o.workers}")
     if o.verify and not o.id_headers:
         raise ConfigError("--verify needs the record identity headers: drop --no-id-headers")
     validate_topic_name(o.topic)
@@ -116,6 +116,20 @@ def prepare(o: ProduceOptions) -> ProducePlan:
         duration_s = 10.0
     warm_records, warm_s = parse_warmup(o.warmup)
 
+    settings: list[Setting] = []
+    for f in o.producer_config:
+        settings.extend(load_properties_file(f))
+    settings.extend(parse_assignment(x, "-X") for x in o.properties)
+    # librdkafka's names for Java properties become the Java names here, so the workers,
+    # the summary and the report all see one spelling.
+    settings = [canonical_setting(x) for x in settings]
+    if o.workers is not None:
+        workers = WorkerCount(o.workers, "--workers")
+    else:
+        given = o.bootstrap or next((str(x.value) for x in reversed(settings)
+                                     if x.name == "bootstrap.servers"), None)
+        workers = default_workers(given)
+
     monotonic_count = 0
     if o.payload == "monotonic":
         if o.payload_file:
@@ -123,7 +137,7 @@ def prepare(o: ProduceOptions) -> ProducePlan:
         if num_records is None:
             raise ConfigError("--payload-monotonic numbers the records: give --num-records "
                               "(as kafka-producer-perf-test requires)")
-        monotonic_count = -(-num_records // workers)
+        monotonic_count = -(-num_records // workers.count)
     payload_spec = PayloadSpec(kind="file" if o.payload_file else o.payload,
                                record_size=o.record_size, compressibility=o.compressibility,
                                file=o.payload_file, delimiter=_delimiter(o.payload_delimiter),
@@ -134,13 +148,6 @@ def prepare(o: ProduceOptions) -> ProducePlan:
     if o.rate_bytes:
         rate = o.rate_bytes / max(pool.mean_size, 1.0)
 
-    settings: list[Setting] = []
-    for f in o.producer_config:
-        settings.extend(load_properties_file(f))
-    settings.extend(parse_assignment(x, "-X") for x in o.properties)
-    # librdkafka's names for Java properties become the Java names here, so the workers,
-    # the summary and the report all see one spelling.
-    settings = [canonical_setting(x) for x in settings]
     # bootstrap.servers comes from -b (or the embedded broker); a value in -X or a file
     # is used when -b is absent.
     config = ProducerConfig.from_settings(
@@ -150,7 +157,8 @@ def prepare(o: ProduceOptions) -> ProducePlan:
         _header_sizes(o.headers, o.id_headers)), what=_size_origin(o, pool))
     spec_args = dict(topic=o.topic, rate=rate, num_records=num_records, duration_s=duration_s,
                      warmup_records=warm_records, warmup_s=warm_s, payload=pool, keys=keys,
-                     extra_headers=o.headers, id_headers=o.id_headers, workers=workers,
+                     extra_headers=o.headers, id_headers=o.id_headers, workers=workers.count,
+                     workers_reason=workers.reason,
                      interval_s=o.interval, verify=o.verify, seed=o.seed)
     return ProducePlan(o, tuple(settings), config, spec_args, tuple(config.warnings))
 
@@ -268,13 +276,15 @@ def execute(plan: ProducePlan, *, on_event: Callable[[str], None] = lambda _m: N
         with BlockingClient(first, client_id="kctl-produce-admin", security=security) as client:
             partitions = ensure_topic(client, plan)
         on_event(f"producing to {plan.options.topic} ({partitions} partitions) on {bootstrap} "
-                 f"with {plan.spec_args['workers']} worker(s)")
+                 f"with {plan.spec_args['workers']} worker(s) ({plan.spec_args['workers_reason']})")
         props = {s.name: str(s.value) for s in plan.settings}
         props["bootstrap.servers"] = bootstrap
-        spec = LoadSpec(properties=props, **plan.spec_args)
+        producer = plan.config.with_properties({"bootstrap.servers": bootstrap})
+        spec = LoadSpec(producer=producer, **plan.spec_args)
         summary_config = {
             "bootstrap": bootstrap, "embedded_broker": embedded, "topic": plan.options.topic,
-            "partitions": partitions, "workers": spec.workers, "rate": spec.rate or None,
+            "partitions": partitions, "workers": spec.workers,
+            "workers_reason": spec.workers_reason, "rate": spec.rate or None,
             "num_records": spec.num_records, "duration_s": spec.duration_s,
             "warmup_records": spec.warmup_records, "warmup_s": spec.warmup_s,
             "record_size": plan.options.record_size if not plan.options.payload_file else None,
@@ -289,9 +299,5 @@ def execute(plan: ProducePlan, *, on_event: Callable[[str], None] = lambda _m: N
         checked = None
         if spec.verify and not result.failures:
             on_event("verifying: reading the produced range back")
-            with BlockingClient(first, client_id="kctl-verify", security=security) as client:
-                checked = verify(client, spec.topic, spec.run_id, result.acked_runs)
-        summary = dict(result.summary)
-        if checked is not None:
-            summary["verify"] = checked.to_dict()
-        return ProduceOutcome(bootstrap, embedded, result, checked, summary)
+            checked = verify(bootstrap, spec.topic, spec.run_id, result.acked_runs, security=security)
+        return ProduceOutcome(bootstrap, embedded, result, checked, result.summary.with_verify(checked))

@@ -21,12 +21,14 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from kctl.config import ProducerConfig
 from kctl.errors import KctlError
 from kctl.load.payload import KeySpec, PayloadPool
 from kctl.load.schedule import split
 from kctl.load.worker import StartGate, WorkerSpec, run_worker
 from kctl.stats.aggregate import RunStats
 from kctl.stats.hlog import IntervalLogWriter
+from kctl.stats.summary import RunSummary
 from kctl.stats.report import WorkerFailed, WorkerInterval, WorkerReady
 
 #: Workers start together this long after the last one said it is ready.
@@ -37,8 +39,10 @@ READY_TIMEOUT_S = 120.0
 
 @dataclass(frozen=True)
 class LoadSpec:
+    """A whole run, typed (it crosses to worker processes and Spark tasks as is)."""
+
     topic: str
-    properties: dict[str, str]
+    producer: ProducerConfig
     rate: float = 0.0
     num_records: int | None = None
     duration_s: float | None = None
@@ -49,6 +53,7 @@ class LoadSpec:
     extra_headers: int = 0
     id_headers: bool = True
     workers: int = 1
+    workers_reason: str = "--workers"
     interval_s: float = 1.0
     verify: bool = False
     stop_grace_s: float = 5.0
@@ -58,7 +63,7 @@ class LoadSpec:
 
 @dataclass
 class LoadResult:
-    summary: dict[str, Any]
+    summary: RunSummary
     acked_runs: dict[int, dict[int, list[tuple[int, int, int]]]]   # worker -> partition -> runs
     interrupted: bool
     failures: dict[int, str]
@@ -93,7 +98,7 @@ class LoadRun:
         procs = []
         for w, sched in enumerate(schedules):
             ws = WorkerSpec(
-                worker=w, run_id=spec.run_id, topic=spec.topic, properties=spec.properties,
+                worker=w, run_id=spec.run_id, topic=spec.topic, producer=spec.producer,
                 schedule_rate=sched.rate, schedule_phase_ns=sched.phase_ns,
                 num_records=sched.num_records, duration_ns=duration_ns, start_wall_ns=0,
                 warmup_records=warm_each, warmup_ns=int(spec.warmup_s * 1e9),
@@ -120,7 +125,7 @@ class LoadRun:
         self.stats = stats = RunStats(
             workers=spec.workers, start_wall_ns=start_wall, target_rate=spec.rate or None,
             config=self.config_for_summary, run_id=spec.run_id, duration_s=spec.duration_s,
-            num_records=spec.num_records, hlog=hlog)
+            num_records=spec.num_records, hlog=hlog, workers_reason=spec.workers_reason)
         if self.on_start is not None:
             self.on_start(self)
         for msg in early:

@@ -56,6 +56,7 @@ from kctl.spark.session import TaskError, check_barrier_slots, run_job, spark_se
 from kctl.stats.aggregate import RunStats
 from kctl.stats.hlog import IntervalLogWriter
 from kctl.stats.report import WorkerFailed, WorkerInterval
+from kctl.stats.summary import SparkStarts, TaskStartFigures
 
 #: Tasks start this long after the last of them is ready (producer metadata, connections).
 START_DELAY_S = 1.0
@@ -147,21 +148,20 @@ def run_worker_task(spec: WorkerSpec, listener: tuple[str, int] | None,
                              TaskStart(spec.worker, socket.gethostname(), launched, start, began))]
 
 
-def start_summary(starts: list[TaskStart]) -> dict[str, Any]:
+def start_summary(starts: list[TaskStart]) -> SparkStarts:
     """The summary's ``spark`` section: how together the tasks started."""
     starts = sorted(starts, key=lambda t: t.worker)
     first_launch = min(t.launched_wall_ns for t in starts)
-    return {
-        "tasks": len(starts),
-        "hosts": len({t.host for t in starts}),
-        "launch_spread_ms": round((max(t.launched_wall_ns for t in starts) - first_launch) / 1e6, 3),
-        "start_skew_ms": round((max(t.began_wall_ns for t in starts)
-                                - min(t.began_wall_ns for t in starts)) / 1e6, 3),
-        "max_late_ms": round(max(t.late_ns for t in starts) / 1e6, 3),
-        "per_task": [{"task": t.worker, "host": t.host,
-                      "launched_ms": round((t.launched_wall_ns - first_launch) / 1e6, 3),
-                      "late_ms": round(t.late_ns / 1e6, 3)} for t in starts],
-    }
+    return SparkStarts(
+        tasks=len(starts),
+        hosts=len({t.host for t in starts}),
+        launch_spread_ms=round((max(t.launched_wall_ns for t in starts) - first_launch) / 1e6, 3),
+        start_skew_ms=round((max(t.began_wall_ns for t in starts)
+                             - min(t.began_wall_ns for t in starts)) / 1e6, 3),
+        max_late_ms=round(max(t.late_ns for t in starts) / 1e6, 3),
+        per_task=tuple(TaskStartFigures(t.worker, t.host,
+                                        round((t.launched_wall_ns - first_launch) / 1e6, 3),
+                                        round(t.late_ns / 1e6, 3)) for t in starts))
 
 
 def _load_partition(specs: list[WorkerSpec], listener: tuple[str, int] | None,
@@ -263,7 +263,7 @@ class SparkLoadRun:
                           duration_ns=duration_ns)
         warm_each = -(-spec.warmup_records // spec.workers) if spec.warmup_records else 0
         return [WorkerSpec(
-            worker=w, run_id=spec.run_id, topic=spec.topic, properties=spec.properties,
+            worker=w, run_id=spec.run_id, topic=spec.topic, producer=spec.producer,
             schedule_rate=s.rate, schedule_phase_ns=s.phase_ns, num_records=s.num_records,
             duration_ns=duration_ns, start_wall_ns=0, warmup_records=warm_each,
             warmup_ns=int(spec.warmup_s * 1e9), payload=spec.payload, keys=spec.keys,
@@ -315,7 +315,8 @@ def run_reports_job(spark: Any, spec: LoadSpec, job: Callable[[tuple[str, int] |
             stats = RunStats(workers=spec.workers, start_wall_ns=start_wall_ns,
                              target_rate=spec.rate or None, config=config_for_summary,
                              run_id=spec.run_id, duration_s=spec.duration_s,
-                             num_records=spec.num_records, hlog=hlog)
+                             num_records=spec.num_records, hlog=hlog,
+                             workers_reason=spec.workers_reason)
             state.update(stats=stats, hlog=hlog, merger=ReportMerger(stats, on_round))
             owner.stats = stats
             if getattr(owner, "on_start", None) is not None:
@@ -373,7 +374,7 @@ def run_reports_job(spark: Any, spec: LoadSpec, job: Callable[[tuple[str, int] |
     stats.finish()
     summary = stats.summary()
     if starts:
-        summary["spark"] = start_summary(starts)
+        summary = summary.with_spark(start_summary(starts))
     if state["hlog"] is not None:
         state["hlog"].close()
     return LoadResult(summary, merger.acked, interrupted, merger.failures)
@@ -386,6 +387,7 @@ def spark_run_factory(master: str | None, *, explicit_tasks: bool = True) -> Cal
 
     def make(spec: LoadSpec, **kwargs: Any) -> SparkLoadRun:
         if not explicit_tasks:
-            spec = replace(spec, workers=available_slots(spark_session(master)))
+            spec = replace(spec, workers=available_slots(spark_session(master)),
+                           workers_reason="one Spark task per available slot")
         return SparkLoadRun(spec, master=master, **kwargs)
     return make

@@ -23,8 +23,10 @@ Definitions (also in docs/produce-summary.md):
   span (earliest non-warm-up interval start to latest end, over all workers). For one
   round: the sum over workers of that worker's acked records / its interval length
   (workers run concurrently and their intervals are staggered by their start-up).
-* MB/s: RecordBatch bytes written in Produce requests (``bytes_sent``: batch headers and
-  retries included) / 2**20 per second, as kafka-producer-perf-test counts MB.
+* MB/s: bytes of acknowledged record values / 2**20 per second, as
+  kafka-producer-perf-test counts MB; the wire rate (``wire_mb_per_s``) is RecordBatch
+  bytes written in Produce requests (``bytes_sent``: record framing, headers, batch
+  headers and retries included) / 2**20 per second.
 * records per batch: records acked / batches acked.
 * batch fill: ``batch_fill_total`` / batches first sent; queue time: ``queue_time_ns_total``
   / batches first sent, where batches first sent = ``batches_sent - retries``.
@@ -55,12 +57,23 @@ from kctl.stats.latency import (
     new_histogram,
 )
 from kctl.stats.report import WorkerFailed, WorkerInterval
+from kctl.stats.summary import (
+    SUMMARY_SCHEMA,
+    Batching,
+    BrokerCount,
+    Counts,
+    PartitionCount,
+    Rates,
+    RunInfo,
+    RunSummary,
+    Throttle,
+    WarmupTotals,
+    WorkerFailure,
+)
 
 __all__ = ["SUMMARY_SCHEMA", "DashboardState", "RunStats", "metrics_delta", "metrics_sum",
            "zero_metrics"]
 
-#: Bumped when a summary key changes meaning or goes away (adding keys does not bump it).
-SUMMARY_SCHEMA = "kctl.produce.summary/1"
 MB = 1024 * 1024
 
 
@@ -123,9 +136,11 @@ class DashboardState:
     interval_s: float                  # length of the last closed interval
     target_rate: float | None          # records/s over all workers; None: max throughput
     interval_rate: float               # records acked/s, last interval
-    interval_mb_per_s: float
+    interval_mb_per_s: float           # record values (kafka-producer-perf-test's MB/s)
+    interval_wire_mb_per_s: float      # RecordBatch bytes written
     cumulative_rate: float
     cumulative_mb_per_s: float
+    cumulative_wire_mb_per_s: float
     interval_acked: int
     records_sent: int
     records_acked: int
@@ -147,6 +162,7 @@ class DashboardState:
     buffer_total: int
     progress: float | None             # 0..1 of --duration / --num-records; None: open-ended
     workers: int
+    workers_reason: str                # why this many ran (the default's reason, or "--workers")
     workers_running: int
     workers_failed: tuple[tuple[int, str], ...]
 
@@ -178,19 +194,22 @@ class _Round:
             self.m_end_ns = max(self.m_end_ns, msg.end_wall_ns)
             _add_hists(self.measured, hists)
         self.delta = metrics_sum(self.delta, delta)
-        w = self.per_worker.setdefault(msg.worker, [0, 0, 0])
+        w = self.per_worker.setdefault(msg.worker, [0, 0, 0, 0])
         w[0] += delta.records_acked
-        w[1] += delta.bytes_sent
-        w[2] += msg.duration_ns
+        w[1] += delta.value_bytes_acked
+        w[2] += delta.bytes_sent
+        w[3] += msg.duration_ns
 
-    def rates(self) -> tuple[float, float]:
-        """(records/s, MB/s): the sum of each worker's own rate over its own interval."""
-        rate = mbps = 0.0
-        for acked, nbytes, dur in self.per_worker.values():
+    def rates(self) -> tuple[float, float, float]:
+        """(records/s, value MB/s, wire MB/s): the sum of each worker's own rate over its
+        own interval."""
+        rate = mbps = wire = 0.0
+        for acked, values, nbytes, dur in self.per_worker.values():
             if dur > 0:
                 rate += acked * 1e9 / dur
-                mbps += nbytes * 1e9 / dur / MB
-        return rate, mbps
+                mbps += values * 1e9 / dur / MB
+                wire += nbytes * 1e9 / dur / MB
+        return rate, mbps, wire
 
 
 def _add_hists(into: dict[str, HdrHistogram], hists: Mapping[str, HdrHistogram]) -> None:
@@ -210,6 +229,7 @@ class _ClosedRound:
     length_s: float
     rate: float
     mb_per_s: float
+    wire_mb_per_s: float
     acked: int
     latency: dict[str, LatencyFigures]
     records_per_batch: float
@@ -231,10 +251,11 @@ class RunStats:
                  config: Mapping[str, Any] | None = None, run_id: str | None = None,
                  duration_s: float | None = None, num_records: int | None = None,
                  hlog: IntervalLogWriter | None = None, clocks: Sequence[str] = CLOCKS,
-                 max_lag_rounds: int = 2) -> None:
+                 max_lag_rounds: int = 2, workers_reason: str = "") -> None:
         if workers < 1:
             raise ValueError("workers must be >= 1")
         self.workers = workers
+        self.workers_reason = workers_reason
         self.start_wall_ns = start_wall_ns
         self.target_rate = float(target_rate) if target_rate else None
         self.config = dict(config or {})
@@ -355,12 +376,12 @@ class RunStats:
                 for clock in self._logged_clocks():
                     self.hlog.output(clock, rnd.m_start_ns, rnd.m_end_ns,
                                      rnd.measured.get(clock) or new_histogram())
-        rate, mbps = rnd.rates()
+        rate, mbps, wire = rnd.rates()
         d = rnd.delta
         first = _first_sent_batches(d)
         self._last = _ClosedRound(
             index=r, warmup=warmup, length_s=max(0, rnd.end_ns - rnd.start_ns) / 1e9,
-            rate=rate, mb_per_s=mbps, acked=d.records_acked,
+            rate=rate, mb_per_s=mbps, wire_mb_per_s=wire, acked=d.records_acked,
             latency=self._figures(rnd.hists),
             records_per_batch=_ratio(d.records_acked, d.batches_acked),
             batch_fill=_ratio(d.batch_fill_total, first),
@@ -420,8 +441,10 @@ class RunStats:
             target_rate=self.target_rate,
             interval_rate=last.rate if last else 0.0,
             interval_mb_per_s=last.mb_per_s if last else 0.0,
+            interval_wire_mb_per_s=last.wire_mb_per_s if last else 0.0,
             cumulative_rate=_ratio(res.records_acked, span),
-            cumulative_mb_per_s=_ratio(res.bytes_sent, span) / MB,
+            cumulative_mb_per_s=_ratio(res.value_bytes_acked, span) / MB,
+            cumulative_wire_mb_per_s=_ratio(res.bytes_sent, span) / MB,
             interval_acked=last.acked if last else 0,
             records_sent=res.records_sent, records_acked=res.records_acked,
             records_failed=res.records_failed,
@@ -440,6 +463,7 @@ class RunStats:
             buffer_used=max(0, buf_total - avail), buffer_total=buf_total,
             progress=progress,
             workers=self.workers,
+            workers_reason=self.workers_reason,
             workers_running=max(0, self.workers - len(self._done)),
             workers_failed=tuple(sorted(self._failed.items())),
         )
@@ -452,75 +476,54 @@ class RunStats:
         """The results' merged histograms by clock (warm-up excluded); do not modify."""
         return {c: self._cumulative.get(c) or new_histogram() for c in self.clocks}
 
-    def summary(self, end_wall_ns: int | None = None) -> dict[str, Any]:
+    def summary(self, end_wall_ns: int | None = None) -> RunSummary:
         with self._lock:
             return self._summary_unlocked(end_wall_ns)
 
-    def _summary_unlocked(self, end_wall_ns: int | None = None) -> dict[str, Any]:
-        """The summary JSON (docs/produce-summary.md). Closes any open round first."""
+    def _summary_unlocked(self, end_wall_ns: int | None = None) -> RunSummary:
+        """The run's summary (docs/produce-summary.md). Closes any open round first."""
         self.finish()
         res, wu = self._results, self._warmup
         end_ns = end_wall_ns if end_wall_ns is not None else self._last_end_ns
         span = self._measured_span_s()
         first = _first_sent_batches(res)
         lat = self._cumulative_figures()
-        return {
-            "schema": SUMMARY_SCHEMA,
-            "run": {
-                "id": self.run_id,
-                "start": _iso(self.start_wall_ns),
-                "end": _iso(end_ns),
-                "start_unix_ms": self.start_wall_ns // 1_000_000,
-                "end_unix_ms": end_ns // 1_000_000,
-                "duration_s": round(max(0, end_ns - self.start_wall_ns) / 1e9, 6),
-                "measured_s": round(span, 6),
-                "workers": self.workers,
-                "workers_failed": [{"worker": w, "error": e} for w, e in sorted(self._failed.items())],
-                "intervals": self._measured_rounds,
-                "max_throughput": not self.open_loop,
-                "intended_from": "schedule" if self.open_loop else "send",
-                "warmup": {
-                    "intervals": self._warmup_rounds,
-                    "records_sent": wu.records_sent,
-                    "records_acked": wu.records_acked,
-                    "records_failed": wu.records_failed,
-                    "bytes_sent": wu.bytes_sent,
-                },
-            },
-            "config": _jsonable(self.config),
-            "counts": {
-                "sent": res.records_sent,
-                "acked": res.records_acked,
-                "failed": res.records_failed,
-                "failed_by_error": dict(sorted(res.failed_by_error.items())),
-                "abandoned": sum(self._abandoned.values()),
-                "scheduled": sum(self._scheduled.values()),
-                "bytes_sent": res.bytes_sent,
-                "batches_sent": res.batches_sent,
-                "batches_acked": res.batches_acked,
-                "requests_sent": res.requests_sent,
-                "responses_received": res.responses_received,
-            },
-            "rates": {
-                "records_per_s": round(_ratio(res.records_acked, span), 3),
-                "mb_per_s": round(_ratio(res.bytes_sent, span) / MB, 6),
-                "target_records_per_s": self.target_rate,
-            },
-            "latency": {c: lat[c].to_dict() for c in self.clocks},
-            "batching": {
-                "records_per_batch": round(_ratio(res.records_acked, res.batches_acked), 3),
-                "batch_fill": round(_ratio(res.batch_fill_total, first), 6),
-                "queue_time_ms_mean": round(_ratio(res.queue_time_ns_total, first) / 1e6, 6),
-                "splits": res.splits,
-            },
-            "throttle": {"time_ms": res.throttle_time_ms, "requests": res.throttled_requests},
-            "retries": res.retries,
-            "errors_by_name": dict(sorted(res.errors_by_name.items())),
-            "partitions": [{"topic": t, "partition": p, "records_acked": n}
-                           for (t, p), n in sorted(res.records_by_partition.items())],
-            "brokers": [{"node_id": node, "records_acked": n}
-                        for node, n in sorted(res.records_by_node.items())],
-        }
+        run = RunInfo(
+            id=self.run_id, start=_iso(self.start_wall_ns), end=_iso(end_ns),
+            start_unix_ms=self.start_wall_ns // 1_000_000, end_unix_ms=end_ns // 1_000_000,
+            duration_s=round(max(0, end_ns - self.start_wall_ns) / 1e9, 6),
+            measured_s=round(span, 6), workers=self.workers, workers_reason=self.workers_reason,
+            workers_failed=tuple(WorkerFailure(w, e) for w, e in sorted(self._failed.items())),
+            intervals=self._measured_rounds, max_throughput=not self.open_loop,
+            warmup=WarmupTotals(self._warmup_rounds, wu.records_sent, wu.records_acked,
+                                wu.records_failed, wu.bytes_sent))
+        return RunSummary(
+            run=run,
+            config=_jsonable(self.config),
+            counts=Counts(
+                sent=res.records_sent, acked=res.records_acked, failed=res.records_failed,
+                failed_by_error=dict(sorted(res.failed_by_error.items())),
+                abandoned=sum(self._abandoned.values()), scheduled=sum(self._scheduled.values()),
+                bytes_sent=res.bytes_sent, value_bytes=res.value_bytes_acked,
+                batches_sent=res.batches_sent, batches_acked=res.batches_acked,
+                requests_sent=res.requests_sent, responses_received=res.responses_received),
+            rates=Rates(
+                records_per_s=round(_ratio(res.records_acked, span), 3),
+                mb_per_s=round(_ratio(res.value_bytes_acked, span) / MB, 6),
+                wire_mb_per_s=round(_ratio(res.bytes_sent, span) / MB, 6),
+                target_records_per_s=self.target_rate),
+            latency={c: lat[c] for c in self.clocks},
+            batching=Batching(
+                records_per_batch=round(_ratio(res.records_acked, res.batches_acked), 3),
+                batch_fill=round(_ratio(res.batch_fill_total, first), 6),
+                queue_time_ms_mean=round(_ratio(res.queue_time_ns_total, first) / 1e6, 6),
+                splits=res.splits),
+            throttle=Throttle(res.throttle_time_ms, res.throttled_requests),
+            retries=res.retries,
+            errors_by_name=dict(sorted(res.errors_by_name.items())),
+            partitions=tuple(PartitionCount(t, p, n)
+                             for (t, p), n in sorted(res.records_by_partition.items())),
+            brokers=tuple(BrokerCount(node, n) for node, n in sorted(res.records_by_node.items())))
 
 
 def _iso(wall_ns: int) -> str:

@@ -13,7 +13,10 @@ The clocks (all end at ``ack_ns``, the moment the response was read):
 
 ``intended``  minus the record's intended send time on the open-loop schedule. The
               records of a slice were meant to go at ``first + i*step`` (i = 0..count-1),
-              so their latencies form an arithmetic range. The range is recorded as at
+              so their latencies form an arithmetic range (a slice that holds one
+              partition's share of a keyed slice lists its records' schedule
+              positions instead; its groups are then placed at the midpoint of their
+              first and last record, within the same bound of the slice's span). The range is recorded as at
               most ``groups`` (default 8) contiguous groups, each at its midpoint with
               its count: every record's value is off by at most
               ``step * (ceil(count/groups) - 1) / 2 <= step * count / (2*groups)``
@@ -37,7 +40,7 @@ Histograms travel between processes as hdrh's compressed, base64 V2 encoding
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from hdrh.histogram import HdrHistogram
@@ -120,12 +123,20 @@ class LatencyFigures:
         return cls(*vals, max_ms=h.get_max_value() / 1000.0,
                    mean_ms=histogram_mean(h) / 1000.0, count=h.get_total_count())
 
+    @classmethod
+    def from_dict(cls, d: dict[str, float | int]) -> LatencyFigures:
+        return cls(**{k: float(d.get(k, 0.0)) for k in _FLOAT_FIELDS},
+                   count=int(d.get("count", 0)))
+
     def to_dict(self) -> dict[str, float | int]:
         return {"p50_ms": self.p50_ms, "p90_ms": self.p90_ms, "p95_ms": self.p95_ms,
                 "p99_ms": self.p99_ms,
                 "p999_ms": self.p999_ms, "p9999_ms": self.p9999_ms, "max_ms": self.max_ms,
                 "mean_ms": round(self.mean_ms, 3), "count": self.count}
 
+
+#: LatencyFigures' millisecond fields, by name (from_dict reads them so, never by position).
+_FLOAT_FIELDS = ("p50_ms", "p90_ms", "p95_ms", "p99_ms", "p999_ms", "p9999_ms", "max_ms", "mean_ms")
 
 EMPTY_FIGURES = LatencyFigures(0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0)
 
@@ -186,7 +197,8 @@ class LatencyRecorder:
         """Records every record of one acknowledged batch, per slice with counts.
 
         ``slices``: ``AppendSlice``s, or any tuples starting (count, appended_ns,
-        intended_first_ns, intended_step_ns)."""
+        intended_first_ns, intended_step_ns) (then the records are consecutive on
+        the schedule)."""
         sinks = self._sinks
         send = sinks["send"]
         total = 0
@@ -197,7 +209,16 @@ class LatencyRecorder:
             total += count
             self._add(send, ack_ns - s[1], count)
             if s[2] >= 0:
-                self._record_range(sinks["intended"], ack_ns - s[2], s[3], count)
+                positions = s[5] if len(s) > 5 else None
+                if positions is None:
+                    self._record_range(sinks["intended"], ack_ns - s[2], s[3], count)
+                elif type(positions) is range:
+                    # Every k-th record of the schedule (one partition's share of a
+                    # round-robin slice): still an arithmetic range.
+                    first = s[2] + (positions.start - s[6]) * s[3]
+                    self._record_range(sinks["intended"], ack_ns - first, s[3] * positions.step, count)
+                else:
+                    self._record_positions(sinks["intended"], ack_ns - s[2], s[3], positions, s[6])
         if total:
             self.recorded += total
             if sent_ns >= 0:
@@ -218,6 +239,21 @@ class LatencyRecorder:
             hi = count * g // groups
             # midpoint of indices lo..hi-1 is (lo+hi-1)/2
             add(sink, first_latency_ns - step_ns * (lo + hi - 1) // 2, hi - lo)
+            lo = hi
+
+    def _record_positions(self, sink: _Sink, first_latency_ns: int, step_ns: int,
+                          positions: Sequence[int], base: int) -> None:
+        # Records at schedule positions k (less ``base``): latency first - k*step. As
+        # ``_record_range``: at most ``groups`` groups of consecutive records, each at the
+        # midpoint of its first and last record's latency, with its exact count.
+        count = len(positions)
+        groups = self.groups if count > self.groups else count
+        lo = 0
+        add = self._add
+        for g in range(1, groups + 1):
+            hi = count * g // groups
+            mid2 = positions[lo] + positions[hi - 1] - 2 * base
+            add(sink, first_latency_ns - step_ns * mid2 // 2, hi - lo)
             lo = hi
 
     def _add(self, sink: _Sink, ns: int, count: int) -> None:

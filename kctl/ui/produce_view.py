@@ -5,7 +5,7 @@
 can be handed to ``rich.live.Live(ProduceDashboard(lambda: stats.snapshot(time.time_ns())))``
 as is. ``plain_line`` is the non-terminal form: one kafka-producer-perf-test-style line
 per interval. ``summary_renderable`` / ``summary_line`` (kafka-producer-perf-test's closing
-line, exactly) and ``clock_line`` show the summary JSON at the end.
+line, exactly) and ``clock_line`` show the ``RunSummary`` at the end.
 
 Nothing here computes a statistic: the figures come ready from the stats layer.
 """
@@ -22,6 +22,7 @@ from rich.text import Text
 
 from kctl.stats.aggregate import DashboardState
 from kctl.stats.latency import CLOCKS, LatencyFigures
+from kctl.stats.summary import RunSummary
 from kctl.ui.units import human_bytes
 
 __all__ = ["ProduceDashboard", "clock_line", "plain_line", "summary_line", "summary_renderable"]
@@ -75,7 +76,8 @@ class ProduceDashboard:
     def _head(self, s: DashboardState) -> Text:
         t = Text.assemble((self.title, "bold"), f"  elapsed {s.elapsed_s:.1f} s",
                           f"  interval {s.intervals}",
-                          f"  workers {s.workers_running}/{s.workers}")
+                          f"  workers {s.workers_running}/{s.workers}"
+                          + (f" ({s.workers_reason})" if s.workers_reason else ""))
         if s.warmup:
             t.append("  warming up (not counted)", style="yellow")
         if s.workers_failed:
@@ -101,7 +103,8 @@ class ProduceDashboard:
         if target and s.interval_rate < 0.95 * target and not s.warmup and s.intervals:
             achieved = f"[yellow]{achieved}[/]"
         t.add_row("records/s", _rate(target), achieved, f"{s.cumulative_rate:,.0f}")
-        t.add_row("MB/s", "", f"{s.interval_mb_per_s:.2f}", f"{s.cumulative_mb_per_s:.2f}")
+        t.add_row("MB/s (values)", "", f"{s.interval_mb_per_s:.2f}", f"{s.cumulative_mb_per_s:.2f}")
+        t.add_row("wire MB/s", "", f"{s.interval_wire_mb_per_s:.2f}", f"{s.cumulative_wire_mb_per_s:.2f}")
         t.add_row("records", "", f"{s.interval_acked:,} acked",
                   f"{s.records_acked:,} acked / {s.records_sent:,} sent / {s.records_failed:,} failed")
         return t
@@ -210,23 +213,22 @@ def plain_line(s: DashboardState) -> str:
     return "".join(parts)
 
 
-def _clock_of(summary: Mapping[str, Any]) -> str:
-    return "send" if summary["run"]["max_throughput"] else "intended"
+def _clock_of(summary: RunSummary) -> str:
+    return "send" if summary.run.max_throughput else "intended"
 
 
-def spark_start_line(summary: Mapping[str, Any]) -> str | None:
+def spark_start_line(summary: RunSummary) -> str | None:
     """How together the Spark tasks of a distributed run started (None for a local run)."""
-    sp = summary.get("spark")
-    if not sp:
+    sp = summary.spark
+    if sp is None:
         return None
-    hosts = sp["hosts"]
-    return (f"spark: {sp['tasks']} tasks on {hosts} host{'s' if hosts != 1 else ''}; start skew "
-            f"{sp['start_skew_ms']:.1f} ms (the schedules' first intervals; the latest task "
-            f"{sp['max_late_ms']:.1f} ms after the agreed start); launched within "
-            f"{sp['launch_spread_ms']:.0f} ms")
+    return (f"spark: {sp.tasks} tasks on {sp.hosts} host{'s' if sp.hosts != 1 else ''}; start skew "
+            f"{sp.start_skew_ms:.1f} ms (the schedules' first intervals; the latest task "
+            f"{sp.max_late_ms:.1f} ms after the agreed start); launched within "
+            f"{sp.launch_spread_ms:.0f} ms")
 
 
-def clock_line(summary: Mapping[str, Any]) -> str:
+def clock_line(summary: RunSummary) -> str:
     """Which clock the closing line's latencies come from, on a line of its own."""
     clock = _clock_of(summary)
     why = ("no schedule (as fast as possible), so latency runs from when each record was handed "
@@ -235,74 +237,74 @@ def clock_line(summary: Mapping[str, Any]) -> str:
     return f"latency clock: {clock}: {why}"
 
 
-def summary_line(summary: Mapping[str, Any]) -> str:
+def summary_line(summary: RunSummary) -> str:
     """kafka-producer-perf-test's closing line, in its exact shape and number formats
     (``%d records sent, %f records/sec (%.2f MB/sec), %.2f ms avg latency, %.2f ms max
-    latency, %d ms 50th, %d ms 95th, %d ms 99th, %d ms 99.9th.``), from the summary JSON.
+    latency, %d ms 50th, %d ms 95th, %d ms 99th, %d ms 99.9th.``), from the summary.
     MB/sec is value bytes in MiB/s, as perf-test's. perf-test's percentiles are whole
     milliseconds (it measures them so); kctl's exact figures are in the summary. With a
     warm-up the figures leave it out, and the line says ``steady state`` as perf-test's
     ``--warmup-records`` line does."""
-    counts, rates = summary["counts"], summary["rates"]
-    lat = summary["latency"][_clock_of(summary)]
-    warm = summary["run"].get("warmup", {})
-    steady = " steady state" if (summary.get("config", {}).get("warmup_records")
-                                 or summary.get("config", {}).get("warmup_s")
-                                 or warm.get("intervals")) else ""
-    line = (f"{counts['acked']}{steady} records sent, {rates['records_per_s']:f} records/sec "
-            f"({rates['mb_per_s']:.2f} MB/sec), {lat['mean_ms']:.2f} ms avg latency, "
-            f"{lat['max_ms']:.2f} ms max latency, {int(lat['p50_ms'])} ms 50th, "
-            f"{int(lat['p95_ms'])} ms 95th, {int(lat['p99_ms'])} ms 99th, "
-            f"{int(lat['p999_ms'])} ms 99.9th.")
+    counts, rates = summary.counts, summary.rates
+    lat = summary.latency[_clock_of(summary)]
+    steady = " steady state" if (summary.config.get("warmup_records")
+                                 or summary.config.get("warmup_s")
+                                 or summary.run.warmup.intervals) else ""
+    line = (f"{counts.acked}{steady} records sent, {rates.records_per_s:f} records/sec "
+            f"({rates.mb_per_s:.2f} MB/sec), {lat.mean_ms:.2f} ms avg latency, "
+            f"{lat.max_ms:.2f} ms max latency, {int(lat.p50_ms)} ms 50th, "
+            f"{int(lat.p95_ms)} ms 95th, {int(lat.p99_ms)} ms 99th, "
+            f"{int(lat.p999_ms)} ms 99.9th.")
     return line
 
 
-def summary_renderable(summary: Mapping[str, Any]) -> Group:
+def summary_renderable(summary: RunSummary) -> Group:
     """The end-of-run summary as Rich tables."""
-    run, counts, rates = summary["run"], summary["counts"], summary["rates"]
-    head = Table(title=f"kctl produce  run {run['id']}", title_justify="left", show_header=False)
+    run, counts, rates = summary.run, summary.counts, summary.rates
+    head = Table(title=f"kctl produce  run {run.id}", title_justify="left", show_header=False)
     head.add_column()
     head.add_column(justify="right")
-    head.add_row("duration", f"{run['duration_s']:.1f} s ({run['measured_s']:.1f} s measured)")
-    head.add_row("workers", f"{run['workers']}" + (f" ({len(run['workers_failed'])} failed)"
-                                                     if run["workers_failed"] else ""))
-    head.add_row("records", f"{counts['acked']:,} acked / {counts['sent']:,} sent / {counts['failed']:,} failed")
-    head.add_row("rate", f"{rates['records_per_s']:,.1f} records/s (target {_rate(rates['target_records_per_s'])})")
-    head.add_row("throughput", f"{rates['mb_per_s']:.2f} MB/s")
-    wu = run["warmup"]
-    if wu["intervals"]:
-        head.add_row("warm-up (excluded)", f"{wu['intervals']} intervals, {wu['records_acked']:,} records acked")
-    b = summary["batching"]
-    head.add_row("records/batch", f"{b['records_per_batch']:.1f}")
-    head.add_row("batch fill", f"{100 * b['batch_fill']:.0f}%")
-    head.add_row("throttled", f"{summary['throttle']['time_ms']:,} ms in {summary['throttle']['requests']:,} requests")
-    head.add_row("retries", f"{summary['retries']:,}")
+    head.add_row("duration", f"{run.duration_s:.1f} s ({run.measured_s:.1f} s measured)")
+    head.add_row("workers", f"{run.workers}" + (f" ({len(run.workers_failed)} failed)"
+                                                 if run.workers_failed else "")
+                 + (f": {run.workers_reason}" if run.workers_reason else ""))
+    head.add_row("records", f"{counts.acked:,} acked / {counts.sent:,} sent / {counts.failed:,} failed")
+    head.add_row("rate", f"{rates.records_per_s:,.1f} records/s (target {_rate(rates.target_records_per_s)})")
+    head.add_row("throughput", f"{rates.mb_per_s:.2f} MB/s of values, {rates.wire_mb_per_s:.2f} MB/s on the wire")
+    wu = run.warmup
+    if wu.intervals:
+        head.add_row("warm-up (excluded)", f"{wu.intervals} intervals, {wu.records_acked:,} records acked")
+    b = summary.batching
+    head.add_row("records/batch", f"{b.records_per_batch:.1f}")
+    head.add_row("batch fill", f"{100 * b.batch_fill:.0f}%")
+    head.add_row("throttled", f"{summary.throttle.time_ms:,} ms in {summary.throttle.requests:,} requests")
+    head.add_row("retries", f"{summary.retries:,}")
 
     lat = Table(title="latency (ms)", title_justify="left")
     lat.add_column("clock", no_wrap=True)
     keys = ("p50_ms", "p90_ms", "p99_ms", "p999_ms", "p9999_ms", "max_ms", "mean_ms")
     for k in ("p50", "p90", "p99", "p99.9", "p99.99", "max", "mean", "count"):
         lat.add_column(k, justify="right")
-    for clock, fig in summary["latency"].items():
+    for clock, fig in summary.latency.items():
         name = clock
-        if clock == "intended" and run["max_throughput"]:
+        if clock == "intended" and run.max_throughput:
             name = "intended*"
             lat.caption = "* no schedule (max throughput): intended shows the send clock"
             lat.caption_justify = "left"
-        lat.add_row(name, *(_ms(fig[k]) for k in keys), f"{fig['count']:,}")
+        lat.add_row(name, *(_ms(getattr(fig, k)) for k in keys), f"{fig.count:,}")
 
     parts: list[Any] = [head, lat]
-    errors = summary["errors_by_name"]
-    failed = counts["failed_by_error"]
+    errors = summary.errors_by_name
+    failed = counts.failed_by_error
     if errors or failed:
         parts.append(_error_table(errors, failed))
-    if summary["brokers"]:
+    if summary.brokers:
         n = Table(title="brokers", title_justify="left")
         n.add_column("node")
         n.add_column("records acked", justify="right")
-        for row in summary["brokers"]:
-            n.add_row(str(row["node_id"]), f"{row['records_acked']:,}")
+        for row in summary.brokers:
+            n.add_row(str(row.node_id), f"{row.records_acked:,}")
         parts.append(n)
-    for w in run["workers_failed"]:
-        parts.append(Text(f"worker {w['worker']} failed: {w['error']}", style="red"))
+    for w in run.workers_failed:
+        parts.append(Text(f"worker {w.worker} failed: {w.error}", style="red"))
     return Group(*parts)

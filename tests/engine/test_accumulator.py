@@ -5,7 +5,7 @@ import pytest
 
 from kctl.config import ProducerConfig
 from kctl.engine.accumulator import RecordAccumulator
-from kctl.engine.batch import BatchState, IllegalBatchTransition, TopicPartition
+from kctl.engine.batch import BatchState, IllegalBatchTransition, RecordHandle, TopicPartition
 from kctl.engine.buffer_pool import BufferPool
 from kctl.engine.clock import NS_PER_MS, FakeClock
 from kctl.protocol.batch_builder import BatchTemplate
@@ -20,6 +20,9 @@ class Cluster:
 
     def leader_for(self, tp):
         return self.leaders.get(tp)
+
+    def partition_count(self, topic):
+        return sum(1 for tp in self.leaders if tp.topic == topic) or None
 
     def by_node(self):
         out = {}
@@ -126,10 +129,10 @@ def test_muted_partition_is_neither_ready_nor_drained():
 def test_exhausted_pool_stops_append_and_makes_batches_ready():
     acc, pool = make(**{"batch.size": "1024", "buffer.memory": "2048", "linger.ms": "1000"})
     cluster = Cluster({TP0: 1, TP1: 1, TP2: 1})
-    assert acc.append(TP0, 0, None, b"a", (), T0).handle is not None
-    assert acc.append(TP1, 0, None, b"a", (), T0).handle is not None
+    assert acc.append(TP0, 0, None, b"a", (), T0).batch is not None
+    assert acc.append(TP1, 0, None, b"a", (), T0).batch is not None
     res = acc.append(TP2, 0, None, b"a", (), T0)
-    assert res.handle is None and res.needs_memory == 1024
+    assert res.batch is None and res.needs_memory == 1024
     assert pool.available_memory == 0
     # Nobody waits yet: linger still applies.
     assert acc.ready(cluster, T0).ready_nodes == frozenset()
@@ -184,10 +187,21 @@ def test_illegal_transition_is_loud():
 
 def test_split_keeps_handles_and_order():
     acc, _ = make(**{"linger.ms": "0"})
-    handles = [acc.append(TP0, 0, None, bytes([i]), (), T0).handle for i in range(10)]
+    results = [acc.append(TP0, 0, None, bytes([i]), (), T0) for i in range(10)]
+    handles = [RecordHandle(r.batch, r.index) for r in results]
     b = acc._deque(TP0)[0]
     parts = b.split(3, T0)
     assert [p.record_count for p in parts] == [3, 3, 4]
     assert sum((p.handles() for p in parts), []) == handles
     values = [r.value for p in parts for r in decode_batches(p.encode(0)).records]
     assert values == [bytes([i]) for i in range(10)]
+
+
+def test_incomplete_records_counts_records_not_batches():
+    """What a worker reports as abandoned when its flush times out: records, as
+    docs/produce-summary.md says, not the batches holding them."""
+    acc, _ = make(**{"linger.ms": "1000", "batch.size": "1024"})
+    for i in range(25):                  # 100-byte values: several batches on TP0, one on TP1
+        acc.append(TP0, 0, None, b"x" * 100, (), T0)
+    acc.append(TP1, 0, None, b"y" * 100, (), T0)
+    assert acc.incomplete_count >= 3 and acc.incomplete_records == 26

@@ -340,3 +340,13 @@ def test_latin1_files_are_read(tmp_path):
     path = tmp_path / "p.properties"
     path.write_bytes("client.id=caf\u00e9\n".encode("iso-8859-1"))
     assert ProducerConfig.load(files=[path]).client_id == "caf\u00e9"
+
+
+def test_lz4_default_level_is_lz4s_fast_mode_as_in_java():
+    """Java's Lz4BlockOutputStream uses lz4's fast compressor at the default level (9)
+    and its high compressor at any other level."""
+    from kctl.config import LZ4_FAST_LEVEL
+    default = ProducerConfig.from_properties({"compression.type": "lz4"})
+    assert default.compression_lz4_level == 9 and default.compression.level == LZ4_FAST_LEVEL
+    high = ProducerConfig.from_properties({"compression.type": "lz4", "compression.lz4.level": "12"})
+    assert high.compression.level == 12

@@ -14,6 +14,7 @@ from kctl.engine.producer import Producer
 from kctl.errors import BrokerUnavailableError
 from kctl.inspect.faults import ErrorRewrite, FaultPlan
 from kctl.inspect.proxy import InspectorProxy
+from kctl.stats.summary import RunSummary
 
 pytestmark = pytest.mark.broker
 
@@ -234,24 +235,34 @@ def test_lost_whole_requests_keep_their_place_in_line(broker, acks):
         assert all(h.offset >= 0 for _, h in missing)
 
 
-def test_produce_verify_reports_the_lost_records(broker, tmp_path):
+@pytest.mark.parametrize("load", [
+    ("--num-records", "2000", "--rate", "4000"),
+    # max throughput with keys: the bulk path, records placed per key by murmur2
+    ("--num-records", "20000", "--keys", "random:100"),
+], ids=["rate", "max-throughput-keyed"])
+def test_produce_verify_reports_the_lost_records(broker, tmp_path, load):
     """The point of the fault: ``kctl produce --verify`` through the proxy finds exactly
     the records the proxy threw away, though every one of them was acknowledged."""
     plan = FaultPlan(lose_rate=0.5, lose_limit=3, seed=2)
     out = tmp_path / "summary.json"
+    topic = f"fault-lost-verify-{load[1]}"
     with InspectorProxy([broker.bootstrap], faults=plan) as proxy:
         run = subprocess.run(
             [sys.executable, "-m", "kctl", "produce", "--bootstrap-server", proxy.bootstrap,
-             "-t", "fault-lost-verify", "--partitions", "2", "--num-records", "2000", "--rate", "4000",
+             "-t", topic, "--partitions", "2", *load,
              "--workers", "1", "--verify", "--quiet", "--json-out", str(out),
              "-X", "enable.idempotence=false", "-X", "acks=1"],
             capture_output=True, text=True, timeout=120)
         faults = proxy.snapshot().faults
     assert faults["lost"] == 3, run.stderr
-    checked = json.loads(out.read_text())["verify"]
-    assert not checked["ok"] and run.returncode != 0
-    assert checked["expected"] == 2000 and checked["lost"] == faults["lost_records"] > 0
-    assert checked["duplicated"] == 0
+    s = RunSummary.from_json(json.loads(out.read_text()))
+    checked = s.verify
+    assert checked is not None and not checked.ok and run.returncode != 0
+    assert checked.expected == int(load[1]) == s.counts.acked
+    assert checked.lost == faults["lost_records"] > 0
+    assert checked.found == checked.expected - checked.lost
+    assert checked.duplicated == 0
+    assert checked.lost_examples and all(w == 0 for w, _ in checked.lost_examples)
 
 
 def test_lost_records_across_processor_processes_keep_one_limit(broker, tmp_path):
@@ -268,6 +279,6 @@ def test_lost_records_across_processor_processes_keep_one_limit(broker, tmp_path
             capture_output=True, text=True, timeout=120)
         snap = proxy.snapshot()
     assert snap.faults["lost"] == 3, run.stderr
-    checked = json.loads(out.read_text())["verify"]
-    assert not checked["ok"] and checked["lost"] == snap.faults["lost_records"] > 0
-    assert checked["duplicated"] == 0
+    checked = RunSummary.from_json(json.loads(out.read_text())).verify
+    assert checked is not None and not checked.ok and checked.lost == snap.faults["lost_records"] > 0
+    assert checked.duplicated == 0

@@ -98,7 +98,7 @@ def test_produce_and_verify_over_tls(tls):
         properties=("security.protocol=SSL", f"ssl.ca.location={tls.ca_file}")))
     outcome = execute(plan)
     assert not outcome.result.failures
-    assert outcome.summary["counts"]["acked"] == 3000
+    assert outcome.summary.counts.acked == 3000
     assert outcome.verify is not None and outcome.verify.ok and outcome.verify.found == 3000
 
 

@@ -50,6 +50,7 @@ def captures(broker, tmp_path_factory):
     """Two captures written by kctl inspect in front of the broker: one of a 2-worker load
     run plus a read-back (Produce, Fetch, Metadata, ...), one of metadata and fetches only.
     Returns (paths, proxy ports)."""
+    from kctl.config import ProducerConfig
     from kctl.engine import admin
     from kctl.engine.blocking_client import BlockingClient
     from kctl.inspect.proxy import InspectorProxy
@@ -62,8 +63,8 @@ def captures(broker, tmp_path_factory):
         path = d / f"run{i}.pcapng"
         with InspectorProxy([broker.bootstrap], capture=path) as proxy:
             if i == 0:
-                spec = LoadSpec(topic=topic, properties={"bootstrap.servers": proxy.bootstrap,
-                                                         "linger.ms": "2"},
+                spec = LoadSpec(topic=topic, producer=ProducerConfig.from_properties(
+                                    {"bootstrap.servers": proxy.bootstrap, "linger.ms": "2"}),
                                 rate=4000, num_records=4000, workers=2, interval_s=0.5)
                 LoadRun(spec, config_for_summary={}).run()
             with BlockingClient(proxy.bootstrap, client_id=f"reader-{i}") as c:

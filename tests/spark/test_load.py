@@ -10,13 +10,19 @@ import pytest
 from kctl.engine import admin
 from kctl.engine.blocking_client import BlockingClient
 from kctl.errors import KctlError
+from kctl.config import ProducerConfig
 from kctl.load.run import LoadSpec
+from kctl.protocol.identity import find_identity, run_tag
 from kctl.load.verify import verify
 from kctl.stats.hlog import read_interval_log
 from kctl.stats.latency import decode_histogram, new_histogram
 from kctl.stats.report import WorkerInterval
 
 pytestmark = pytest.mark.spark
+
+
+def _config(bootstrap: str, **props: str) -> ProducerConfig:
+    return ProducerConfig.from_properties({"bootstrap.servers": bootstrap, **props})
 
 
 def _topic(broker, name: str, partitions: int = 3) -> None:
@@ -30,7 +36,8 @@ def _read_back(broker, topic: str, partitions: int, run_id: str) -> int:
         for p in range(partitions):
             for b in admin.read_partition(c, topic, p):
                 for r in b.records:
-                    if any(h.key == "kctl-run" and h.value == run_id.encode() for h in r.headers):
+                    ident = find_identity(r.headers)
+                    if ident is not None and ident.run_tag == run_tag(run_id):
                         n += 1
     return n
 
@@ -39,7 +46,7 @@ def test_distributed_run_merges_like_a_local_run(spark, broker, tmp_path):
     from kctl.spark.load import SparkLoadRun
     topic = "spark-load"
     _topic(broker, topic)
-    spec = LoadSpec(topic=topic, properties={"bootstrap.servers": broker.bootstrap, "linger.ms": "5"},
+    spec = LoadSpec(topic=topic, producer=_config(broker.bootstrap, **{"linger.ms": "5"}),
                     rate=3000, duration_s=2.0, workers=3, interval_s=0.5, verify=True)
     hlog = tmp_path / "run.hlog"
     rounds = []
@@ -47,23 +54,25 @@ def test_distributed_run_merges_like_a_local_run(spark, broker, tmp_path):
                        on_round=lambda stats, n: rounds.append(n))
     result = run.run()
     assert not result.failures and not result.interrupted
-    acked = result.summary["counts"]["acked"]
-    assert acked == result.summary["counts"]["sent"] > 5000
+    acked = result.summary.counts.acked
+    assert acked == result.summary.counts.sent > 5000
     # Every acknowledged record is in the topic (counted by reading it back).
     assert _read_back(broker, topic, 3, spec.run_id) == acked
-    with BlockingClient(broker.bootstrap) as c:
-        assert verify(c, topic, spec.run_id, result.acked_runs).ok
+    assert verify(broker.bootstrap, topic, spec.run_id, result.acked_runs).ok
     # Merged histogram == the sum of the tasks' own histograms (HdrHistogram add).
     from kctl.spark.load import TASK_START, TaskStart
     starts = [msg for _w, i, msg in run.reports if i == TASK_START]
     reports = [r for r in run.reports if r[1] != TASK_START]
     assert {w for w, _, _ in reports} == {0, 1, 2}
     assert sorted(s.worker for s in starts) == [0, 1, 2] and all(isinstance(s, TaskStart) for s in starts)
-    sp = result.summary["spark"]
-    assert sp["tasks"] == 3 and [t["task"] for t in sp["per_task"]] == [0, 1, 2]
-    assert sp["start_skew_ms"] == round((max(s.began_wall_ns for s in starts)
-                                         - min(s.began_wall_ns for s in starts)) / 1e6, 3)
-    assert 0 <= sp["start_skew_ms"] < 1000 and all(t["late_ms"] >= 0 for t in sp["per_task"])
+    sp = result.summary.spark
+    assert sp.tasks == 3 and [t.task for t in sp.per_task] == [0, 1, 2]
+    assert sp.start_skew_ms == round((max(s.began_wall_ns for s in starts)
+                                      - min(s.began_wall_ns for s in starts)) / 1e6, 3)
+    assert 0 <= sp.start_skew_ms < 1000 and all(t.late_ms >= 0 for t in sp.per_task)
+    # The section survives the summary file (kctl report, bench baselines read it back).
+    from kctl.stats.summary import RunSummary
+    assert RunSummary.from_json(result.summary.to_json()).spark == sp
     for clock in ("intended", "send", "request"):
         total = new_histogram()
         for _w, _i, msg in reports:
@@ -87,22 +96,23 @@ def test_a_failed_task_fails_the_run_with_its_error(spark, broker):
     from kctl.spark.session import SparkJobError
     topic = "spark-load-fail"
     _topic(broker, topic, 1)
-    spec = LoadSpec(topic=topic, properties={"bootstrap.servers": broker.bootstrap},
+    spec = LoadSpec(topic=topic, producer=_config(broker.bootstrap),
                     rate=200, duration_s=30.0, workers=2)
     run = SparkLoadRun(spec, config_for_summary={})
     good = run.worker_specs()
-    # Task 1 gets a producer property that does not validate.
-    run.worker_specs = lambda: [good[0], replace(good[1], properties={**good[1].properties,
-                                                                        "acks": "sometimes"})]
+    # Task 1 produces to a topic that does not exist, and gives up after max.block.ms.
+    run.worker_specs = lambda: [good[0], replace(
+        good[1], topic="spark-no-such-topic",
+        producer=good[1].producer.with_properties({"max.block.ms": "2000"}))]
     t = time.monotonic()
-    with pytest.raises(SparkJobError, match=r"task 1 failed: .*acks"):
+    with pytest.raises(SparkJobError, match=r"task 1 failed: .*spark-no-such-topic"):
         run.run()
     assert time.monotonic() - t < 25      # the other task was stopped, not waited for
 
 
 def test_more_tasks_than_slots_fails_clearly(spark):
     from kctl.spark.load import SparkLoadRun
-    spec = LoadSpec(topic="x", properties={"bootstrap.servers": "127.0.0.1:1"}, rate=10,
+    spec = LoadSpec(topic="x", producer=_config("127.0.0.1:1"), rate=10,
                     duration_s=1.0, workers=64)
     with pytest.raises(KctlError, match="--tasks 64 needs 64 task slots"):
         SparkLoadRun(spec, config_for_summary={}).run()
@@ -136,6 +146,6 @@ def test_distributed_run_over_tls(spark, tmp_path):
     finally:
         tls.stop()
     assert not outcome.result.failures
-    acked = outcome.summary["counts"]["acked"]
-    assert acked == outcome.summary["counts"]["sent"] >= 1900
+    acked = outcome.summary.counts.acked
+    assert acked == outcome.summary.counts.sent >= 1900
     assert outcome.verify is not None and outcome.verify.ok and outcome.verify.found == acked

@@ -10,6 +10,7 @@ import pytest
 from kctl.stats.aggregate import RunStats, metrics_delta, metrics_sum
 from kctl.stats.latency import CLOCKS, decode_histogram, new_histogram
 from kctl.stats.report import WorkerFailed
+from kctl.stats.summary import RunSummary
 from tests.stats.conftest import MS, S, T0, metrics, report
 
 
@@ -45,7 +46,7 @@ def test_merge_is_histogram_add_not_averaged_percentiles() -> None:
     for clock in CLOCKS:
         assert cum[clock].get_total_count() == 200
         assert cum[clock].get_value_at_percentile(90) == merged.get_value_at_percentile(90)
-    lat = st.summary()["latency"]["send"]
+    lat = st.summary().to_json()["latency"]["send"]
     assert lat["count"] == 200
     assert lat["p50_ms"] == pytest.approx(1.0, rel=1e-2)
     assert lat["p90_ms"] == pytest.approx(100.0, rel=1e-2)    # averaging would say ~50
@@ -64,7 +65,7 @@ def test_counters_are_diffed_per_worker_and_summed() -> None:
     assert snap.interval_acked == 150 + 10
     assert snap.records_per_batch == pytest.approx(160 / 11)
     assert snap.interval_rate == pytest.approx(160.0)           # both workers' 1 s intervals
-    s = st.summary()
+    s = st.summary().to_json()
     assert s["counts"]["acked"] == 310 and s["counts"]["sent"] == 320
     assert s["rates"]["records_per_s"] == pytest.approx(310 / 2)
     assert s["batching"]["records_per_batch"] == pytest.approx(310 / 26, rel=1e-3)
@@ -83,7 +84,7 @@ def test_warmup_excluded_from_results_and_hlog(tmp_path) -> None:
         assert snap.interval_latency["send"].max_ms == pytest.approx(500, rel=1e-2)
         st.add(report(0, 1, metrics(records_acked=300, records_sent=300, retries=3),
                       latencies_ms=(2.0,), count=200, final=True))
-        s = st.summary()
+        s = st.summary().to_json()
     assert s["counts"]["acked"] == 200 and s["counts"]["sent"] == 200
     assert s["retries"] == 0
     assert s["run"]["warmup"] == {"intervals": 1, "records_sent": 100, "records_acked": 100,
@@ -107,7 +108,7 @@ def test_round_waits_for_every_worker_then_for_lag() -> None:
     assert st.add(report(1, 0, metrics(records_acked=5))) == 1
     assert st.snapshot(T0).interval_acked == 10 + 5
     assert st.finish() == 1
-    assert st.summary()["counts"]["acked"] == 35
+    assert st.summary().to_json()["counts"]["acked"] == 35
 
 
 def test_failed_and_final_workers_are_not_waited_for() -> None:
@@ -119,14 +120,14 @@ def test_failed_and_final_workers_are_not_waited_for() -> None:
     snap = st.snapshot(T0 + 2 * S)
     assert snap.workers_failed == ((2, "ConnectionRefusedError: boom"),)
     assert snap.workers_running == 1
-    assert st.summary()["run"]["workers_failed"] == [{"worker": 2, "error": "ConnectionRefusedError: boom"}]
+    assert st.summary().to_json()["run"]["workers_failed"] == [{"worker": 2, "error": "ConnectionRefusedError: boom"}]
 
 
 def test_snapshot_live_figures() -> None:
     st = RunStats(workers=2, start_wall_ns=T0, target_rate=2000, duration_s=10, num_records=10_000)
     m0 = metrics(records_acked=900, records_sent=1000, batches_sent=12, retries=2, batches_acked=9,
                  batch_fill_total=5.0, queue_time_ns_total=30 * MS, bytes_sent=2 * 1024 * 1024,
-                 errors_by_name={"NOT_LEADER_OR_FOLLOWER": 2}, throttle_time_ms=40, throttled_requests=2,
+                 value_bytes_acked=1024 * 1024, errors_by_name={"NOT_LEADER_OR_FOLLOWER": 2}, throttle_time_ms=40, throttled_requests=2,
                  records_by_node={1: 900})
     st.add(report(0, 0, m0, latencies_ms=(3.0,), count=900, in_flight={1: 2, 2: 1},
                   buffer_available=24, buffer_total=32, records_scheduled=1000))
@@ -136,7 +137,8 @@ def test_snapshot_live_figures() -> None:
     assert snap.elapsed_s == pytest.approx(2.0)
     assert snap.target_rate == 2000
     assert snap.interval_rate == pytest.approx(1000)
-    assert snap.interval_mb_per_s == pytest.approx(2.0)
+    assert snap.interval_mb_per_s == pytest.approx(1.0)      # record values (as perf-test)
+    assert snap.interval_wire_mb_per_s == pytest.approx(2.0)  # batch bytes written
     assert snap.batch_fill == pytest.approx(0.5)              # 5.0 over 10 batches first sent
     assert snap.queue_time_ms == pytest.approx(3.0)
     assert snap.in_flight_by_node == {1: 3, 2: 1}
@@ -157,7 +159,7 @@ def test_max_throughput_reports_intended_from_send(tmp_path) -> None:
     log = IntervalLogWriter.open(path, T0)
     st = RunStats(workers=1, start_wall_ns=T0, target_rate=None, hlog=log)
     st.add(report(0, 0, metrics(records_acked=5), latencies_ms=(7.0,), count=5))
-    s = st.summary()
+    s = st.summary().to_json()
     log.close()
     assert s["run"]["max_throughput"] and s["run"]["intended_from"] == "send"
     assert s["latency"]["intended"] == s["latency"]["send"]
@@ -167,10 +169,12 @@ def test_max_throughput_reports_intended_from_send(tmp_path) -> None:
 
 SUMMARY_KEYS = {
     "counts": {"sent": int, "acked": int, "failed": int, "failed_by_error": dict},
-    "rates": {"records_per_s": float, "mb_per_s": float, "target_records_per_s": (float, type(None))},
+    "rates": {"records_per_s": float, "mb_per_s": float, "wire_mb_per_s": float,
+              "target_records_per_s": (float, type(None))},
     "batching": {"records_per_batch": float, "batch_fill": float},
     "throttle": {"time_ms": int, "requests": int},
-    "run": {"id": str, "start": str, "end": str, "duration_s": float, "workers": int, "warmup": dict},
+    "run": {"id": str, "start": str, "end": str, "duration_s": float, "workers": int,
+            "workers_reason": str, "warmup": dict},
 }
 
 
@@ -182,8 +186,10 @@ def test_summary_keys_present_and_typed() -> None:
                                 errors_by_name={"MESSAGE_TOO_LARGE": 1},
                                 records_by_partition={("t", 0): 6, ("t", 1): 4}, records_by_node={1: 10}),
                   latencies_ms=(1.0,), count=10, final=True))
-    s = st.summary(end_wall_ns=T0 + 2 * S)
+    typed = st.summary(end_wall_ns=T0 + 2 * S)
+    s = typed.to_json()
     json.loads(json.dumps(s))                                  # plain JSON
+    assert RunSummary.from_json(json.loads(json.dumps(s))).to_json() == s   # read back whole
     for section, keys in SUMMARY_KEYS.items():
         for key, typ in keys.items():
             assert isinstance(s[section][key], typ), (section, key, s[section][key])

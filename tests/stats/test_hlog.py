@@ -39,7 +39,7 @@ def test_hdrh_reader_sees_same_percentiles(tmp_path) -> None:
                 lat = (1.0 + k, 10.0 * (w + 1) + k, 250.0 * (k + 1))
                 st.add(report(w, k, metrics(records_acked=(k + 1) * 30), latencies_ms=lat,
                               count=10, offset_ns=w * 100_000_000, final=k == 2))
-        summary = st.summary()
+        summary = st.summary().to_json()
 
     # hdrh's reader: one interval per clock per round, tags kept, times relative to BaseTime
     reader = HistogramLogReader(str(path), new_histogram())

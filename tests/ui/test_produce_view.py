@@ -16,7 +16,8 @@ from tests.stats.conftest import S, T0, metrics, report
 def _stats(target: float | None = 2000) -> RunStats:
     st = RunStats(workers=2, start_wall_ns=T0, target_rate=target, duration_s=10, run_id="abc123")
     m = metrics(records_acked=1500, records_sent=1600, batches_sent=20, batches_acked=15,
-                batch_fill_total=10.0, queue_time_ns_total=40_000_000, bytes_sent=3 * 1024 * 1024,
+                batch_fill_total=10.0, queue_time_ns_total=40_000_000, bytes_sent=4 * 1024 * 1024,
+                value_bytes_acked=3 * 1024 * 1024,
                 errors_by_name={"NOT_LEADER_OR_FOLLOWER": 3}, failed_by_error={"REQUEST_TIMED_OUT": 7},
                 records_failed=7, throttle_time_ms=120, throttled_requests=4, retries=3,
                 records_by_node={1: 1000, 2: 500})

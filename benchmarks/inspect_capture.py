@@ -19,7 +19,7 @@ Targets: through >= 0.7x direct records/s; at 50,000/s intended p99 through <= d
 + 5 ms; every Produce request the producer sent is in the capture. A target not
 reached is printed as NOT REACHED with the figure.
 
-Run: .venv/bin/python benchmarks/inspect.py [--records 500000] [--rate 50000]
+Run: .venv/bin/python benchmarks/inspect_capture.py [--records 500000] [--rate 50000]
      [--seconds 10] [--reps 3] [--processors 1,2]
 """
 

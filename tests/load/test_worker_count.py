@@ -1,0 +1,25 @@
+"""The default worker count: cores - 1 when the broker shares the host, one per core
+otherwise (only numeric or loopback addresses here: nothing is resolved off the host)."""
+
+from kctl.load.worker_count import default_workers, is_local_host
+
+
+def test_embedded_or_local_broker_leaves_the_broker_a_core():
+    assert default_workers(None, cores=8).count == 7
+    assert default_workers(None, cores=1).count == 1
+    local = default_workers("127.0.0.1:9092,localhost:9093", cores=4)
+    assert local.count == 3 and "this host" in local.reason
+
+
+def test_remote_brokers_get_one_worker_per_core():
+    remote = default_workers("192.0.2.10:9092", cores=4)            # TEST-NET-1, numeric
+    assert remote.count == 4 and "other hosts" in remote.reason
+    mixed = default_workers("127.0.0.1:9092,192.0.2.10:9092", cores=4)
+    assert mixed.count == 4
+
+
+def test_local_means_loopback_or_one_of_this_hosts_addresses():
+    assert is_local_host("127.0.0.5") is True
+    assert is_local_host("::1") is True
+    assert is_local_host("192.0.2.10", own={"192.0.2.10"}) is True
+    assert is_local_host("192.0.2.11", own={"192.0.2.10"}) is False
