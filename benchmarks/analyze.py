@@ -14,6 +14,9 @@ Timed on that file, each as a subprocess, start-up included (interpreter, JVM, S
 - `kctl analyze F ... --master spark://127.0.0.1:...`   a standalone cluster started here
   (master + two 1-core workers, tests/spark/standalone.py), after the timed runs
 
+and analyze local[1] and local[2] on the file's first 200 packets: Spark's start-up and
+fixed costs, printed for context (the targets are on the full timings).
+
 analyze uses its defaults (ranges for 4 tasks per task slot, 8 MiB lookback); decode its
 own. Targets: local[2] at least 1.5x local[1] (it scales with cores); local[1] at least
 0.5x decode --json (Spark's overhead is bounded). The requests tables of the three analyze
@@ -31,6 +34,7 @@ import json
 import os
 import shutil
 import signal
+import struct
 import subprocess
 import sys
 import tempfile
@@ -56,6 +60,7 @@ _tcpdump = _sibling("decode")._tcpdump
 
 DEFAULT_CAPTURE = "/tmp/kctl-analyze-bench.pcap"
 BYTES_PER_RECORD = 186      # 100-byte records on the wire, batches and TCP/IP included
+STARTUP_PACKETS = 200
 
 
 def make_capture(path: Path, size_mb: int) -> int:
@@ -75,6 +80,20 @@ def make_capture(path: Path, size_mb: int) -> int:
             proc.communicate(timeout=30)
     print(f"  capture: {path.stat().st_size / 1e6:.0f} MB, broker port {broker.port}", file=sys.stderr)
     return broker.port
+
+
+def head_capture(src: Path, dst: Path, packets: int) -> None:
+    """The first ``packets`` packets of a classic pcap file: a capture with next to nothing
+    to decode, so ``kctl analyze`` on it times Spark's start-up and fixed costs alone."""
+    with open(src, "rb") as f, open(dst, "wb") as out:
+        head = f.read(24)
+        out.write(head)
+        order = "<" if head[:4] in (b"\xd4\xc3\xb2\xa1", b"\x4d\x3c\xb2\xa1") else ">"
+        for _ in range(packets):
+            rec = f.read(16)
+            if len(rec) < 16:
+                break
+            out.write(rec + f.read(struct.unpack(order + "I", rec[8:12])[0]))
 
 
 def timed(args: list[str], stdout: int | None = None) -> tuple[float, str]:
@@ -124,6 +143,13 @@ def main() -> None:
                                  "--master", master, "--json"])
                 times[master] = min(t, times.get(master, t))
                 results[master] = json.loads(text) | {"dir": str(out)}
+        # Start-up and fixed costs: the same command on the capture's first packets only.
+        head = work / "head.pcap"
+        head_capture(path, head, STARTUP_PACKETS)
+        startup: dict[str, float] = {}
+        for master in ("local[1]", "local[2]"):
+            startup[master] = timed(["analyze", str(head), "--port", str(port), "--out",
+                                     str(work / "head-out"), "--master", master, "--json"])[0]
         summary = json.loads(timed(["decode", str(path), "--port", str(port), "--summary", "--json"])[1])
         if not a.no_cluster:
             from tests.spark.standalone import StandaloneCluster
@@ -148,9 +174,15 @@ def main() -> None:
             r = results.get(name, {})
             print(f"{name:<16} {t:8.1f} {mb / t:7.1f} {frames / t:9.0f} {r.get('tasks', '-'):>6} "
                   f"{r.get('requests', '-'):>7} {len(r.get('repaired_connections', [])) if r else '-':>8}")
+        for master, t in startup.items():
+            print(f"{master + ' start-up':<16} {t:8.1f}   (the capture's first {STARTUP_PACKETS} "
+                  "packets: Spark's fixed costs)")
         l1, l2, dec = times["local[1]"], times["local[2]"], times["decode --json"]
         print(f"local[2] vs local[1]: x{l1 / l2:.2f} (target >= 1.5: {'reached' if l1 / l2 >= 1.5 else 'NOT reached'})")
         print(f"local[1] vs decode --json: x{dec / l1:.2f} (target >= 0.5: {'reached' if dec / l1 >= 0.5 else 'NOT reached'})")
+        w1, w2 = l1 - startup["local[1]"], l2 - startup["local[2]"]
+        print(f"for context, without the fixed costs (not the targets): local[2] vs local[1] "
+              f"x{w1 / w2:.2f}; local[1] vs decode --json x{dec / w1:.2f}")
         base = table_rows(results["local[1]"]["dir"])
         for name, r in results.items():
             counted = sum(x["requests"] + x["responses"] for x in r["latency"])

@@ -28,8 +28,8 @@ How this works
 
 5. Write: ``requests`` (the pair rows; topic ids named from the Metadata answers that came
    before them in the file; 'resynced' marks where decode has them) and ``partitions`` (the
-   record sets exploded) as Parquet under ``--out``. The requests are cached as they are
-   written, and the partitions table and the summaries are then made at once from them.
+   record sets exploded) as Parquet under ``--out``. The requests are cached, and both
+   writes and the summaries run at once from them (each row made once).
 
 6. Summaries, in Spark SQL over those tables: latency percentiles per API (exact nearest
    rank, as HdrHistogram ranks), throughput per topic per time bucket, top clients by
@@ -255,8 +255,8 @@ def analyze(captures: Sequence[CaptureSource], out: str, *, spark: Any,
                                       "api_name", "correlation_id", F.explode("partitions").alias("p"))
                       .select("ts_ns", "file", "connection", "client", "client_id", "api_name",
                               "correlation_id", "p.*"))
-        # The partitions table and the summaries are made at once from the cached requests:
-        # each job mostly waits on Spark's scheduling.
+        # Both tables and the summaries are made at once from the cached requests: each
+        # job mostly waits on Spark's scheduling.
         result = run_job(spark, lambda: _write_and_summarise(
             spark, requests, partitions, out, bucket_s=bucket_s, top=top),
             description="kctl analyze: write and summarise")
@@ -376,10 +376,11 @@ def _write_and_summarise(spark: Any, requests: Any, partitions: Any, out: str, *
         return lambda: [r.asDict(recursive=True) for r in spark.sql(q).collect()]
 
     bucket_ns = int(bucket_s * 1e9)
-    # Writing the requests fills the cache the rest reads (jobs started together would each
-    # compute the rows).
-    requests.write.mode("overwrite").parquet(os.path.join(out, "requests"))
-    _, lat, throughput, clients, errors = _concurrently(
+    # All at once: each job mostly waits on Spark's scheduling, so together they overlap.
+    # The requests are cached: a task that needs a partition another job's task is making
+    # waits for it (the block manager's write lock), so the rows are made once.
+    _, _, lat, throughput, clients, errors = _concurrently(
+        lambda: requests.write.mode("overwrite").parquet(os.path.join(out, "requests")),
         lambda: partitions.write.mode("overwrite").parquet(os.path.join(out, "partitions")),
         sql(f"""
         WITH ranked AS (
