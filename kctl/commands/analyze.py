@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from decimal import Decimal
-from pathlib import Path
 from typing import Optional
 
 import typer
@@ -29,40 +28,89 @@ def _cell(v: object) -> str:
     return str(v)
 
 
+def _source(name: str, port: list[str], leg: str | None):
+    """One capture as analyze reads it: located (path or URI), its broker ports, and for a
+    kctl inspect capture one leg (the client leg unless ``--leg``), as ``kctl decode`` reads it."""
+    from kctl.inspect.legs import LEG_CHOICES, read_legs
+    from kctl.inspect.session import guess_broker_ports
+    from kctl.inspect.traffic import broker_ports
+    from kctl.spark.analyze import CaptureSource
+    from kctl.spark.storage import locate, open_at
+    capture = locate(name)
+
+    def opener(_: object):
+        return open_at(capture.location)
+
+    def guess() -> set[int]:
+        return guess_broker_ports([name], open_file=opener)
+    legs = read_legs(name, open_file=opener)
+    if legs is None:
+        if leg is not None:
+            raise ConfigError(f"--leg {leg}: {name} is not a kctl inspect capture (it names no "
+                              "legs); leave --leg out to read every packet")
+        return CaptureSource(capture, tuple(sorted(broker_ports(port, guess))))
+    chosen = LEG_CHOICES[leg or "client"]
+    ports = broker_ports(port, lambda: set(legs.ports_for(chosen)) or guess())
+    return CaptureSource(capture, tuple(sorted(ports)), tuple(sorted(legs.interfaces_for(chosen))))
+
+
 def analyze(
-    files: list[Path] = typer.Argument(..., help="pcap or pcapng capture files."),
-    out_dir: Path = typer.Option(..., "--out", help="Directory for the Parquet tables requests/ and partitions/."),
+    files: list[str] = typer.Argument(..., help="pcap or pcapng captures: paths, or URIs the cluster's "
+                                                "tasks open (file://, s3://, hdfs://, ...)."),
+    out_dir: str = typer.Option(..., "--out", help="Directory (or URI) for the Parquet tables requests/ and partitions/."),
     master: Optional[str] = typer.Option(None, "--master", help="Spark master URL (default local[*])."),
-    port: list[str] = typer.Option(["9092"], "--port", "-p",
-                                   help="Broker port (repeatable); 'auto' guesses from the traffic."),
-    split_mb: int = typer.Option(64, "--split-mb", min=1, help="Split captures larger than this across tasks (by TCP connection)."),
+    port: list[str] = typer.Option(["auto"], "--port", "-p",
+                                   help="Broker port (repeatable); 'auto' (the default): from a kctl "
+                                        "capture's legs, else guessed from the traffic."),
+    leg: Optional[str] = typer.Option(None, "--leg", help="kctl inspect captures: client (default), "
+                                      "upstream or both legs of the proxy."),
+    split_mb: Optional[int] = typer.Option(None, "--split-mb", min=1,
+                                           help="Capture megabytes per task (default: 4 tasks per task slot, at least 4)."),
     bucket: str = typer.Option("1s", "--bucket", help="Length of a throughput bucket: 500ms, 1s, 1m."),
     top: int = typer.Option(10, "--top", help="Top clients shown."),
     json_out: bool = typer.Option(False, "--json", help="Print the summaries as one JSON object."),
 ) -> None:
     """Decode captures in parallel on Spark into Parquet; print latency, throughput, client and error summaries."""
-    from kctl.commands.decode import _ports
+    from kctl.inspect.legs import LEG_CHOICES
     from kctl.inspect.report import dumps, format_ts
-    from kctl.spark.analyze import analyze as run_analyze
+    from kctl.inspect.traffic import describe_ports, tcp_port_bytes
     from kctl.quantities import parse_duration
-    from kctl.spark.session import spark_session
-    from kctl.ui.console import stdout_console
+    from kctl.spark.analyze import analyze as run_analyze
+    from kctl.spark.session import require_pyspark, spark_session
+    from kctl.spark.storage import open_at
+    from kctl.ui.console import stderr_console, stdout_console
     bucket_s = parse_duration(bucket, "--bucket")
     if bucket_s <= 0:
         raise ConfigError(f"--bucket must be longer than 0, not {bucket!r}")
-    missing = [str(f) for f in files if not f.exists()]
-    if missing:
-        raise ConfigError(f"no such capture: {', '.join(missing)}")
-    ports = _ports(port, files)
+    if leg is not None and leg not in LEG_CHOICES:
+        raise ConfigError(f"--leg {leg!r}: expected client, upstream or both")
+    require_pyspark()
+    captures = [_source(f, port, leg) for f in files]
     spark = spark_session(master, app_name="kctl analyze")
-    res = run_analyze([str(f) for f in files], ports, str(out_dir), spark=spark,
-                      split_bytes=split_mb << 20, bucket_s=bucket_s, top=top)
+    res = run_analyze(captures, out_dir, spark=spark,
+                      range_bytes=split_mb << 20 if split_mb else None, bucket_s=bucket_s, top=top)
+    err = stderr_console(highlight=False)
+    for d in res.damaged:
+        err.print(f"kctl analyze: {d}; the frames before it are analyzed", markup=False)
+    if res.requests == 0:
+        where = {c.name: c.file.location for c in captures}
+        seen = describe_ports(tcp_port_bytes(files, open_file=lambda f: open_at(where[str(f)])))
+        tried = sorted({p for c in captures for p in c.broker_ports})
+        err.print(f"kctl analyze: no Kafka traffic found in {', '.join(files)} on port"
+                  f"{'s' if len(tried) > 1 else ''} {', '.join(map(str, tried))}; TCP ports seen, "
+                  f"with their payload bytes: {seen}; give the broker's with --port", markup=False)
+        raise typer.Exit(1)
     out = stdout_console(highlight=False)
     if json_out:
         out.print(dumps(res.to_dict()), markup=False)
         return
     out.print(f"{res.requests} request/response rows, {res.partitions} partition rows from "
-              f"{len(files)} capture(s) in {res.shards} task(s); Parquet in {res.out}/requests and {res.out}/partitions")
+              f"{len(files)} capture(s) in {res.tasks} task(s); Parquet in {res.out}/requests and "
+              f"{res.out}/partitions", markup=False)
+    if res.repaired:
+        out.print(f"{len(res.repaired)} connection(s) decoded again from the start of their capture "
+                  "(the range readers could not agree on their frames): "
+                  + "; ".join(res.repaired), markup=False)
     lat = [dict(r, **{k: v for k, v in (r["latency_ms"] or {}).items()}) for r in res.latency]
     out.print(_table("Latency per API (ms)", lat, ["api_name", "requests", "responses", "request_bytes",
                                                    "response_bytes", "p50", "p90", "p99", "p99.9", "p100"]))

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import binascii
 import sys
-from collections.abc import Callable
 from pathlib import Path
 
 import typer
@@ -12,18 +11,15 @@ from rich.console import Console
 
 from kctl.errors import ConfigError, RemoteProtocolError
 from kctl.inspect import report
-from kctl.inspect.legs import Leg, read_legs
+from kctl.inspect.legs import LEG_CHOICES, read_legs
 from kctl.inspect.session import (
     CaptureNotice, DecodedFrame, decode_files, decode_frame_bytes, guess_broker_ports,
 )
 from kctl.inspect.summary import CaptureSummary
-from kctl.inspect.traffic import describe_ports, tcp_port_bytes
+from kctl.inspect.traffic import broker_ports, describe_ports, tcp_port_bytes
 from kctl.protocol.compression import DEFAULT_RATIO, DecompressionBudget
 from kctl.protocol.schema import API_BY_KEY, API_BY_NAME
 from kctl.ui.console import stderr_console, stdout_console
-
-_LEGS = {"client": (Leg.CLIENT,), "upstream": (Leg.UPSTREAM,), "both": (Leg.CLIENT, Leg.UPSTREAM)}
-
 
 def _api_keys(names: list[str]) -> set[int]:
     lower = {n.lower(): a.api_key for n, a in API_BY_NAME.items()}
@@ -38,22 +34,6 @@ def _api_keys(names: list[str]) -> set[int]:
     return keys
 
 
-def _ports(values: list[str], guess: Callable[[], set[int] | frozenset[int]]) -> set[int]:
-    ports: set[int] = set()
-    for v in values:
-        if v == "auto":
-            ports |= guess()
-            continue
-        try:
-            p = int(v)
-        except ValueError:
-            raise ConfigError(f"--port {v!r}: a port number or 'auto'") from None
-        if not 0 < p < 65536:
-            raise ConfigError(f"--port {p}: outside 1..65535") from None
-        ports.add(p)
-    return ports
-
-
 def _plan(path: Path, port: list[str], leg: str | None) -> tuple[set[int], frozenset[int] | None]:
     """(broker ports, pcapng interfaces to read) for one file. A kctl inspect capture
     names its legs and their broker ports (``inspect/legs.py``): one leg is read (the
@@ -64,9 +44,9 @@ def _plan(path: Path, port: list[str], leg: str | None) -> tuple[set[int], froze
         if leg is not None:
             raise ConfigError(f"--leg {leg}: {path} is not a kctl inspect capture (it names no "
                               "legs); leave --leg out to read every packet")
-        return _ports(port, lambda: guess_broker_ports([path])), None
-    chosen = _LEGS[leg or "client"]
-    return (_ports(port, lambda: set(legs.ports_for(chosen)) or guess_broker_ports([path])),
+        return broker_ports(port, lambda: guess_broker_ports([path])), None
+    chosen = LEG_CHOICES[leg or "client"]
+    return (broker_ports(port, lambda: set(legs.ports_for(chosen)) or guess_broker_ports([path])),
             legs.interfaces_for(chosen))
 
 
@@ -113,7 +93,7 @@ def decode(
         return
     if not files:
         raise ConfigError("give capture files to decode ('-' for stdin; or --hex with a frame on stdin)")
-    if leg is not None and leg not in _LEGS:
+    if leg is not None and leg not in LEG_CHOICES:
         raise ConfigError(f"--leg {leg!r}: expected client, upstream or both")
     files = _stdin_as_file(files, port)
     plans = [(path, *_plan(path, port, leg)) for path in files]

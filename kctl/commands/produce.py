@@ -16,7 +16,7 @@ from kctl.load.produce import ProduceOptions, execute, prepare
 from kctl.quantities import parse_byte_rate, parse_duration, parse_rate
 from kctl.ui.console import stderr_console, stdout_console
 from kctl.ui.produce_view import (
-    ProduceDashboard, clock_line, plain_line, summary_line, summary_renderable,
+    ProduceDashboard, clock_line, plain_line, spark_start_line, summary_line, summary_renderable,
 )
 
 #: kafka-producer-perf-test takes several properties after one flag (argparse nargs="+").
@@ -193,6 +193,8 @@ def produce(
     if e2e is not None:
         print(f"e2e: p50 {e2e.p50_ms:.3f} ms, p99 {e2e.p99_ms:.3f} ms, p99.9 {e2e.p999_ms:.3f} ms, "
               f"max {e2e.max_ms:.3f} ms, {e2e.count} records consumed, {e2e.negative or 0} negative")
+    if (line := spark_start_line(summary)) is not None:
+        print(line)
     print(clock_line(summary))
     print(summary_line(summary), flush=True)
     if outcome.result.interrupted:

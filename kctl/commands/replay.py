@@ -43,7 +43,7 @@ def replay(
     from kctl.spark.replay import read_dataset, records_frame, replay_run_factory
     from kctl.spark.session import available_slots, spark_session
     from kctl.ui.console import stderr_console
-    from kctl.ui.produce_view import clock_line, plain_line, summary_line
+    from kctl.ui.produce_view import clock_line, plain_line, spark_start_line, summary_line
     err = stderr_console()
     # Every value is checked before Spark starts.
     validate_topic_name(topic)
@@ -78,6 +78,8 @@ def replay(
         value_format=value_format, record_size=None, payload="dataset"))
     if json_out:
         json_out.write_text(json.dumps(summary.to_json(), indent=2) + "\n")
+    if (line := spark_start_line(summary)) is not None:
+        print(line)
     print(clock_line(summary))
     print(summary_line(summary), flush=True)
     if outcome.verify is not None:

@@ -20,7 +20,7 @@ import struct
 from dataclasses import dataclass
 from enum import IntEnum
 from pathlib import Path
-from typing import Final
+from typing import BinaryIO, Callable, Final
 
 
 class Leg(IntEnum):
@@ -29,6 +29,10 @@ class Leg(IntEnum):
     CLIENT = 0
     UPSTREAM = 1
 
+
+#: ``--leg`` values (kctl decode, kctl analyze) -> the legs read.
+LEG_CHOICES: Final = {"client": (Leg.CLIENT,), "upstream": (Leg.UPSTREAM,),
+                      "both": (Leg.CLIENT, Leg.UPSTREAM)}
 
 #: ``if_name`` of each leg's interface.
 LEG_NAMES: Final = {Leg.CLIENT: "kctl client leg", Leg.UPSTREAM: "kctl upstream leg"}
@@ -71,10 +75,12 @@ def parse_ports(description: str) -> frozenset[int]:
     return frozenset(int(p) for p in m.group(1).replace(" ", "").split(",") if p.isdigit())
 
 
-def read_legs(path: str | Path) -> CaptureLegs | None:
-    """The legs of a kctl capture (``None`` when the file is not one, or unreadable)."""
+def read_legs(path: str | Path, *,
+              open_file: Callable[[str | Path], BinaryIO] | None = None) -> CaptureLegs | None:
+    """The legs of a kctl capture (``None`` when the file is not one, or unreadable).
+    ``open_file`` opens it for reading (default: a local file; kctl analyze: a URI)."""
     try:
-        with open(path, "rb") as f:
+        with (open_file or (lambda p: open(p, "rb")))(path) as f:
             head = f.read(_HEAD_LIMIT)
     except OSError:
         return None

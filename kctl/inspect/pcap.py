@@ -34,7 +34,8 @@ from typing import BinaryIO, Final
 from kctl.errors import DecodeError
 
 __all__ = [
-    "CapturedPacket", "TcpSegment", "PacketSkip", "Truncation", "CaptureReader",
+    "CapturedPacket", "TcpSegment", "PacketSkip", "Truncation", "CaptureReader", "ReaderState",
+    "InterfaceState",
     "tcp_segment", "read_segments", "LINKTYPE_NULL", "LINKTYPE_ETHERNET", "LINKTYPE_RAW",
     "LINKTYPE_LOOP", "LINKTYPE_LINUX_SLL", "LINKTYPE_IPV4", "LINKTYPE_IPV6",
     "LINKTYPE_LINUX_SLL2", "TCP_FIN", "TCP_SYN", "TCP_RST", "TCP_PSH", "TCP_ACK",
@@ -175,14 +176,41 @@ class Truncation:
         return f"capture ends inside a record ({self.present} of its {self.needed} bytes present)"
 
 
+@dataclass(frozen=True, slots=True)
+class InterfaceState:
+    """A pcapng interface as a section describes it (what its packets need to be read)."""
+
+    link_type: int
+    snaplen: int
+    tsresol: int
+    tsoffset_ns: int
+
+
+@dataclass(frozen=True, slots=True)
+class ReaderState:
+    """Where a ``CaptureReader`` stands between two records: the file offset of the next
+    one, the packets before it, and what reading on needs from the headers before it (pcap's
+    byte order, time unit and link type; pcapng's section byte order and interfaces).
+    ``CaptureReader.resume`` reads on from it, in another process if need be."""
+
+    format: str                     # "pcap" | "pcapng"
+    offset: int
+    packets: int
+    byte_order: str = "<"
+    unit_ns: int = 0                # pcap: nanoseconds per timestamp fraction unit
+    link_type: int = 0              # pcap
+    snaplen: int = 0                # pcap
+    interfaces: tuple[InterfaceState, ...] = ()     # pcapng: the current section's
+
+
 class _Source:
     """A byte stream read with an absolute offset, in bounded chunks."""
 
     __slots__ = ("_f", "offset")
 
-    def __init__(self, f: BinaryIO) -> None:
+    def __init__(self, f: BinaryIO, offset: int = 0) -> None:
         self._f = f
-        self.offset = 0
+        self.offset = offset
 
     def read(self, n: int) -> bytes:
         """Up to ``n`` bytes; fewer only at end of file. Memory grows with the
@@ -227,7 +255,8 @@ class _Interface:
 class CaptureReader:
     """Iterates the packets of a pcap or pcapng stream (``format`` says which).
 
-    ``truncated`` is set once iteration stops at a cut-off record.
+    ``truncated`` is set once iteration stops at a cut-off record. Between two packets,
+    ``state()`` says where the reader stands; ``CaptureReader.resume`` reads on from there.
     """
 
     def __init__(self, stream: BinaryIO, *, name: str = "") -> None:
@@ -235,6 +264,8 @@ class CaptureReader:
         self._src = _Source(stream)
         self.truncated: Truncation | None = None
         self._number = 0
+        self._order = "<"
+        self._interfaces: list[_Interface] = []
         head = self._src.read(4)
         if len(head) < 4:
             raise DecodeError(f"{len(head)} bytes is too short for a capture file header", offset=0,
@@ -247,12 +278,46 @@ class CaptureReader:
         else:
             raise DecodeError(f"not a pcap or pcapng file (magic {head.hex()})", offset=0,
                               field="magic")
-        self._head = head
+        self._head = head       # pcapng: the first block's type, read before iterating
+
+    @classmethod
+    def resume(cls, stream: BinaryIO, state: ReaderState, *, name: str = "") -> CaptureReader:
+        """A reader of ``stream``, positioned by the caller at ``state.offset``, that reads on
+        as the reader that gave ``state`` would have (packet numbers go on from
+        ``state.packets``; file offsets in errors and packets are the file's)."""
+        self = cls.__new__(cls)
+        self.name = name
+        self._src = _Source(stream, state.offset)
+        self.truncated = None
+        self._number = state.packets
+        self.format = state.format
+        self._order = state.byte_order
+        self._head = b""
+        self._interfaces = []
+        for i in state.interfaces:
+            iface = _Interface(i.link_type, i.snaplen)
+            iface.tsresol, iface.tsoffset_ns = i.tsresol, i.tsoffset_ns
+            self._interfaces.append(iface)
+        if state.format == "pcap":
+            self._unit_ns, self._link, self._snaplen = state.unit_ns, state.link_type, state.snaplen
+            self._rec = struct.Struct(state.byte_order + "IIII")
+        return self
+
+    def state(self) -> ReaderState:
+        """Where the reader stands: valid before iterating and between two packets."""
+        ifaces = tuple(InterfaceState(i.link_type, i.snaplen, i.tsresol, i.tsoffset_ns)
+                       for i in self._interfaces)
+        if self.format == "pcap":
+            return ReaderState("pcap", self._src.offset, self._number, self._order, self._unit_ns,
+                               self._link, self._snaplen)
+        return ReaderState("pcapng", self._src.offset - len(self._head), self._number, self._order,
+                           interfaces=ifaces)
 
     # -- pcap -----------------------------------------------------------
 
     def _pcap_header(self, magic: bytes) -> None:
         order, self._unit_ns = _PCAP_MAGICS[magic]
+        self._order = order
         rest = self._src.read(20)
         if len(rest) < 20:
             raise DecodeError("pcap file header cut short", offset=self._src.offset,
@@ -290,9 +355,10 @@ class CaptureReader:
 
     def _pcapng_packets(self) -> Iterator[CapturedPacket]:
         src = self._src
-        order = "<"
-        interfaces: list[_Interface] = []
-        btype_raw = self._head
+        order = self._order
+        interfaces = self._interfaces
+        btype_raw = self._head or src.read(4)
+        self._head = b""
         while True:
             start = src.offset - len(btype_raw)
             if not btype_raw:
@@ -309,14 +375,14 @@ class CaptureReader:
                     return
                 bom = head[4:8]
                 if bom == b"\x4d\x3c\x2b\x1a":
-                    order = "<"
+                    self._order = order = "<"
                 elif bom == b"\x1a\x2b\x3c\x4d":
-                    order = ">"
+                    self._order = order = ">"
                 else:
                     raise DecodeError(f"bad pcapng byte-order magic {bom.hex()}", offset=start + 8,
                                       field="SHB.byte_order_magic")
                 (blen,) = struct.unpack(order + "I", head[:4])
-                interfaces = []     # interface ids are per section
+                self._interfaces = interfaces = []     # interface ids are per section
                 body_pre = bom
                 btype = _SHB
             else:

@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import heapq
 import re
+from bisect import bisect_right
 import struct
 from collections.abc import Callable, Collection, Iterable
 from dataclasses import dataclass, field
@@ -91,6 +92,8 @@ class StreamData:
     data: bytes
     ts_ns: int
     packet: int = 0     # capture packet number of the segment that made the bytes deliverable
+    seq: int = 0        # TCP sequence number of the first byte
+    carrier: int = 0    # capture packet number of the segment whose bytes these are (first copy)
 
 
 @dataclass(frozen=True, slots=True)
@@ -182,11 +185,11 @@ class HalfStream:
                 self._skip_to_pending(ts_ns, "out-of-order bytes exceed the reassembly limit", out,
                                       packet)
             return
-        self._deliver_from(at, data, hole, ts_ns, out, packet)
+        self._deliver_from(at, data, hole, ts_ns, out, packet, packet)
         self._drain(ts_ns, out, packet)
 
     def _deliver_from(self, at: int, data: bytes, hole: int, ts_ns: int,
-                      out: list[StreamData | StreamGap], packet: int) -> None:
+                      out: list[StreamData | StreamGap], packet: int, carrier: int) -> None:
         """Delivers a piece that starts at or before ``offset``, trimming what was already
         delivered (the first copy of a byte wins, as in the kernel)."""
         cut = self.offset - at
@@ -202,7 +205,7 @@ class HalfStream:
                 data = b""
         assert self.next_seq is not None
         if data:
-            out.append(StreamData(self.offset, data, ts_ns, packet))
+            out.append(StreamData(self.offset, data, ts_ns, packet, self.next_seq, carrier))
             self.offset += len(data)
         if hole:
             out.append(StreamGap(self.offset, hole, ts_ns, "bytes cut off by the snap length"))
@@ -216,9 +219,9 @@ class HalfStream:
         pending = self._pending
         while heap and heap[0] <= self.offset:
             at = heapq.heappop(heap)
-            data, hole, _, _ = pending.pop(at)
+            data, hole, _, carrier = pending.pop(at)
             self._pending_bytes -= len(data)
-            self._deliver_from(at, data, hole, ts_ns, out, packet)
+            self._deliver_from(at, data, hole, ts_ns, out, packet, carrier)
 
     def _skip_to_pending(self, ts_ns: int, reason: str, out: list[StreamData | StreamGap],
                          packet: int = 0) -> None:
@@ -231,6 +234,37 @@ class HalfStream:
         self.offset = first
         self.next_seq = (self.next_seq + missing) % _MOD
         self._drain(ts_ns, out, packet)
+
+    @property
+    def held_segments(self) -> int:
+        return len(self._heap)
+
+    def skip_hole(self, reason: str) -> list[StreamData | StreamGap]:
+        """Declares the hole before the earliest held segment a gap and delivers on from
+        there, for a reader that started mid-stream and knows the missing bytes came before
+        it began. Unlike the reassembly limit's gap, each held segment is delivered with its
+        own time and packet: for a reader that had the missing bytes, nothing held them."""
+        out: list[StreamData | StreamGap] = []
+        heap = self._heap
+        if not heap:
+            return out
+        assert self.next_seq is not None
+        first = heap[0]
+        missing = first - self.offset
+        out.append(StreamGap(self.offset, missing, self._pending[first][2], reason))
+        self.gap_bytes += missing
+        self.offset = first
+        self.next_seq = (self.next_seq + missing) % _MOD
+        while heap and heap[0] <= self.offset:
+            at = heapq.heappop(heap)
+            data, hole, ts_ns, packet = self._pending.pop(at)
+            self._pending_bytes -= len(data)
+            self._deliver_from(at, data, hole, ts_ns, out, packet, packet)
+        return out
+
+    def held_packet(self) -> int | None:
+        """The earliest capture packet whose bytes are held out of order, if any."""
+        return min((p for _, _, _, p in self._pending.values()), default=None)
 
     def finish(self, ts_ns: int, reason: str = "capture ended before the missing bytes") -> list[StreamData | StreamGap]:
         """Delivers everything still held, with gaps for the holes (end of capture)."""
@@ -251,7 +285,10 @@ class Frame:
     ``offset`` is the stream offset of its size prefix; ``ts_ns`` the time of
     the segment that completed it, ``first_ts_ns`` of the one that began it;
     ``resynced`` marks the first frame after the framing was (re)found by
-    scanning, which is a guess that decoding confirms.
+    scanning, which is a guess that decoding confirms. ``seq`` is the TCP sequence
+    number of its first byte and ``first_packet`` the capture packet that carried that
+    byte (its first copy seen): the same in any reader of the capture, wherever that
+    reader started, which is what lets several readers of one capture agree on frames.
     """
 
     conn: ConnectionId
@@ -262,6 +299,8 @@ class Frame:
     first_ts_ns: int
     resynced: bool = False
     packet: int = 0         # capture packet number of the segment that completed it
+    seq: int = 0
+    first_packet: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -375,7 +414,7 @@ class FrameSplitter:
     __slots__ = ("conn", "direction", "max_frame_bytes", "_buf", "_buf_offset", "synced",
                  "_first_ts", "_resynced_next", "_candidate", "_prefilter", "_verify",
                  "max_resync_frame_bytes", "_scan", "_cands", "_skipped", "_skipped_at", "tls",
-                 "undecodable", "_dropped", "_lost_at", "_attempts", "_attempt_bytes")
+                 "undecodable", "_dropped", "_lost_at", "_attempts", "_attempt_bytes", "_chunks")
 
     def __init__(self, conn: ConnectionId, direction: Direction, *, synced: bool,
                  max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES,
@@ -415,10 +454,25 @@ class FrameSplitter:
         self._lost_at = -1 if not synced else 0     # stream offset where the framing was lost
         self._attempts = 0                          # full decodes spent on this resync
         self._attempt_bytes = 0                     # and the bytes they read
+        # (stream offset, sequence number, carrier packet) of each chunk in _buf, in order;
+        # the first one holds _buf[0]. Gives frames their ``seq`` and ``first_packet``.
+        self._chunks: list[tuple[int, int, int]] = []
 
     @property
     def buffered(self) -> int:
         return len(self._buf)
+
+    def unframed_packet(self) -> int | None:
+        """The earliest capture packet that carried bytes held here, not yet framed or
+        skipped (a partial frame, or bytes still scanned for a frame start)."""
+        return min(c[2] for c in self._chunks) if self._buf else None
+
+    def _origin(self, offset: int) -> tuple[int, int]:
+        """(sequence number, carrier packet) of the buffered byte at stream ``offset``."""
+        chunks = self._chunks
+        i = bisect_right(chunks, offset, key=_chunk_offset) - 1
+        at, seq, carrier = chunks[i]
+        return (seq + offset - at) % _MOD, carrier
 
     def feed(self, chunk: StreamData) -> list[Frame | StreamNotice]:
         out: list[Frame | StreamNotice] = []
@@ -443,6 +497,7 @@ class FrameSplitter:
                 self._lost_at = chunk.offset
         elif self._first_ts is None:
             self._first_ts = chunk.ts_ns
+        self._chunks.append((chunk.offset, chunk.seq, chunk.carrier))
         self._buf += chunk.data
         self._run(chunk.ts_ns, out, chunk.packet)
         return out
@@ -464,6 +519,7 @@ class FrameSplitter:
             self._skipped += len(self._buf)
         self._flush_skipped(gap.ts_ns, out)
         self._buf.clear()
+        self._chunks.clear()
         self._buf_offset = gap.offset + gap.length
         self._first_ts = None
         self._lose_framing(self._buf_offset)
@@ -486,6 +542,7 @@ class FrameSplitter:
                else f"{len(self._buf)} trailing bytes where no frame start was found")
         n = len(self._buf)
         self._buf.clear()
+        self._chunks.clear()
         out.append(StreamNotice(self.conn, self.direction, self._buf_offset, ts_ns, kind, msg, n))
         return out
 
@@ -520,11 +577,12 @@ class FrameSplitter:
             end = pos + 4 + size
             if len(buf) < end:
                 break
+            seq, first_packet = self._origin(self._buf_offset + pos)
             with memoryview(buf) as view:   # one copy of the frame, not a slice and a copy
                 data = bytes(view[pos + 4:end])
             out.append(Frame(self.conn, self.direction, self._buf_offset + pos, data,
                              ts_ns, self._first_ts if self._first_ts is not None else ts_ns,
-                             self._resynced_next, packet))
+                             self._resynced_next, packet, seq, first_packet))
             self._resynced_next = False
             self._first_ts = ts_ns
             pos = end
@@ -536,8 +594,12 @@ class FrameSplitter:
             if not self.synced:
                 self._scan = max(0, self._scan - pos)
                 self._cands = [(ci - pos, size) for ci, size in self._cands]
+            if buf:
+                chunks = self._chunks
+                del chunks[:bisect_right(chunks, self._buf_offset, key=_chunk_offset) - 1]
         if not buf:
             self._first_ts = None
+            self._chunks.clear()
 
     def _resync(self, pos: int, ts_ns: int, out: list[Frame | StreamNotice]) -> int:
         """Scans ``_buf`` from ``pos``; returns the index from which bytes must be kept
@@ -632,6 +694,7 @@ class FrameSplitter:
         self._dropped += len(self._buf) - start
         self._buf_offset += len(self._buf)
         self._buf.clear()
+        self._chunks.clear()
         self._cands = []
         self._scan = 0
 
@@ -641,6 +704,10 @@ class FrameSplitter:
                                     f"skipped {self._skipped} bytes looking for a frame start",
                                     self._skipped))
             self._skipped = 0
+
+
+def _chunk_offset(chunk: tuple[int, int, int]) -> int:
+    return chunk[0]
 
 
 _ANY_OFFSET: Final = re.compile(b"", re.DOTALL)
@@ -694,6 +761,46 @@ class Reassembler:
         self._response_prefilter = response_prefilter(max_frame_bytes)
         self.ignored_segments = 0
         self.last_ts_ns = 0
+
+    def orient(self, seg: TcpSegment) -> tuple[ConnectionId, Direction] | None:
+        """The connection and direction ``seg`` belongs to (None: no broker port), as
+        ``on_segment`` would decide it now; changes nothing."""
+        return self._orient(seg)
+
+    def unframed_packet(self, conn: ConnectionId) -> int | None:
+        """The earliest capture packet that carried bytes of ``conn`` that no frame (or
+        skip) has taken yet: held out of order, in a partial frame, or still scanned for a
+        frame start. None when every byte seen is framed (or the connection is closed)."""
+        c = self._conns.get(conn)
+        if c is None:
+            return None
+        found = [p for p in (c.streams["request"].held_packet(), c.streams["response"].held_packet(),
+                             *(sp.unframed_packet() for sp in c.splitters.values()))
+                 if p is not None]
+        return min(found, default=None)
+
+    def held_segments(self, conn: ConnectionId, direction: Direction) -> int:
+        """Out-of-order segments held for one direction of ``conn`` (waiting for a hole)."""
+        c = self._conns.get(conn)
+        return 0 if c is None else c.streams[direction].held_segments
+
+    def skip_hole(self, conn: ConnectionId, direction: Direction,
+                  reason: str) -> list[Frame | StreamNotice]:
+        """``HalfStream.skip_hole`` for one direction of ``conn``, framed on from there."""
+        c = self._conns.get(conn)
+        if c is None:
+            return []
+        events = c.streams[direction].skip_hole(reason)
+        return self._frames(c, direction, events) if events else []
+
+    def unframed_packets(self) -> dict[ConnectionId, int]:
+        """``unframed_packet`` of every connection that has such bytes."""
+        out = {}
+        for conn in self._conns:
+            p = self.unframed_packet(conn)
+            if p is not None:
+                out[conn] = p
+        return out
 
     def _orient(self, seg: TcpSegment) -> tuple[ConnectionId, Direction] | None:
         src = Endpoint(seg.src, seg.src_port)

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import struct
 from collections import Counter, OrderedDict
-from collections.abc import Collection, Iterable, Iterator
+from collections.abc import Callable, Collection, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, BinaryIO, Final
@@ -261,6 +261,34 @@ class CaptureDecoder:
                                          it.conn, it.direction))
         return out
 
+    def observe(self, fr: Frame) -> None:
+        """Keeps what ``decode(fr)`` would keep for the frames after it, without decoding
+        ``fr``: a request's API key, version and time (so its response decodes, pairs and
+        resynchronises), a response's request forgotten, topic names from a Metadata
+        response. For a reader that sees a frame which another reader decodes."""
+        data = fr.data
+        if fr.direction == "request":
+            if len(data) >= 8:
+                api_key, api_version, corr = struct.unpack_from(">hhi", data, 0)
+                api = schema.API_BY_KEY.get(api_key)
+                known = api is not None and api_version in api.request.valid_versions
+                self._remember(fr.conn, corr, _Pending(api_key, api_version, fr.ts_ns, known))
+            return
+        if len(data) < 4:
+            return
+        pending = self._outstanding.get(fr.conn)
+        req = pending.pop(struct.unpack_from(">i", data, 0)[0], None) if pending else None
+        if req is not None and req.known and req.api_key == METADATA_KEY:
+            try:
+                self._learn_topics(decode_response(data, req.api_key, req.api_version).body)
+            except DecodeError:
+                pass
+
+    def _learn_topics(self, metadata: Message) -> None:
+        for t in getattr(metadata, "topics", ()):
+            if t.name and getattr(t, "topic_id", None) is not None and t.topic_id.int:
+                self.topic_names[t.topic_id] = t.name
+
     def decode(self, fr: Frame) -> DecodedFrame:
         if fr.direction == "request":
             df = self._request(fr)
@@ -354,9 +382,7 @@ class CaptureDecoder:
         if req.api_key == FETCH_KEY and self.decode_records:
             df.record_sets = self._fetch_sets(resp.body, len(data))
         elif req.api_key == METADATA_KEY:
-            for t in getattr(resp.body, "topics", ()):
-                if t.name and getattr(t, "topic_id", None) is not None and t.topic_id.int:
-                    self.topic_names[t.topic_id] = t.name
+            self._learn_topics(resp.body)
         return df
 
     # -- record sets ----------------------------------------------------
@@ -488,20 +514,23 @@ def decode_files(paths: Iterable[str | Path], broker_ports: Collection[int], *,
             yield CaptureNotice(name, "error", f"cannot read: {e.strerror or e}")
 
 
-def guess_broker_ports(paths: Iterable[str | Path], *, max_segments: int = 200_000) -> set[int]:
+def guess_broker_ports(paths: Iterable[str | Path], *, max_segments: int = 200_000,
+                       open_file: Callable[[str | Path], BinaryIO] | None = None) -> set[int]:
     """``--port auto``: the ports that receive frames which start like Kafka requests.
 
     Per connection (unordered endpoints), payloads that begin with a plausible
     request header vote for their destination port; a SYN without ACK is a
     weaker vote for its destination. The majority port of each connection is a
-    broker port. Falls back to 9092 when nothing looks like Kafka.
+    broker port. Falls back to 9092 when nothing looks like Kafka. ``open_file`` opens a
+    path for reading (default: a local file; a URI opener for captures on a cluster's store).
     """
+    opener = open_file or (lambda p: open(p, "rb"))
     votes: dict[tuple, Counter] = {}
     syn_votes: Counter = Counter()
     seen = 0
     for path in paths:
         try:
-            with open(path, "rb") as f:
+            with opener(path) as f:
                 for seg in read_segments(f, name=str(path)):
                     seen += 1
                     if seen > max_segments:

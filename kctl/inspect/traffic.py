@@ -1,5 +1,6 @@
-"""The TCP ports a capture holds, with their payload bytes: what ``kctl decode`` lists when
-it finds no Kafka traffic, so the user sees which ``--port`` to give.
+"""The TCP ports a capture holds, with their payload bytes: what ``kctl decode`` and ``kctl
+analyze`` list when they find no Kafka traffic, so the user sees which ``--port`` to give;
+and the ``--port`` values themselves (numbers or ``auto``).
 
 One pass over the file(s), sans-IO below the file read (``pcap.read_segments``); each
 segment's payload counts for both of its ports. Unreadable or broken files count as far
@@ -9,20 +10,41 @@ as they read.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
+from typing import BinaryIO
 
-from kctl.errors import DecodeError
+from kctl.errors import ConfigError, DecodeError
 from kctl.inspect.pcap import read_segments
 
 
-def tcp_port_bytes(paths: Iterable[str | Path], *, max_segments: int = 2_000_000) -> Counter[int]:
-    """TCP port -> payload bytes seen on it (either direction)."""
+def broker_ports(values: Iterable[str], guess: Callable[[], Iterable[int]]) -> set[int]:
+    """``--port`` values (kctl decode, kctl analyze): port numbers, or ``auto`` (``guess()``)."""
+    ports: set[int] = set()
+    for v in values:
+        if v == "auto":
+            ports |= set(guess())
+            continue
+        try:
+            p = int(v)
+        except ValueError:
+            raise ConfigError(f"--port {v!r}: a port number or 'auto'") from None
+        if not 0 < p < 65536:
+            raise ConfigError(f"--port {p}: outside 1..65535")
+        ports.add(p)
+    return ports
+
+
+def tcp_port_bytes(paths: Iterable[str | Path], *, max_segments: int = 2_000_000,
+                   open_file: Callable[[str | Path], BinaryIO] | None = None) -> Counter[int]:
+    """TCP port -> payload bytes seen on it (either direction). ``open_file`` opens a path
+    for reading (default: a local file; kctl analyze: a URI on a cluster's store)."""
+    opener = open_file or (lambda p: open(p, "rb"))
     ports: Counter[int] = Counter()
     seen = 0
     for path in paths:
         try:
-            with open(path, "rb") as f:
+            with opener(path) as f:
                 for seg in read_segments(f, name=str(path)):
                     seen += 1
                     if seen > max_segments:

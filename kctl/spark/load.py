@@ -15,6 +15,11 @@ stage, so they start together or not at all; each one
    interval histograms and cumulative counters, the final one with the
    acknowledged ranges when ``--verify`` is on.
 
+Start skew: every task also returns a ``TaskStart`` (when Spark launched it, the common
+start it agreed on, and when its schedule's first interval actually began, all wall
+clock) and the summary gets a ``spark`` section: how far apart the tasks launched and
+began, and each task's lateness against the agreed start (docs/produce-summary.md).
+
 Live intervals: the collector also posts each report, as it is made, to a
 small TCP listener on the driver (``ReportListener``); the driver feeds them to
 ``RunStats`` while the job runs, so plain interval lines appear as in a local
@@ -40,7 +45,7 @@ import threading
 import time
 import traceback
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 from kctl.errors import KctlError
@@ -51,6 +56,7 @@ from kctl.spark.session import TaskError, check_barrier_slots, run_job, spark_se
 from kctl.stats.aggregate import RunStats
 from kctl.stats.hlog import IntervalLogWriter
 from kctl.stats.report import WorkerFailed, WorkerInterval
+from kctl.stats.summary import SparkStarts, TaskStartFigures
 
 #: Tasks start this long after the last of them is ready (producer metadata, connections).
 START_DELAY_S = 1.0
@@ -91,6 +97,27 @@ class TaskReports:
                 self._sock = None
 
 
+@dataclass(frozen=True, slots=True)
+class TaskStart:
+    """When one load task started, wall clock ns: ``launched`` (Spark ran it), ``agreed``
+    (the common start the tasks computed together), ``began`` (its schedule's first
+    interval began; later than ``agreed`` by the task's lateness)."""
+
+    worker: int
+    host: str
+    launched_wall_ns: int
+    agreed_wall_ns: int
+    began_wall_ns: int
+
+    @property
+    def late_ns(self) -> int:
+        return self.began_wall_ns - self.agreed_wall_ns
+
+
+#: The report index a task's ``TaskStart`` travels under (reports count from 0).
+TASK_START = -1
+
+
 def agree_start(start_delay_s: float) -> int:
     """The common start (wall ns) of all tasks of the barrier stage."""
     from pyspark import BarrierTaskContext
@@ -100,7 +127,9 @@ def agree_start(start_delay_s: float) -> int:
 
 def run_worker_task(spec: WorkerSpec, listener: tuple[str, int] | None,
                     start_delay_s: float = START_DELAY_S) -> list[tuple[int, int, Any]]:
-    """One barrier task: the worker loop at the agreed start; returns its reports."""
+    """One barrier task: the worker loop at the agreed start; returns its reports and,
+    last, its ``TaskStart``."""
+    launched = time.time_ns()
     start = agree_start(start_delay_s)
     spec = replace(spec, start_wall_ns=start)
     reports = TaskReports(spec.worker, listener)
@@ -113,7 +142,26 @@ def run_worker_task(spec: WorkerSpec, listener: tuple[str, int] | None,
                         f"{traceback.format_exc(limit=3)}") from None
     finally:
         reports.close()
-    return reports.items
+    began = next((m.start_wall_ns for _, _, m in reports.items if isinstance(m, WorkerInterval)),
+                 start)
+    return reports.items + [(spec.worker, TASK_START,
+                             TaskStart(spec.worker, socket.gethostname(), launched, start, began))]
+
+
+def start_summary(starts: list[TaskStart]) -> SparkStarts:
+    """The summary's ``spark`` section: how together the tasks started."""
+    starts = sorted(starts, key=lambda t: t.worker)
+    first_launch = min(t.launched_wall_ns for t in starts)
+    return SparkStarts(
+        tasks=len(starts),
+        hosts=len({t.host for t in starts}),
+        launch_spread_ms=round((max(t.launched_wall_ns for t in starts) - first_launch) / 1e6, 3),
+        start_skew_ms=round((max(t.began_wall_ns for t in starts)
+                             - min(t.began_wall_ns for t in starts)) / 1e6, 3),
+        max_late_ms=round(max(t.late_ns for t in starts) / 1e6, 3),
+        per_task=tuple(TaskStartFigures(t.worker, t.host,
+                                        round((t.launched_wall_ns - first_launch) / 1e6, 3),
+                                        round(t.late_ns / 1e6, 3)) for t in starts))
 
 
 def _load_partition(specs: list[WorkerSpec], listener: tuple[str, int] | None,
@@ -242,11 +290,12 @@ class SparkLoadRun:
 
 
 def _listener_for(spark: Any) -> ReportListener | None:
-    sc = spark.sparkContext
-    local = sc.master.startswith("local")
-    host = "127.0.0.1" if local else sc.getConf().get("spark.driver.host", socket.gethostname())
+    """A listener on the address the executors already reach the driver at
+    (``spark.driver.host``; bound on ``spark.driver.bindAddress`` when that is set)."""
+    conf = spark.sparkContext.getConf()
+    host = conf.get("spark.driver.host", None) or socket.gethostname()
     try:
-        return ReportListener("127.0.0.1" if local else "0.0.0.0", host)
+        return ReportListener(conf.get("spark.driver.bindAddress", None) or host, host)
     except OSError:
         return None
 
@@ -276,8 +325,13 @@ def run_reports_job(spark: Any, spec: LoadSpec, job: Callable[[tuple[str, int] |
                 owner.on_start(owner)   # e.g. the live dashboard, now that there are stats
         return state["merger"]
 
+    starts: list[TaskStart] = []
+
     def feed(items: Iterable[tuple[int, int, Any]]) -> None:
         for worker, index, msg in items:
+            if index == TASK_START:
+                starts.append(msg)
+                continue
             if state["merger"] is None:
                 if not isinstance(msg, WorkerInterval):
                     pending.append((worker, index, msg))
@@ -322,6 +376,8 @@ def run_reports_job(spark: Any, spec: LoadSpec, job: Callable[[tuple[str, int] |
     stats.interrupted = interrupted
     stats.finish()
     summary = stats.summary()
+    if starts:
+        summary = summary.with_spark(start_summary(starts))
     if state["hlog"] is not None:
         state["hlog"].close()
     return LoadResult(summary, merger.acked, interrupted, merger.failures)

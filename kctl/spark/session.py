@@ -3,9 +3,11 @@
 How this works
 --------------
 ``spark_session(master)`` sets the environment the measured facts call for
-before the JVM starts: ``SPARK_LOCAL_IP=127.0.0.1`` for local masters (works
-offline) and ``PYSPARK_PYTHON`` / ``PYSPARK_DRIVER_PYTHON`` to the running
-interpreter (otherwise tasks run the ``python3`` on PATH, which has no kctl).
+before the JVM starts: ``SPARK_LOCAL_IP=127.0.0.1`` and ``spark.driver.host`` on
+loopback for local masters and standalone masters on this host (works offline), and
+``PYSPARK_PYTHON`` / ``PYSPARK_DRIVER_PYTHON`` to the running interpreter unless set
+(otherwise tasks run the ``python3`` on PATH, which has no kctl). The driver JVM maps
+an AppCDS archive of Spark's classes when it has one (``class_archive_options``).
 The UI and the console progress bar are off and log4j is quiet. A task is
 never retried (``spark.task.maxFailures=1``): a retried load task would produce
 its records twice, and a failure must fail the run with its own error.
@@ -74,10 +76,13 @@ def spark_session(master: str | None = None, *, app_name: str = "kctl") -> Any:
     """The active SparkSession, or a new one on ``master`` (``local[*]`` by default)."""
     require_pyspark()
     master = master or DEFAULT_MASTER
-    if master.startswith("local"):
+    loopback = master.startswith("local") or _loopback_master(master)
+    if loopback:
         os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
-    os.environ["PYSPARK_PYTHON"] = sys.executable
-    os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
+    # Tasks run this interpreter unless the user names another (a cluster's executors may
+    # keep kctl elsewhere, e.g. a packed environment shipped with spark.archives).
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     from pyspark.sql import SparkSession
     active = SparkSession.getActiveSession()
     if active is not None:
@@ -88,6 +93,7 @@ def spark_session(master: str | None = None, *, app_name: str = "kctl") -> Any:
         # The JVM only schedules here (the work is in Python tasks): the C1 JIT and the
         # serial GC halve a cold start on a small, busy machine (measured 39 s -> 20 s).
         java_opts += " -XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
+    driver_opts = f"{java_opts} {class_archive_options()}".strip()
     builder = (SparkSession.builder.master(master).appName(app_name)
                .config("spark.ui.enabled", "false")
                .config("spark.ui.showConsoleProgress", "false")
@@ -99,13 +105,71 @@ def spark_session(master: str | None = None, *, app_name: str = "kctl") -> Any:
                .config("spark.scheduler.barrier.maxConcurrentTasksCheck.maxFailures", "3")
                .config("spark.sql.execution.arrow.pyspark.enabled", "true")
                .config("spark.sql.shuffle.partitions", "8")
-               .config("spark.driver.extraJavaOptions", java_opts)
+               .config("spark.driver.extraJavaOptions", driver_opts)
                .config("spark.executor.extraJavaOptions", java_opts))
-    if master.startswith("local"):
+    if loopback:
+        # The driver, the master and the executors are on this host: the executors reach
+        # the driver on loopback, whatever the host name resolves to.
         builder = builder.config("spark.driver.host", "127.0.0.1")
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
     return spark
+
+
+def _loopback_master(master: str) -> bool:
+    """spark://127.0.0.1:7077, spark://localhost:7077 (a standalone master on this host)."""
+    from urllib.parse import urlsplit
+    try:
+        host = urlsplit(master).hostname or ""
+    except ValueError:
+        return False
+    return host == "localhost" or host.startswith("127.") or host == "::1"
+
+
+#: A dumped class archive is taken into use once it has not changed for this long (the
+#: JVM that dumps it at exit may outlive the Python process that started it).
+_ARCHIVE_SETTLE_S = 30
+
+
+def class_archive_options() -> str:
+    """JVM options for an application class-data-sharing archive of the driver's classes
+    (AppCDS): the first run dumps the classes Spark loaded into
+    ``~/.cache/kctl/spark-<pyspark>-<java>.jsa`` (about 160 MB) when its JVM exits; later
+    runs map it, which takes about 2 s off the driver's start and first job on a small
+    machine (benchmarks/analyze.py). A dump goes to a file of its own and is renamed
+    into place by a later run, so concurrent runs never share a half-written archive; the
+    JVM checks the archive (``VerifySharedSpaces``) and runs without it when it does not
+    match (``-Xshare:auto``). ``KCTL_SPARK_CDS=0`` turns this off."""
+    import hashlib
+    import shutil
+    import time
+    from pathlib import Path
+    if os.environ.get("KCTL_SPARK_CDS", "1") == "0":
+        return ""
+    java = shutil.which("java", path=os.path.join(os.environ["JAVA_HOME"], "bin")
+                        if os.environ.get("JAVA_HOME") else None)
+    if java is None:
+        return ""
+    import pyspark
+    java = os.path.realpath(java)
+    key = hashlib.sha256(f"{java}:{os.stat(java).st_mtime_ns}".encode()).hexdigest()[:12]
+    cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "kctl"
+    final = cache / f"spark-{pyspark.__version__}-{key}.jsa"
+    quiet = "-Xlog:disable -Xlog:all=error:stderr"
+    try:
+        if not final.exists():
+            for dumped in sorted(cache.glob(final.name + ".dump-*")):
+                if time.time() - dumped.stat().st_mtime > _ARCHIVE_SETTLE_S and dumped.stat().st_size:
+                    os.replace(dumped, final)
+                    break
+        if final.exists():
+            return f"-XX:SharedArchiveFile={final} -XX:+VerifySharedSpaces -Xshare:auto {quiet}"
+        if any(cache.glob(final.name + ".dump-*")):
+            return ""               # another run's dump is settling
+        cache.mkdir(parents=True, exist_ok=True)
+        return f"-XX:ArchiveClassesAtExit={final}.dump-{os.getpid()} {quiet}"
+    except OSError:
+        return ""
 
 
 def available_slots(spark: Any) -> int:
@@ -144,7 +208,7 @@ def run_job(spark: Any, action: Callable[[], T], *, description: str = "kctl",
             on_wait: Callable[[], None] | None = None) -> T:
     """Runs ``action`` (which triggers Spark jobs) in a thread under a job group;
     Ctrl-C in the calling thread cancels the group. ``on_wait`` is called about
-    every 0.2 s while the job runs (the caller's chance to render progress)."""
+    every 0.05 s while the job runs (the caller's chance to render progress)."""
     sc = spark.sparkContext
     group = f"kctl-{uuid.uuid4().hex[:8]}"
     box: dict[str, Any] = {}
@@ -161,7 +225,7 @@ def run_job(spark: Any, action: Callable[[], T], *, description: str = "kctl",
     t.start()
     try:
         while t.is_alive():
-            t.join(0.2)
+            t.join(0.05)
             if on_wait is not None:
                 on_wait()
     except KeyboardInterrupt:

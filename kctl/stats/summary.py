@@ -21,7 +21,8 @@ if TYPE_CHECKING:
     from kctl.stats.consume_summary import ConsumeSummary   # it imports this module
 
 __all__ = ["SUMMARY_SCHEMA", "Batching", "BrokerCount", "Counts", "PartitionCount", "Rates",
-           "RunInfo", "RunSummary", "Throttle", "TransactionTotals", "VerifyResult", "WarmupTotals", "WorkerFailure"]
+           "RunInfo", "RunSummary", "SparkStarts", "TaskStartFigures", "Throttle", "TransactionTotals",
+           "VerifyResult", "WarmupTotals", "WorkerFailure"]
 
 #: Bumped when a summary key changes meaning or goes away (adding keys does not bump it).
 SUMMARY_SCHEMA = "kctl.produce.summary/1"
@@ -245,6 +246,43 @@ class VerifyResult:
                    float(d.get("read_s", 0.0)))
 
 
+@dataclass(frozen=True, slots=True)
+class TaskStartFigures:
+    """One Spark load task's start: ``launched_ms`` after the first task's launch,
+    ``late_ms`` after the start the tasks agreed on."""
+
+    task: int
+    host: str
+    launched_ms: float
+    late_ms: float
+
+
+@dataclass(frozen=True, slots=True)
+class SparkStarts:
+    """How together the load tasks of a Spark run started (``kctl produce --spark``,
+    ``kctl replay``): the summary's ``spark`` section. Times are each task's wall clock."""
+
+    tasks: int
+    hosts: int
+    launch_spread_ms: float
+    start_skew_ms: float
+    max_late_ms: float
+    per_task: tuple[TaskStartFigures, ...] = ()
+
+    def to_json(self) -> dict[str, Any]:
+        return {"tasks": self.tasks, "hosts": self.hosts, "launch_spread_ms": self.launch_spread_ms,
+                "start_skew_ms": self.start_skew_ms, "max_late_ms": self.max_late_ms,
+                "per_task": [{"task": t.task, "host": t.host, "launched_ms": t.launched_ms,
+                              "late_ms": t.late_ms} for t in self.per_task]}
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> SparkStarts:
+        return cls(int(d["tasks"]), int(d["hosts"]), float(d["launch_spread_ms"]),
+                   float(d["start_skew_ms"]), float(d["max_late_ms"]),
+                   tuple(TaskStartFigures(int(t["task"]), str(t["host"]), float(t["launched_ms"]),
+                                          float(t["late_ms"])) for t in d.get("per_task") or ()))
+
+
 @dataclass(frozen=True)
 class RunSummary:
     run: RunInfo
@@ -262,6 +300,7 @@ class RunSummary:
     #: ``kctl produce --consume``: the consume side's summary (stats/consume_summary.py);
     #: its e2e figures are also ``latency["e2e"]``.
     consume: ConsumeSummary | None = None
+    spark: SparkStarts | None = None          # Spark runs only
     schema: str = SUMMARY_SCHEMA
     transactions: TransactionTotals | None = None   # transactional runs only
 
@@ -280,6 +319,9 @@ class RunSummary:
         if consume is None:
             return self
         return replace(self, consume=consume, latency={**self.latency, **consume.latency})
+
+    def with_spark(self, spark: SparkStarts | None) -> RunSummary:
+        return replace(self, spark=spark)
 
     def to_json(self) -> dict[str, Any]:
         """The summary JSON document (docs/produce-summary.md)."""
@@ -304,6 +346,8 @@ class RunSummary:
             out["verify"] = self.verify.to_json()
         if self.consume is not None:
             out["consume"] = self.consume.to_json(with_config=False)
+        if self.spark is not None:
+            out["spark"] = self.spark.to_json()
         return out
 
     @classmethod
@@ -320,6 +364,7 @@ class RunSummary:
             if consume:
                 from kctl.stats.consume_summary import ConsumeSummary   # it imports this module
                 consume = ConsumeSummary.from_json(consume)
+            spark = d.get("spark")
             return cls(
                 run=RunInfo.from_json(d.get("run") or {}),
                 config=dict(d.get("config") or {}),
@@ -336,6 +381,7 @@ class RunSummary:
                               for b in d.get("brokers") or ()),
                 verify=VerifyResult.from_json(verify) if verify else None,
                 consume=consume or None,
+                spark=SparkStarts.from_json(spark) if spark else None,
                 schema=schema,
                 transactions=TransactionTotals.from_json(txn) if txn else None)
         except (KeyError, TypeError, AttributeError) as e:

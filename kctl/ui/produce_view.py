@@ -241,6 +241,17 @@ def _clock_of(summary: RunSummary) -> str:
     return "send" if summary.run.max_throughput else "intended"
 
 
+def spark_start_line(summary: RunSummary) -> str | None:
+    """How together the Spark tasks of a distributed run started (None for a local run)."""
+    sp = summary.spark
+    if sp is None:
+        return None
+    return (f"spark: {sp.tasks} tasks on {sp.hosts} host{'s' if sp.hosts != 1 else ''}; start skew "
+            f"{sp.start_skew_ms:.1f} ms (the schedules' first intervals; the latest task "
+            f"{sp.max_late_ms:.1f} ms after the agreed start); launched within "
+            f"{sp.launch_spread_ms:.0f} ms")
+
+
 def clock_line(summary: RunSummary) -> str:
     """Which clock the closing line's latencies come from, on a line of its own."""
     clock = _clock_of(summary)

@@ -131,6 +131,42 @@ def test_packet_numbers_and_offsets_match_file_positions():
     assert [p.offset for p in pkts] == [24 + i * (16 + len(pkt)) for i in range(3)]
 
 
+def _resume_everywhere(data: bytes) -> None:
+    """A reader resumed from the state after every packet (and before the first) reads
+    on exactly as the first reader did: same packets, numbers, offsets and times."""
+    import pickle
+    reader = CaptureReader(io.BytesIO(data))
+    states = [reader.state()]
+    pkts = []
+    for p in reader:
+        pkts.append(p)
+        states.append(reader.state())
+    assert len(pkts) >= 3
+    for i, st_ in enumerate(states):
+        st_ = pickle.loads(pickle.dumps(st_))          # it crosses process boundaries
+        f = io.BytesIO(data)
+        f.seek(st_.offset)
+        assert list(CaptureReader.resume(f, st_)) == pkts[i:]
+
+
+@pytest.mark.parametrize("big_endian,nano", [(False, False), (True, True)])
+def test_pcap_reader_resumes_from_any_packet_boundary(big_endian, nano):
+    pkt = cb.link(113, cb.ip(V4))
+    _resume_everywhere(cb.pcap([(i * 1_000_000_007, pkt) for i in range(4)], link_type=113,
+                               big_endian=big_endian, nano=nano))
+
+
+def test_pcapng_reader_resumes_with_its_sections_and_interfaces():
+    a = cb.link(1, cb.ip(V4))
+    b = cb.link(113, cb.ip(V6))
+    data = (cb.pcapng_shb() + cb.pcapng_idb(1) + cb.pcapng_idb(113, tsresol=0x80 | 20)
+            + cb.pcapng_epb(0, 1_700_000_000_123_456, a) + cb.pcapng_unknown()
+            + cb.pcapng_epb(1, 3 << 20, b) + cb.pcapng_spb(a)
+            + cb.pcapng([(7, b)], big_endian=True, link_type=113)
+            + cb.pcapng_epb(0, 9, b, big_endian=True))
+    _resume_everywhere(data)
+
+
 @pytest.mark.parametrize("fmt", ["pcap", "pcapng"])
 def test_truncated_last_packet_is_reported(fmt):
     pkt = cb.link(1, cb.ip(V4))

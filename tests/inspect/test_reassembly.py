@@ -366,3 +366,68 @@ def test_crafted_capture_file_round_trip():
     frames, _ = run([cb.Seg(s.src, s.dst, s.src_port, s.dst_port, s.seq, s.payload, s.flags, s.ack,
                             s.ts_ns) for s in read_segments(io.BytesIO(data))])
     assert_whole(frames)
+
+
+def _numbered(segs: list[cb.Seg]) -> list[TcpSegment]:
+    """TCP segments numbered as capture packets 1, 2, ... in list order."""
+    out = []
+    for i, s in enumerate(segs, 1):
+        t = to_tcp(s)
+        out.append(TcpSegment(t.ts_ns, t.src, t.dst, t.src_port, t.dst_port, t.seq, t.ack, t.flags,
+                              t.payload, number=i))
+    return out
+
+
+def _carriers(segs: list[TcpSegment]) -> dict[tuple[str, int], int]:
+    """(direction, sequence number) -> the first packet that carried that byte."""
+    first: dict[tuple[str, int], int] = {}
+    for s in segs:
+        d = "request" if s.dst_port == 9092 else "response"
+        for i in range(len(s.payload)):
+            first.setdefault((d, (s.seq + i) % 2**32), s.number)
+    return first
+
+
+def test_frames_know_their_sequence_number_and_the_packet_that_carried_their_first_byte():
+    """Whatever the order, duplication and sequence wrap, a frame's ``seq`` is its first
+    byte's and ``first_packet`` the first packet that carried that byte."""
+    rng = random.Random(11)
+    for trial in range(20):
+        c = conversation(mss=rng.choice((7, 50, 300)), cisn=rng.choice((1000, 2**32 - 200)),
+                         bisn=rng.choice((5000, 2**32 - 10)))
+        body = c.segs[3:]
+        messy = list(c.segs[:3]) + [s for s in body for _ in range(1 + (rng.random() < 0.3))]
+        for i in range(3, len(messy) - 1):
+            if rng.random() < 0.4:
+                messy[i], messy[i + 1] = messy[i + 1], messy[i]
+        segs = _numbered(messy)
+        r = Reassembler((9092,))
+        frames = [f for s in segs for f in r.on_segment(s) if isinstance(f, Frame)]
+        first = _carriers(segs)
+        assert_whole(frames)
+        isn = {"request": (c.segs[0].seq + 1) % 2**32, "response": (c.segs[1].seq + 1) % 2**32}
+        for f in frames:
+            assert f.seq == (isn[f.direction] + f.offset) % 2**32
+            assert f.first_packet == first[(f.direction, f.seq)], trial
+
+
+def test_unframed_packet_names_the_oldest_bytes_not_yet_in_a_frame():
+    c = cb.Conversation()
+    c.send(REQS[0], mss=40)             # one request frame in several segments
+    c.send(REQS[1])
+    segs = _numbered(c.segs)            # 1-3 handshake, 4.. the request's pieces, last REQS[1]
+    conn = ConnectionId(Endpoint("10.0.0.1", 50000), Endpoint("10.0.0.2", 9092))
+    r = Reassembler((9092,))
+    for s in segs[:3]:
+        r.on_segment(s)
+    assert r.unframed_packet(conn) is None
+    r.on_segment(segs[4])               # out of order: held
+    assert r.unframed_packet(conn) == 5 and r.unframed_packets() == {conn: 5}
+    r.on_segment(segs[3])               # fills the hole: the partial frame starts in packet 4
+    assert r.unframed_packet(conn) == 4
+    for s in segs[5:-1]:
+        r.on_segment(s)
+    assert r.unframed_packet(conn) is None      # REQS[0] is whole
+    assert r.orient(segs[-1]) == (conn, "request")
+    assert [f.first_packet for f in r.on_segment(segs[-1]) if isinstance(f, Frame)] == [len(segs)]
+    assert r.unframed_packets() == {}

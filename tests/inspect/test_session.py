@@ -257,6 +257,36 @@ def test_fuzz_arbitrary_frames(data, api_key, version):
         json.dumps(report.frame_json(f)), report.frame_line(f)
 
 
+def test_observed_frames_leave_the_state_decoding_would():
+    """A decoder that only observes a request (another reader decodes it) still decodes,
+    pairs and times its response exactly as a decoder that decoded both."""
+    from kctl.inspect.pcap import read_segments as segments_of
+    from kctl.inspect.reassembly import Frame
+    from kctl.inspect.session import CaptureDecoder
+    import io
+    c = cb.Conversation()
+    c.send(produce_request(1, "orders", {0: 4}))
+    c.reply(produce_response(1, "orders", (0,), error_code=6))
+    c.send(metadata_request(2, ("orders",)))
+    c.reply(metadata_response(2))
+    segs = list(segments_of(io.BytesIO(cb.capture(c.segs))))
+    full, half = CaptureDecoder((9092,)), CaptureDecoder((9092,))
+    want, got = [], []
+    for s in segs:
+        want += [f for f in full.on_segment(s) if isinstance(f, DecodedFrame)]
+        for fr in half.reassembler.on_segment(s):
+            if isinstance(fr, Frame):
+                if fr.direction == "request":
+                    half.observe(fr)
+                else:
+                    got.append(half.decode(fr))
+    resp = [f for f in want if f.direction == "response"]
+    assert [(f.api_name, f.api_version, f.correlation_id, f.latency_ns, f.marks) for f in got] == [
+        (f.api_name, f.api_version, f.correlation_id, f.latency_ns, f.marks) for f in resp]
+    assert [f.body for f in got] == [f.body for f in resp]
+    assert half._outstanding == full._outstanding
+
+
 def test_summary_tables_show_captured_names_as_text_not_markup():
     """A topic name from a capture such as "[/]x" is data: Rich must not parse it (it raised
     MarkupError, a traceback, before)."""

@@ -1,5 +1,5 @@
-"""``kctl analyze``: captures made here (kctl inspect's capture writer in front of the
-broker) decoded by Spark tasks must agree with ``kctl decode --summary`` on the same files."""
+"""``kctl analyze``: captures decoded by Spark tasks that each read a range of packets must
+agree with ``kctl decode`` on the same files, frame for frame, however small the ranges."""
 
 from __future__ import annotations
 
@@ -10,38 +10,9 @@ import pytest
 from typer.testing import CliRunner
 
 from kctl.cli import app
-from kctl.engine import admin
-from kctl.engine.blocking_client import BlockingClient
-from kctl.inspect.proxy import InspectorProxy
-from kctl.config import ProducerConfig
-from kctl.load.run import LoadRun, LoadSpec
+from tests.inspect import capture_builder as cb
 
 pytestmark = pytest.mark.spark
-
-
-@pytest.fixture(scope="module")
-def captures(broker, tmp_path_factory):
-    """Two captures: one of a 2-worker load run plus a read-back (Produce, Fetch,
-    Metadata, ...), one of metadata and fetches only. Returns (paths, proxy ports)."""
-    d = tmp_path_factory.mktemp("captures")
-    paths, ports = [], []
-    with BlockingClient(broker.bootstrap) as c:
-        admin.create_topics(c, ["cap-a", "cap-b"], partitions=2)
-    for i, topic in enumerate(["cap-a", "cap-b"]):
-        path = d / f"run{i}.pcapng"
-        with InspectorProxy([broker.bootstrap], capture=path) as proxy:
-            if i == 0:
-                spec = LoadSpec(topic=topic, producer=ProducerConfig.from_properties(
-                                    {"bootstrap.servers": proxy.bootstrap, "linger.ms": "2"}),
-                                rate=4000, num_records=4000, workers=2, interval_s=0.5)
-                LoadRun(spec, config_for_summary={}).run()
-            with BlockingClient(proxy.bootstrap, client_id=f"reader-{i}") as c:
-                admin.fetch_metadata(c, [topic, "no-such-topic-here"])
-                for p in range(2):
-                    admin.read_partition(c, "cap-a", p)
-        paths.append(str(path))
-        ports.append(int(proxy.bootstrap.rsplit(":", 1)[1]))
-    return paths, ports
 
 
 def _decode_summary(paths, ports) -> dict:
@@ -53,25 +24,21 @@ def _decode_summary(paths, ports) -> dict:
     return json.loads(res.output)
 
 
-def test_small_files_are_one_shard_and_large_ones_split_by_connection(captures):
-    from kctl.spark.analyze import plan_shards
-    paths, _ = captures
-    assert [(s.index, s.shards) for s in plan_shards(paths)] == [(0, 1), (0, 1)]
-    split = plan_shards(paths, split_bytes=1)
-    first = [s for s in split if s.file == paths[0]]
-    assert len(first) > 1
-    conns = [c for s in first for c in s.conns]
-    assert len(conns) == len(set(conns))        # each connection in exactly one shard
+def _table(spark, path) -> list[tuple]:
+    rows = spark.read.parquet(path).collect()
+    return sorted((tuple(json.dumps(v, sort_keys=True, default=str) for v in r.asDict(recursive=True).values())
+                   for r in rows))
 
 
-def test_analyze_matches_decode_summary(spark, captures, tmp_path):
-    split_bytes = 1     # split every capture by connection: several tasks per file
-    from kctl.spark.analyze import analyze
+def test_many_small_ranges_match_decode_summary(spark, captures, tmp_path):
+    """Ranges of 32 KiB: frames cut by ranges, requests and responses in different tasks;
+    every count, byte, latency percentile, error and record set equals decode's."""
+    from kctl.spark.analyze import analyze, sources
     paths, ports = captures
     expected = _decode_summary(paths, ports)
-    got = analyze(paths, ports, str(tmp_path / "out"), spark=spark, split_bytes=split_bytes)
-    if split_bytes == 1:
-        assert got.shards > len(paths)       # more than one task per capture
+    got = analyze(sources(paths, ports), str(tmp_path / "out"), spark=spark, range_bytes=32 << 10,
+                  lookback_bytes=512 << 10)
+    assert got.tasks > 10 and not got.repaired
     by_api = {r["api_name"]: r for r in got.latency}
     assert set(by_api) == set(expected["apis"])
     for name, e in expected["apis"].items():
@@ -81,9 +48,9 @@ def test_analyze_matches_decode_summary(spark, captures, tmp_path):
         if e["latency_count"]:
             for p in ("p50", "p90", "p99", "p100"):
                 # HdrHistogram (3 significant digits, whole microseconds) vs exact.
-                assert math.isclose(g["latency_ms"][p], e["latency_ms"][p], rel_tol=0.01, abs_tol=0.002), (name, p, g["latency_ms"], e["latency_ms"], e["latency_count"])
-    errors = {r["error"]: r["count"] for r in got.errors}
-    assert errors == expected["errors"]
+                assert math.isclose(g["latency_ms"][p], e["latency_ms"][p], rel_tol=0.01, abs_tol=0.002), (name, p)
+    assert sum(g["requests"] + g["responses"] for g in got.latency) == expected["frames"]
+    assert {r["error"]: r["count"] for r in got.errors} == expected["errors"]
     assert "Produce" in by_api and "Fetch" in by_api
     parts = spark.read.parquet(str(tmp_path / "out" / "partitions"))
     for direction, key in (("produce", "produced"), ("fetch", "fetched")):
@@ -98,5 +65,112 @@ def test_analyze_matches_decode_summary(spark, captures, tmp_path):
                    if r["direction"] == "produce" and r["topic"] == "cap-a")
     assert produced == sum(p["records"] for p in expected["produced"] if p["topic"] == "cap-a") >= 4000
     assert got.clients and got.clients[0]["bytes"] >= got.clients[-1]["bytes"]
-    reqs = spark.read.parquet(str(tmp_path / "out" / "requests"))
-    assert reqs.count() == got.requests
+    assert spark.read.parquet(str(tmp_path / "out" / "requests")).count() == got.requests
+
+
+def test_tiny_ranges_over_reordered_and_retransmitted_segments(spark, tmp_path):
+    """Synthetic captures with reordering and retransmissions across cuts and a connection
+    the capture begins inside: ranges of 300 bytes give the rows one task gives, row for row,
+    and as many frames as decode; a lookback too short is repaired to the same rows."""
+    from kctl.inspect.session import DecodedFrame, decode_files
+    from kctl.spark.analyze import analyze, sources
+    from tests.inspect.test_ranges import load_capture
+    paths = [str(load_capture(tmp_path, seed, swap=0.15, dup=0.1, cut_first=6 if seed else 0))
+             for seed in range(2)]
+    frames = sum(1 for f in decode_files(paths, {9092}) if isinstance(f, DecodedFrame))
+    one = analyze(sources(paths, [9092]), str(tmp_path / "one"), spark=spark, range_bytes=1 << 30)
+    many = analyze(sources(paths, [9092]), str(tmp_path / "many"), spark=spark, range_bytes=300,
+                   lookback_bytes=16000)
+    short = analyze(sources(paths, [9092]), str(tmp_path / "short"), spark=spark, range_bytes=300,
+                    lookback_bytes=200)
+    assert one.tasks == 2 and many.tasks > 60 and not many.repaired and short.repaired
+    for res in (one, many, short):
+        assert sum(g["requests"] + g["responses"] for g in res.latency) == frames
+    want = _table(spark, str(tmp_path / "one" / "requests"))
+    assert _table(spark, str(tmp_path / "many" / "requests")) == want
+    assert _table(spark, str(tmp_path / "short" / "requests")) == want
+
+
+def test_default_port_is_auto_and_no_kafka_lists_the_ports_seen(spark, tmp_path):
+    from tests.inspect.kafka_frames import metadata_request, metadata_response
+    c = cb.Conversation(bport=19092)
+    c.send(metadata_request(1))
+    c.reply(metadata_response(1))
+    c.close()
+    kafka = tmp_path / "odd-port.pcap"
+    kafka.write_bytes(cb.capture(c.segs))
+    res = CliRunner().invoke(app, ["analyze", str(kafka), "--out", str(tmp_path / "a"), "--json"])
+    assert res.exit_code == 0, res.output
+    assert json.loads(res.stdout)["requests"] == 1
+    web = cb.Conversation(bport=8080)
+    web.send(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+    web.reply(b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nhello")
+    web.close()
+    other = tmp_path / "http.pcap"
+    other.write_bytes(cb.capture(web.segs))
+    res = CliRunner().invoke(app, ["analyze", str(other), "--out", str(tmp_path / "b")])
+    assert res.exit_code == 1
+    assert "no Kafka traffic found" in res.stderr and "8080 (" in res.stderr
+    assert len(res.stderr.strip().splitlines()) == 1
+
+
+def test_topics_named_by_id_take_the_name_an_earlier_metadata_answer_gave(spark, tmp_path):
+    """Produce v13 names topics by id. The Metadata answer that maps the id to a name came
+    long before most ranges' windows; the rows still name the topic as decode does (and a
+    request before that answer keeps the id)."""
+    import uuid
+
+    from kctl.protocol.frames import frame
+    from kctl.protocol.messages import encode_request, encode_response, request_class, response_class
+    from kctl.protocol.records import Record, build_batch
+    from tests.inspect.kafka_frames import metadata_request, produce_response
+    from kctl.inspect.session import decode_files, DecodedFrame
+    P, M = request_class(0), response_class(3)
+    tid = uuid.UUID("6ba7b810-9dad-11d1-80b4-00c04fd430c8")
+
+    def produce(corr: int) -> bytes:
+        data = [P.PartitionProduceData(index=0, records=build_batch(
+            [Record(i, 0, None, b"v" * 200) for i in range(5)]))]
+        body = P(acks=-1, timeout_ms=1000, topic_data=[P.TopicProduceData(topic_id=tid, partition_data=data)])
+        return frame(encode_request(0, 13, corr, "cli", body))
+
+    c = cb.Conversation()
+    c.send(produce(1), mss=500)
+    c.reply(produce_response(1, version=13))
+    c.send(metadata_request(2, ("orders",)))
+    c.reply(frame(encode_response(3, 12, 2, M(topics=[M.MetadataResponseTopic(name="orders", topic_id=tid)]))))
+    for corr in range(3, 30):
+        c.send(produce(corr), mss=500)
+        c.reply(produce_response(corr, version=13))
+    c.close()
+    path = tmp_path / "ids.pcapng"
+    path.write_bytes(cb.capture(c.segs, fmt="pcapng"))
+    want = sorted((rs.topic, rs.record_count) for f in decode_files([path], {9092})
+                  if isinstance(f, DecodedFrame) for rs in f.record_sets)
+    assert ("orders", 5) in want and (str(tid), 5) in want
+    from kctl.spark.analyze import analyze, sources
+    res = analyze(sources([str(path)], [9092]), str(tmp_path / "out"), spark=spark, range_bytes=400,
+                  lookback_bytes=3000)
+    assert res.tasks > 20 and not res.repaired
+    got = sorted((r["topic"], r["records"]) for r in
+                 spark.read.parquet(str(tmp_path / "out" / "partitions")).collect())
+    assert got == want
+
+
+def test_kctl_captures_are_read_one_leg_as_decode_reads_them(spark, captures, tmp_path):
+    """kctl inspect writes both legs of the proxy; with no --port, analyze reads the client
+    leg (the frames decode shows), and --leg both every frame of both legs, as decode does."""
+    paths, _ = captures
+    frames = {}
+    for leg in ("client", "both"):
+        dec = CliRunner().invoke(app, ["decode", *paths, "--leg", leg, "--summary", "--json"])
+        assert dec.exit_code == 0, dec.output
+        args = ["analyze", *paths, "--out", str(tmp_path / leg), "--split-mb", "1", "--json"]
+        res = CliRunner().invoke(app, args + ([] if leg == "client" else ["--leg", leg]))
+        assert res.exit_code == 0, res.output
+        got = json.loads(res.stdout)
+        frames[leg] = json.loads(dec.stdout)["frames"]
+        assert sum(r["requests"] + r["responses"] for r in got["latency"]) == frames[leg]
+    assert frames["both"] == 2 * frames["client"] > 0
+    res = CliRunner().invoke(app, ["analyze", *paths, "--out", str(tmp_path / "x"), "--leg", "left"])
+    assert res.exit_code != 0 and "--leg 'left'" in str(res.exception or res.output)

@@ -60,10 +60,22 @@ def test_distributed_run_merges_like_a_local_run(spark, broker, tmp_path):
     assert _read_back(broker, topic, 3, spec.run_id) == acked
     assert verify(broker.bootstrap, topic, spec.run_id, result.acked_runs).ok
     # Merged histogram == the sum of the tasks' own histograms (HdrHistogram add).
-    assert {w for w, _, _ in run.reports} == {0, 1, 2}
+    from kctl.spark.load import TASK_START, TaskStart
+    starts = [msg for _w, i, msg in run.reports if i == TASK_START]
+    reports = [r for r in run.reports if r[1] != TASK_START]
+    assert {w for w, _, _ in reports} == {0, 1, 2}
+    assert sorted(s.worker for s in starts) == [0, 1, 2] and all(isinstance(s, TaskStart) for s in starts)
+    sp = result.summary.spark
+    assert sp.tasks == 3 and [t.task for t in sp.per_task] == [0, 1, 2]
+    assert sp.start_skew_ms == round((max(s.began_wall_ns for s in starts)
+                                      - min(s.began_wall_ns for s in starts)) / 1e6, 3)
+    assert 0 <= sp.start_skew_ms < 1000 and all(t.late_ms >= 0 for t in sp.per_task)
+    # The section survives the summary file (kctl report, bench baselines read it back).
+    from kctl.stats.summary import RunSummary
+    assert RunSummary.from_json(result.summary.to_json()).spark == sp
     for clock in ("intended", "send", "request"):
         total = new_histogram()
-        for _w, _i, msg in run.reports:
+        for _w, _i, msg in reports:
             assert isinstance(msg, WorkerInterval)
             if not msg.warmup and clock in msg.histograms:
                 total.add(decode_histogram(msg.histograms[clock]))

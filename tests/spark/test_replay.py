@@ -28,8 +28,10 @@ def test_replay_parquet_with_verify(spark, broker, tmp_path):
                                    "--json-out", str(summary), "--quiet"])
     assert res.exit_code == 0, res.output
     assert "verify: 2000 acknowledged, 2000 found, 0 lost, 0 duplicated, 0 reordered" in res.output
+    assert "spark: 2 tasks on 1 host; start skew " in res.output
     s = json.loads(summary.read_text())
     assert s["counts"]["acked"] == n and s["verify"]["ok"]
+    assert s["spark"]["tasks"] == 2 and len(s["spark"]["per_task"]) == 2
     got = []
     with BlockingClient(broker.bootstrap) as c:
         for p in range(3):
