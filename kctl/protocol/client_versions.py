@@ -43,6 +43,18 @@ CLIENT_MAX_VERSIONS_BY_NAME: Final[Mapping[str, int]] = MappingProxyType({
     "AddPartitionsToTxn": 3,
     # v5 is the transaction protocol v2 (KIP-890 part 2), which kctl does not speak.
     "EndTxn": 4,
+    # The consumer (engine/offsets.py, coordinator.py, consumer_coordinator.py).
+    # v10 carries the request's timeout (KIP-1075); v11 only adds a timestamp kctl never asks.
+    "ListOffsets": 10,
+    # v10 names topics by id (KIP-848's consumer protocol), which kctl's classic consumer does not.
+    "OffsetFetch": 9,
+    "OffsetCommit": 9,
+    # v8 adds the rejoin reason (KIP-800); v9's skip-assignment for a static leader (KIP-814)
+    # is not acted on by kctl's coordinator, so it stops before it.
+    "JoinGroup": 8,
+    "SyncGroup": 5,
+    "Heartbeat": 4,
+    "LeaveGroup": 5,
 })
 
 #: API key -> the highest version kctl's clients send.
