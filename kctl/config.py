@@ -672,11 +672,10 @@ def canonical_setting(setting: Setting) -> Setting:
     origin = f"{setting.origin} {setting.name}" if setting.origin else setting.name
     return Setting(java, value, origin)
 
-# Java producer properties kctl accepts and ignores, with the reason shown in the warning.
+# Java client properties (producer and consumer alike) kctl accepts and ignores, with the
+# reason shown in the warning.
 _WHY_JAVA_ONLY = "names Java classes, which kctl cannot run"
-IGNORED_PROPERTIES: dict[str, str] = {
-    "key.serializer": "kctl sends keys as bytes",
-    "value.serializer": "kctl sends values as bytes",
+COMMON_IGNORED_PROPERTIES: dict[str, str] = {
     "interceptor.classes": _WHY_JAVA_ONLY,
     "metric.reporters": _WHY_JAVA_ONLY,
     "config.providers": _WHY_JAVA_ONLY,
@@ -687,6 +686,12 @@ IGNORED_PROPERTIES: dict[str, str] = {
     "metrics.sample.window.ms": "kctl reports its own statistics",
     "enable.metrics.push": "kctl does not push client metrics (KIP-714)",
     "client.dns.lookup": "kctl resolves each address as given",
+}
+# Java producer properties kctl accepts and ignores.
+IGNORED_PROPERTIES: dict[str, str] = {
+    "key.serializer": "kctl sends keys as bytes",
+    "value.serializer": "kctl sends values as bytes",
+    **COMMON_IGNORED_PROPERTIES,
     "metadata.recovery.strategy": "kctl does not rebootstrap yet",
     "metadata.recovery.rebootstrap.trigger.ms": "kctl does not rebootstrap yet",
     "transaction.two.phase.commit.enable": "kctl does not take part in two-phase commit (KIP-939)",
@@ -1243,6 +1248,7 @@ __all__ = [
     "BufferPoolConfig",
     "CompressionConfig",
     "CompressionType",
+    "COMMON_IGNORED_PROPERTIES",
     "IGNORED_PROPERTIES",
     "LIBRDKAFKA_ALIASES",
     "LIBRDKAFKA_DIFFERENT",

@@ -41,6 +41,7 @@ from pathlib import Path
 from typing import Any
 
 from kctl.config import (
+    COMMON_IGNORED_PROPERTIES,
     INT_MAX,
     PROPERTY_BY_NAME as _PRODUCER_SPECS,
     SASL_PASSWORD_ENV,
@@ -303,20 +304,10 @@ LIBRDKAFKA_CONSUMER_DIFFERENT: dict[str, str] = {
     "fetch.error.backoff.ms": "the Java consumer backs off with retry.backoff.ms",
 }
 
-_WHY_JAVA_ONLY = "names Java classes, which kctl cannot run"
 IGNORED_CONSUMER_PROPERTIES: dict[str, str] = {
     "key.deserializer": "kctl reads keys as bytes",
     "value.deserializer": "kctl reads values as bytes",
-    "interceptor.classes": _WHY_JAVA_ONLY,
-    "metric.reporters": _WHY_JAVA_ONLY,
-    "config.providers": _WHY_JAVA_ONLY,
-    "security.providers": _WHY_JAVA_ONLY,
-    "auto.include.jmx.reporter": "kctl has no JMX",
-    "metrics.num.samples": "kctl reports its own statistics",
-    "metrics.recording.level": "kctl reports its own statistics",
-    "metrics.sample.window.ms": "kctl reports its own statistics",
-    "enable.metrics.push": "kctl does not push client metrics (KIP-714)",
-    "client.dns.lookup": "kctl resolves each address as given",
+    **COMMON_IGNORED_PROPERTIES,
 }
 _IGNORED_PREFIXES: tuple[str, ...] = ("ssl.", "sasl.")
 
