@@ -28,7 +28,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import statistics
 import subprocess
 import sys
 import tarfile
@@ -177,15 +176,6 @@ def fresh(run: Callable[[str], dict]) -> dict:
         return run(broker.bootstrap)
 
 
-def median(runs: list[dict]) -> dict:
-    out = dict(runs[0])
-    for k, v in runs[0].items():
-        if isinstance(v, int | float) and not isinstance(v, bool):
-            out[k] = statistics.median(r[k] for r in runs)
-    out["runs"] = [round(r["rps"]) for r in runs]
-    return out
-
-
 def table(title: str, rows: list[tuple[str, dict]], latency: bool = False) -> None:
     print(f"\n{title}")
     base = dict(rows).get("confluent-kafka")
@@ -236,7 +226,7 @@ def main() -> None:
         for _ in range(args.rounds):
             for name, fn in clients:
                 runs[name].append(fresh(fn))
-        rows = [(name, median(runs[name])) for name, _ in clients]
+        rows = [(name, peers.median_row(runs[name])) for name, _ in clients]
         table(f"max throughput, acks={acks} (deliveries counted, nothing else)", rows)
         if tree is not None:
             now = dict(rows)["kctl send() + callback"]["rps"]
@@ -257,7 +247,7 @@ def main() -> None:
                 runs[name].append(fresh(fn))
         table(f"latency at {args.rate:,.0f} records/s for {args.seconds:g} s, acks={acks} "
               "(kctl, kafka-python: send() to callback; confluent-kafka: Message.latency())",
-              [(name, median(runs[name])) for name, _ in clients], latency=True)
+              [(name, peers.median_row(runs[name])) for name, _ in clients], latency=True)
 
 
 if __name__ == "__main__":

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import statistics
 import time
 
 from hdrh.histogram import HdrHistogram
@@ -248,3 +249,14 @@ def latency_aiokafka(bootstrap: str, topic: str, *, acks: str, rate: float, seco
         return out
 
     return asyncio.run(run())
+
+
+def median_row(runs: list[dict]) -> dict:
+    """One table row from several rounds' results: each figure's median, and every
+    round's records/s under ``runs``."""
+    out = dict(runs[0])
+    for k, v in runs[0].items():
+        if isinstance(v, int | float) and not isinstance(v, bool):
+            out[k] = statistics.median(r[k] for r in runs)
+    out["runs"] = [round(r["rps"]) for r in runs]
+    return out

@@ -34,7 +34,6 @@ import argparse
 import json
 import os
 import random
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -74,15 +73,6 @@ def kctl(bootstrap: str, *args: str, n: int = 0, rate: float = 0.0, seconds: flo
             "wire_mb_per_s": s.rates.wire_mb_per_s,
             "workers": s.run.workers, "failed": s.counts.failed,
             "p50_ms": send.p50_ms, "p99_ms": send.p99_ms, "intended_p99_ms": intended.p99_ms}
-
-
-def median_row(runs: list[dict]) -> dict:
-    out = dict(runs[0])
-    for k, v in runs[0].items():
-        if isinstance(v, int | float) and not isinstance(v, bool):
-            out[k] = statistics.median(r[k] for r in runs)
-    out["runs"] = [round(r["rps"]) for r in runs]
-    return out
 
 
 def print_table(title: str, rows: list[tuple[str, dict]], base: str, target: float | None,
@@ -165,7 +155,7 @@ def main() -> None:
                 results[case][name].append(fresh(run))
         print(f"  round {r + 1}/{args.rounds} done", flush=True)
     for case, (target, rows) in cases.items():
-        table = [(name, median_row(results[case][name])) for name, _ in rows]
+        table = [(name, peers.median_row(results[case][name])) for name, _ in rows]
         base = next(name for name, _ in rows if name.startswith("confluent-kafka"))
         print_table(f"max throughput: {case}", table, base, target)
         workers = {r["workers"] for name, r in table if name.endswith("*")}
@@ -185,7 +175,7 @@ def main() -> None:
           "(schedule -> acknowledged); confluent-kafka's Message.latency() (produce() -> delivery report). "
           "Target: p99 within 1.2x of confluent-kafka's.")
     for case, rows in lat_rows.items():
-        table = [(name, median_row(runs)) for name, runs in rows.items()]
+        table = [(name, peers.median_row(runs)) for name, runs in rows.items()]
         print_table(case, table, "confluent-kafka", None, latency=True)
 
 
