@@ -661,14 +661,23 @@ LIBRDKAFKA_DIFFERENT: dict[str, str] = {
 def canonical_setting(setting: Setting) -> Setting:
     """``setting`` under its Java name: a librdkafka alias is renamed (its value converted
     where the units differ); a librdkafka property whose meaning differs is refused."""
-    if setting.name in LIBRDKAFKA_DIFFERENT:
-        raise ConfigError(f"{_at(setting.origin)}{setting.name} is not supported: "
-                          f"{LIBRDKAFKA_DIFFERENT[setting.name]}")
-    alias = LIBRDKAFKA_ALIASES.get(setting.name)
+    return _librdkafka_to_java(setting, LIBRDKAFKA_ALIASES, LIBRDKAFKA_DIFFERENT)
+
+
+def _librdkafka_to_java(setting: Setting, aliases: Mapping[str, tuple[str, Callable[[Any], Any] | None]],
+                        different: Mapping[str, str]) -> Setting:
+    """``setting`` through one client's librdkafka tables (``aliases``: librdkafka name ->
+    Java name and value conversion; ``different``: names refused, with the reason). A
+    renamed setting's origin names the librdkafka spelling it came from."""
+    if setting.name in different:
+        raise ConfigError(f"{_at(setting.origin)}{setting.name} is not supported: {different[setting.name]}")
+    alias = aliases.get(setting.name)
     if alias is None:
         return setting
     java, convert = alias
     value = convert(setting.value) if convert else setting.value
+    if java == setting.name:
+        return setting if value == setting.value else Setting(java, value, setting.origin)
     origin = f"{setting.origin} {setting.name}" if setting.origin else setting.name
     return Setting(java, value, origin)
 
@@ -1216,10 +1225,11 @@ def _show(value: Any) -> str:
     return repr(value)
 
 
-def _invalid_message(spec: PropertySpec, value: Any, origin: str | None, detail: str) -> str:
+def _invalid_message(spec: PropertySpec, value: Any, origin: str | None, detail: str,
+                     client: str = "producer") -> str:
     shown = "" if spec.name in SECRET_PROPERTIES else f" {_show(value)}"
     return (
-        f"{_at(origin)}invalid value{shown} for producer property {spec.name!r}: "
+        f"{_at(origin)}invalid value{shown} for {client} property {spec.name!r}: "
         + (detail if detail else f"expected {spec.allowed}")
     )
 

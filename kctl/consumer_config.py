@@ -60,6 +60,7 @@ from kctl.config import (
     redact_properties,
 )
 from kctl.config import _Invalid, _at, _bool_spec, _int_spec, _parse_str  # the shared parsers
+from kctl.config import _invalid_message, _librdkafka_to_java
 from kctl.errors import ConfigError
 
 __all__ = [
@@ -424,7 +425,7 @@ class ConsumerConfig:
             except _Invalid:
                 ok = False
             if not ok:
-                raise ConfigError(_invalid_message(spec, value, None, ""))
+                raise ConfigError(_invalid_message(spec, value, None, "", client="consumer"))
         _check_rules(self, {})
 
     # -- building -----------------------------------------------------------
@@ -455,7 +456,8 @@ class ConsumerConfig:
                 if not spec.check(value):
                     raise _Invalid("")
             except _Invalid as exc:
-                raise ConfigError(_invalid_message(spec, setting.value, setting.origin, str(exc))) from None
+                raise ConfigError(_invalid_message(spec, setting.value, setting.origin, str(exc),
+                                                   client="consumer")) from None
             values[spec.field] = value
             origins[spec.name] = setting.origin
         if "sasl_password" not in values and os.environ.get(SASL_PASSWORD_ENV):
@@ -605,31 +607,7 @@ def _check_rules(v: Any, origins: Mapping[str, str | None]) -> None:
 def canonical_consumer_setting(setting: Setting) -> Setting:
     """``setting`` under its Java consumer name (librdkafka aliases renamed and converted;
     a librdkafka property whose meaning differs refused)."""
-    if setting.name in LIBRDKAFKA_CONSUMER_DIFFERENT:
-        raise ConfigError(f"{_at(setting.origin)}{setting.name} is not supported: "
-                          f"{LIBRDKAFKA_CONSUMER_DIFFERENT[setting.name]}")
-    alias = LIBRDKAFKA_CONSUMER_ALIASES.get(setting.name)
-    if alias is None:
-        return setting
-    java, convert = alias
-    value = convert(setting.value) if convert else setting.value
-    if java == setting.name and value == setting.value:
-        return setting
-    origin = setting.origin if java == setting.name else (
-        f"{setting.origin} {setting.name}" if setting.origin else setting.name)
-    return Setting(java, value, origin)
-
-
-def _show(value: Any) -> str:
-    if isinstance(value, enum.Enum):
-        value = value.value
-    return repr(value)
-
-
-def _invalid_message(spec: PropertySpec, value: Any, origin: str | None, detail: str) -> str:
-    shown = "" if spec.name in SECRET_PROPERTIES else f" {_show(value)}"
-    return (f"{_at(origin)}invalid value{shown} for consumer property {spec.name!r}: "
-            + (detail if detail else f"expected {spec.allowed}"))
+    return _librdkafka_to_java(setting, LIBRDKAFKA_CONSUMER_ALIASES, LIBRDKAFKA_CONSUMER_DIFFERENT)
 
 
 def _unknown_message(setting: Setting) -> str:
