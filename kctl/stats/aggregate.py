@@ -37,13 +37,14 @@ Definitions (also in docs/produce-summary.md):
 from __future__ import annotations
 
 import enum
+import functools
 import threading
 import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, fields
 from datetime import UTC, datetime
 from pathlib import PurePath
-from typing import Any
+from typing import Any, TypeVar
 
 from hdrh.histogram import HdrHistogram
 
@@ -79,14 +80,20 @@ MB = 1024 * 1024
 
 
 # -- counters ----------------------------------------------------------------------------------
-_METRIC_FIELDS = tuple(f.name for f in fields(MetricsSnapshot))
+_Counters = TypeVar("_Counters")   # a frozen dataclass of counters (MetricsSnapshot, ConsumerMetricsSnapshot)
 
 
-def _combine(a: MetricsSnapshot, b: MetricsSnapshot, sign: int) -> MetricsSnapshot:
-    # Generic over MetricsSnapshot's fields, so a counter the engine adds is merged too:
-    # numbers add, dicts add key by key (zero entries dropped).
+@functools.cache
+def _field_names(cls: type) -> tuple[str, ...]:
+    return tuple(f.name for f in fields(cls))
+
+
+def combine_counters(a: _Counters, b: _Counters, sign: int) -> _Counters:
+    """``a + sign * b`` for a snapshot of cumulative counters (the producer's or the
+    consumer's). Generic over the dataclass's fields, so a counter the engine adds is
+    merged too: numbers add, dicts add key by key (zero entries dropped)."""
     out: dict[str, Any] = {}
-    for name in _METRIC_FIELDS:
+    for name in _field_names(type(a)):
         x, y = getattr(a, name), getattr(b, name)
         if isinstance(x, dict):
             d = dict(x)
@@ -95,7 +102,7 @@ def _combine(a: MetricsSnapshot, b: MetricsSnapshot, sign: int) -> MetricsSnapsh
             out[name] = {k: v for k, v in d.items() if v}
         else:
             out[name] = x + sign * y
-    return MetricsSnapshot(**out)
+    return type(a)(**out)
 
 
 def zero_metrics() -> MetricsSnapshot:
@@ -106,11 +113,11 @@ def zero_metrics() -> MetricsSnapshot:
 
 def metrics_delta(cur: MetricsSnapshot, prev: MetricsSnapshot) -> MetricsSnapshot:
     """``cur - prev`` field by field (both cumulative snapshots of one engine)."""
-    return _combine(cur, prev, -1)
+    return combine_counters(cur, prev, -1)
 
 
 def metrics_sum(a: MetricsSnapshot, b: MetricsSnapshot) -> MetricsSnapshot:
-    return _combine(a, b, 1)
+    return combine_counters(a, b, 1)
 
 
 def _first_sent_batches(m: MetricsSnapshot) -> int:

@@ -26,13 +26,14 @@ from __future__ import annotations
 import threading
 import uuid
 from collections.abc import Mapping
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
 from hdrh.histogram import HdrHistogram
 
 from kctl.engine.consumer_metrics import ConsumerMetricsSnapshot
+from kctl.stats.aggregate import combine_counters
 from kctl.stats.consume_report import ClockOffset, ConsumerFailed, ConsumerInterval, PartitionProgress
 from kctl.stats.consume_summary import (
     ConsumeCounts, ConsumeRates, ConsumeRunInfo, ConsumeSummary, LagPoint, PartitionState)
@@ -43,23 +44,6 @@ from kctl.stats.latency import LatencyFigures, decode_histogram
 __all__ = ["ConsumeDashboard", "ConsumeStats"]
 
 MB = 1024 * 1024
-_FIELDS = tuple(f.name for f in fields(ConsumerMetricsSnapshot))
-
-
-def _combine(a: ConsumerMetricsSnapshot, b: ConsumerMetricsSnapshot, sign: int) -> ConsumerMetricsSnapshot:
-    out: dict[str, Any] = {}
-    for name in _FIELDS:
-        x, y = getattr(a, name), getattr(b, name)
-        if isinstance(x, dict):
-            d = dict(x)
-            for k, v in y.items():
-                d[k] = d.get(k, 0) + sign * v
-            out[name] = {k: v for k, v in d.items() if v}
-        else:
-            out[name] = x + sign * y
-    return ConsumerMetricsSnapshot(**out)
-
-
 _ZERO = ConsumerMetricsSnapshot()
 
 
@@ -148,13 +132,13 @@ class ConsumeStats:
                 return self._close_ready()
             c = msg.consumer
             prev = self._last.get(c)
-            delta = msg.metrics if prev is None else _combine(msg.metrics, prev, -1)
+            delta = msg.metrics if prev is None else combine_counters(msg.metrics, prev, -1)
             self._last[c] = msg.metrics
             hists = {k: decode_histogram(v) for k, v in msg.histograms.items() if k in (E2E, E2E_NEGATIVE)}
             if msg.warmup:
-                self._warmup = _combine(self._warmup, delta, 1)
+                self._warmup = combine_counters(self._warmup, delta, 1)
             else:
-                self._results = _combine(self._results, delta, 1)
+                self._results = combine_counters(self._results, delta, 1)
                 merged(self._cumulative, hists)
                 self._measured_start = min(self._measured_start, msg.start_wall_ns)
                 self._measured_end = max(self._measured_end, msg.end_wall_ns)
@@ -291,13 +275,13 @@ class ConsumeStats:
                 lag_total=lag, lag_by_partition=per, consumers=self.consumers,
                 consumers_running=max(0, self.consumers - len(self._done)),
                 consumers_failed=tuple(sorted(self._failed.items())),
-                rebalances=_combine(res, self._warmup, 1).rebalances, clock=self.clock)
+                rebalances=combine_counters(res, self._warmup, 1).rebalances, clock=self.clock)
 
     # -- the summary -----------------------------------------------------------------------------
     def summary(self, end_wall_ns: int | None = None) -> ConsumeSummary:
         with self._lock:
             self.finish()
-            res, total = self._results, _combine(self._results, self._warmup, 1)
+            res, total = self._results, combine_counters(self._results, self._warmup, 1)
             end = end_wall_ns if end_wall_ns is not None else self._last_end
             span = max(0, self._measured_end - self._measured_start) / 1e9
             lag, _ = self._lag()
