@@ -39,7 +39,18 @@ from collections.abc import Mapping
 
 from hdrh.histogram import HdrHistogram
 
-from kctl.stats.latency import PERCENTILES, LatencyFigures, encode_histogram, histogram_mean, new_histogram
+from kctl.stats.latency import (
+    _HALF,  # the counts-index arithmetic of HistogramSink's layout
+    _HALF_MAG,
+    _SUB_BITS,
+    _SUB_MASK,
+    PERCENTILES,
+    HistogramSink,
+    LatencyFigures,
+    encode_histogram,
+    histogram_mean,
+    new_histogram,
+)
 
 __all__ = ["E2E", "E2E_CLOCKS", "E2E_NEGATIVE", "E2eRecorder", "HIGHEST_NS", "new_e2e_histogram",
            "signed_figures", "to_microseconds"]
@@ -48,10 +59,6 @@ E2E = "e2e"
 E2E_NEGATIVE = "e2e_negative"
 E2E_CLOCKS = (E2E, E2E_NEGATIVE)
 HIGHEST_NS = 3_600_000_000_000       # one hour
-_HALF_MAG = 10                       # 3 significant digits: 2048 sub-buckets
-_SUB_MASK = (1 << (_HALF_MAG + 1)) - 1
-_SUB_BITS = _HALF_MAG + 1
-_HALF = 1 << _HALF_MAG
 _COLUMNS: dict[int, struct.Struct] = {}
 
 
@@ -60,28 +67,9 @@ def new_e2e_histogram() -> HdrHistogram:
     return HdrHistogram(1, HIGHEST_NS, 3)
 
 
-class _NsSink:
-    """One histogram recorded into by counts index (the arithmetic of hdrh's
-    ``_counts_index_for`` for this layout, as stats/latency.py's ``_Sink``)."""
-
-    __slots__ = ("h", "counts", "total", "lo", "hi")
-
-    def __init__(self) -> None:
-        self.h = new_e2e_histogram()
-        if self.h.unit_magnitude != 0 or self.h.sub_bucket_half_count_magnitude != _HALF_MAG:
-            raise AssertionError("histogram layout changed: update _NsSink")
-        self.counts = self.h.counts
-        self.total = 0
-        self.lo = HIGHEST_NS + 1
-        self.hi = -1
-
-    def finish(self) -> HdrHistogram:
-        h = self.h
-        if self.total:
-            h.total_count += self.total
-            h.min_value = min(h.min_value, self.lo)
-            h.max_value = max(h.max_value, self.hi)
-        return h
+def _ns_sink() -> HistogramSink:
+    """A sink recording nanoseconds (the same counts-index arithmetic as the µs clocks)."""
+    return HistogramSink(new_e2e_histogram(), HIGHEST_NS)
 
 
 class E2eRecorder:
@@ -93,8 +81,8 @@ class E2eRecorder:
         self.negative = 0        # cumulative: values below zero
         self.clamped = 0         # cumulative: magnitudes above an hour, recorded as an hour
         self.recorded = 0        # cumulative
-        self._pos = _NsSink()
-        self._neg = _NsSink()
+        self._pos = _ns_sink()
+        self._neg = _ns_sink()
 
     def record_identities(self, consume_wall_ns: int, identities: bytes, count: int,
                           run_tag: bytes | None = None) -> int:
@@ -142,7 +130,7 @@ class E2eRecorder:
 
     def interval(self) -> dict[str, HdrHistogram]:
         out = {E2E: self._pos.finish(), E2E_NEGATIVE: self._neg.finish()}
-        self._pos, self._neg = _NsSink(), _NsSink()
+        self._pos, self._neg = _ns_sink(), _ns_sink()
         return out
 
     def encode_interval(self) -> dict[str, bytes]:
