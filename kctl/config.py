@@ -664,7 +664,8 @@ def canonical_setting(setting: Setting) -> Setting:
     return _librdkafka_to_java(setting, LIBRDKAFKA_ALIASES, LIBRDKAFKA_DIFFERENT)
 
 
-def _librdkafka_to_java(setting: Setting, aliases: Mapping[str, tuple[str, Callable[[Any], Any] | None]],
+def _librdkafka_to_java(setting: Setting,
+                        aliases: Mapping[str, tuple[str, Callable[[Any], Any] | None]],
                         different: Mapping[str, str]) -> Setting:
     """``setting`` through one client's librdkafka tables (``aliases``: librdkafka name ->
     Java name and value conversion; ``different``: names refused, with the reason). A

@@ -48,7 +48,8 @@ from hdrh.histogram import HdrHistogram
 from kctl.engine.batch import AppendSlice
 
 __all__ = [
-    "CLOCKS", "HIGHEST_US", "HistogramSink", "INTENDED_GROUPS", "LOWEST_US", "PERCENTILES", "SIGNIFICANT_DIGITS",
+    "CLOCKS", "HIGHEST_US", "HistogramSink", "INTENDED_GROUPS", "LOWEST_US", "PERCENTILES",
+    "SIGNIFICANT_DIGITS",
     "LatencyFigures", "LatencyRecorder", "decode_histogram", "encode_histogram",
     "histogram_mean", "new_histogram",
 ]
