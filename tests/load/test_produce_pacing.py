@@ -16,12 +16,15 @@ Windows slid to start at every send would also count the sub-millisecond jitter 
 both of their edges: here (2 cores, broker and tcpdump beside two workers) one record
 a millisecond late somewhere in the run already makes such a window hold 12 records.
 
-Even with the machine to itself (cpu-exclusive) a worker here wakes up to about 2 ms
-late a few times a run (the broker, tcpdump and the parent's interval merge share the
-2 cores; with --interval 10s the same lateness remains, at other times), and when both
-workers are held up at once a window holds 12: about one run in two. A collector pause
-or a rounded wait happens in every run, so the measurement is made at most three times
-and must hold in one: a failure of all three is real."""
+On a small host a worker woken for a due record used to wait 1-3 ms for the CPU
+behind whatever ran (the parent merging reports, the broker, a kernel thread), both
+workers at once when the parent merged: about one run in two had a window of 12.
+Paced workers now ask for a short time slice and the parent's bookkeeping yields
+(load/priority.py, where the measurement is), so a due worker preempts them. What
+is left here is the odd kernel thread holding a CPU for a few milliseconds, a few
+times a run, one worker at a time, which late by more than its own record interval
+(2 ms) puts 12 in a window. So the measurement is made at most three times and must
+hold in one: a failure of all three is real."""
 
 from __future__ import annotations
 
