@@ -4,7 +4,10 @@ How this works: ``LoadRun.run()`` splits the schedule across ``workers``
 processes (spawned, each with its own engine), then reads their reports from
 one queue and feeds them to ``RunStats`` (stats/aggregate.py), calling
 ``on_round`` after each merged interval so the caller can render. It never
-renders itself. Ctrl-C (KeyboardInterrupt in the parent) sets the shared stop
+renders itself. That bookkeeping (and ``on_start``, where a dashboard starts)
+runs in its own thread at a lower CPU priority than the workers
+(load/priority.py), so it never holds up a due record; the main thread waits
+for it and keeps Ctrl-C. Ctrl-C (KeyboardInterrupt in the parent) sets the shared stop
 event: workers end their schedule, give in-flight records ``stop_grace_s``,
 and still send their final reports, so the summary and the histograms are
 written. A worker that fails fails the run with its error (no silent partial
@@ -15,6 +18,7 @@ from __future__ import annotations
 
 import multiprocessing as mp
 import queue
+import threading
 import time
 import uuid
 from collections.abc import Callable
@@ -24,6 +28,7 @@ from typing import Any
 from kctl.config import ProducerConfig
 from kctl.errors import KctlError
 from kctl.load.payload import KeySpec, PayloadPool
+from kctl.load.priority import yield_to_load
 from kctl.load.schedule import split, window_ns
 from kctl.load.worker import StartGate, WorkerSpec, run_worker
 from kctl.stats.aggregate import RunStats
@@ -144,47 +149,22 @@ class LoadRun:
             transactional=spec.transaction_duration_ms is not None,
             window_s=_seconds(window_ns(spec.rate, num_records=spec.num_records,
                                         duration_ns=duration_ns)))
-        if self.on_start is not None:
-            self.on_start(self)
-        for msg in early:
-            stats.add(msg)
-        acked: dict[int, dict[int, list[tuple[int, int, int]]]] = {}
-        failures: dict[int, str] = {}
-        finished: set[int] = set()
-        interrupted = False
+        collector = _Collector(self, reports, procs, stop, early)
+        thread = threading.Thread(target=collector.run, name="kctl-load-reports", daemon=True)
+        thread.start()
         try:
-            while len(finished) < spec.workers:
+            try:
+                while thread.is_alive():
+                    thread.join(0.2)
+            except KeyboardInterrupt:
+                collector.interrupted.set()
+                stop.set()
                 try:
-                    msg = reports.get(timeout=0.2)
-                except queue.Empty:
-                    dead = [i for i, p in enumerate(procs) if not p.is_alive() and i not in finished]
-                    for i in dead:
-                        # Let a report already in the queue arrive before calling it lost.
-                        time.sleep(0.2)
-                        if i in finished or not reports.empty():
-                            continue
-                        failures[i] = f"worker {i} exited with code {procs[i].exitcode} without a report"
-                        finished.add(i)
-                        stats.add(WorkerFailed(i, failures[i]))
-                        stop.set()
-                    continue
+                    while thread.is_alive():
+                        thread.join(0.2)
                 except KeyboardInterrupt:
-                    raise
-                closed = stats.add(msg)
-                if isinstance(msg, WorkerFailed):
-                    failures[msg.worker] = msg.error
-                    finished.add(msg.worker)
-                    stop.set()
-                elif isinstance(msg, WorkerInterval) and msg.final:
-                    finished.add(msg.worker)
-                    if msg.acked_runs is not None:
-                        acked[msg.worker] = msg.acked_runs
-                if closed and self.on_round is not None:
-                    self.on_round(stats, closed)
-        except KeyboardInterrupt:
-            interrupted = True
-            stop.set()
-            self._drain_after_stop(reports, stats, acked, failures, finished)
+                    collector.give_up.set()     # a second Ctrl-C: stop waiting for reports
+                    thread.join(5)
         finally:
             stop.set()
             for p in procs:
@@ -192,12 +172,15 @@ class LoadRun:
                 if p.is_alive():
                     p.terminate()
                     p.join(timeout=2)
+        if collector.error is not None:
+            raise collector.error
+        interrupted = collector.interrupted.is_set()
         stats.interrupted = interrupted
         stats.finish()
         summary = stats.summary()
         if hlog is not None and self.close_hlog:
             hlog.close()
-        return LoadResult(summary, acked, interrupted, failures)
+        return LoadResult(summary, collector.acked, interrupted, collector.failures)
 
     def _await_ready(self, reports, procs) -> list:
         """Waits until every worker is ready; a worker that fails first fails the run.
@@ -223,24 +206,79 @@ class LoadRun:
                 other.append(msg)
         return other
 
-    def _drain_after_stop(self, reports, stats: RunStats, acked, failures, finished) -> None:
-        deadline = time.monotonic() + self.spec.stop_grace_s + 10
-        while len(finished) < self.spec.workers and time.monotonic() < deadline:
-            try:
-                msg = reports.get(timeout=0.2)
-            except queue.Empty:
-                continue
-            except KeyboardInterrupt:
-                break  # a second Ctrl-C: give up waiting
-            stats.add(msg)
-            if isinstance(msg, WorkerFailed):
-                failures[msg.worker] = msg.error
-                finished.add(msg.worker)
-            elif msg.final:
-                finished.add(msg.worker)
-                if msg.acked_runs is not None:
-                    acked[msg.worker] = msg.acked_runs
-
-
 def _seconds(ns: int | None) -> float | None:
     return None if ns is None else ns / 1e9
+
+
+class _Collector:
+    """The parent's bookkeeping, in its own thread at a lower CPU priority than the
+    workers (load/priority.py): ``on_start`` (the dashboard starts here, and its
+    refresher inherits the priority), then every report into ``RunStats`` and
+    ``on_round``, until each worker has sent its final report or failed. The main
+    thread keeps Ctrl-C: ``interrupted`` makes this drain what the workers still
+    send after the stop; ``give_up`` (a second Ctrl-C) ends that wait."""
+
+    def __init__(self, run: LoadRun, reports: Any, procs: list, stop: Any, early: list) -> None:
+        self.run_ = run
+        self.reports = reports
+        self.procs = procs
+        self.stop = stop
+        self.early = early
+        self.acked: dict[int, dict[int, list[tuple[int, int, int]]]] = {}
+        self.failures: dict[int, str] = {}
+        self.finished: set[int] = set()
+        self.interrupted = threading.Event()
+        self.give_up = threading.Event()
+        self.error: BaseException | None = None
+
+    def run(self) -> None:
+        try:
+            yield_to_load()
+            run = self.run_
+            if run.on_start is not None:
+                run.on_start(run)
+            for msg in self.early:
+                self._take(msg)
+            self._collect()
+        except BaseException as e:  # noqa: BLE001 - raised again by LoadRun.run
+            self.error = e
+            self.stop.set()
+
+    def _collect(self) -> None:
+        workers = len(self.procs)
+        deadline = None
+        while len(self.finished) < workers and not self.give_up.is_set():
+            if self.interrupted.is_set() and deadline is None:
+                deadline = time.monotonic() + self.run_.spec.stop_grace_s + 10
+            if deadline is not None and time.monotonic() > deadline:
+                return
+            try:
+                msg = self.reports.get(timeout=0.2)
+            except queue.Empty:
+                if self.interrupted.is_set():
+                    continue
+                dead = [i for i, p in enumerate(self.procs) if not p.is_alive() and i not in self.finished]
+                for i in dead:
+                    # Let a report already in the queue arrive before calling it lost.
+                    time.sleep(0.2)
+                    if i in self.finished or not self.reports.empty():
+                        continue
+                    self._take(WorkerFailed(i, f"worker {i} exited with code {self.procs[i].exitcode} "
+                                               "without a report"))
+                continue
+            self._take(msg)
+
+    def _take(self, msg: WorkerInterval | WorkerFailed) -> None:
+        run = self.run_
+        assert run.stats is not None
+        closed = run.stats.add(msg)
+        if isinstance(msg, WorkerFailed):
+            self.failures[msg.worker] = msg.error
+            self.finished.add(msg.worker)
+            self.stop.set()
+        elif isinstance(msg, WorkerInterval) and msg.final:
+            self.finished.add(msg.worker)
+            if msg.acked_runs is not None:
+                self.acked[msg.worker] = msg.acked_runs
+        if closed and run.on_round is not None and not self.interrupted.is_set():
+            run.on_round(run.stats, closed)

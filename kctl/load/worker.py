@@ -38,7 +38,9 @@ Setup (pools, producer, metadata, connections) allocates long-lived objects;
 once it is done the worker moves everything alive to the permanent generation
 (``gc.freeze()``), so the collector's full passes do not walk them again: a
 generation-2 collection in both workers at once would otherwise stall the
-schedule for tens of milliseconds.
+schedule for tens of milliseconds. A paced worker then asks the kernel for a short
+time slice, so that when it wakes for a due record it preempts whatever runs
+(load/priority.py: measured, that is what keeps records on time on a small host).
 """
 
 from __future__ import annotations
@@ -60,6 +62,7 @@ from kctl.engine.clock import SystemClock
 from kctl.engine.producer import Producer, TransactionAbortableError
 from kctl.errors import KctlError
 from kctl.load.payload import KeySpec, PayloadPool
+from kctl.load.priority import short_slice
 from kctl.load.schedule import Schedule
 from kctl.protocol.identity import IdentityStamp, run_tag
 from kctl.protocol.records import Header
@@ -251,6 +254,8 @@ class Worker:
             p.poll(min(wait / 1e9, 0.05))
         gc.collect()
         gc.freeze()
+        if paced:
+            short_slice()       # woken when a record is due, it preempts what runs (load/priority.py)
         self._interval_start_wall = self.clock.wall_ns()
         self._interval_warmup = self._in_warmup(self.clock.now_ns())
         next_report = time.monotonic() + spec.interval_s
