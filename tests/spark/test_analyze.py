@@ -68,17 +68,20 @@ def test_many_small_ranges_match_decode_summary(spark, captures, tmp_path):
     assert spark.read.parquet(str(tmp_path / "out" / "requests")).count() == got.requests
 
 
-def test_tiny_ranges_over_reordered_and_retransmitted_segments(spark, tmp_path):
+def test_tiny_ranges_over_reordered_and_retransmitted_segments(spark, tmp_path, monkeypatch):
     """Synthetic captures with reordering and retransmissions across cuts and a connection
     the capture begins inside: ranges of 300 bytes give the rows one task gives, row for row,
-    and as many frames as decode; a lookback too short is repaired to the same rows."""
+    and as many frames as decode; a lookback too short is repaired to the same rows. The
+    requests are written in one Parquet part per FRAMES_PER_PARTITION frames (one here)."""
     from kctl.inspect.session import DecodedFrame, decode_files
+    from kctl.spark import analyze as analyze_module
     from kctl.spark.analyze import analyze, sources
     from tests.inspect.test_ranges import load_capture
     paths = [str(load_capture(tmp_path, seed, swap=0.15, dup=0.1, cut_first=6 if seed else 0))
              for seed in range(2)]
     frames = sum(1 for f in decode_files(paths, {9092}) if isinstance(f, DecodedFrame))
     one = analyze(sources(paths, [9092]), str(tmp_path / "one"), spark=spark, range_bytes=1 << 30)
+    monkeypatch.setattr(analyze_module, "FRAMES_PER_PARTITION", 40)
     many = analyze(sources(paths, [9092]), str(tmp_path / "many"), spark=spark, range_bytes=300,
                    lookback_bytes=16000)
     short = analyze(sources(paths, [9092]), str(tmp_path / "short"), spark=spark, range_bytes=300,
@@ -89,6 +92,8 @@ def test_tiny_ranges_over_reordered_and_retransmitted_segments(spark, tmp_path):
     want = _table(spark, str(tmp_path / "one" / "requests"))
     assert _table(spark, str(tmp_path / "many" / "requests")) == want
     assert _table(spark, str(tmp_path / "short" / "requests")) == want
+    parts = {d: len(list((tmp_path / d / "requests").glob("part-*.parquet"))) for d in ("one", "many")}
+    assert parts["one"] == 1 and 1 < parts["many"] <= math.ceil(frames / 40), parts
 
 
 def test_default_port_is_auto_and_no_kafka_lists_the_ports_seen(spark, tmp_path):
