@@ -86,7 +86,7 @@ def analyze(
         raise ConfigError(f"--leg {leg!r}: expected client, upstream or both")
     require_pyspark()
     captures = [_source(f, port, leg) for f in files]
-    spark = spark_session(master, app_name="kctl analyze")
+    spark = spark_session(master, app_name="kctl analyze", end_at_exit=True)
     res = run_analyze(captures, out_dir, spark=spark,
                       range_bytes=split_mb << 20 if split_mb else None, bucket_s=bucket_s, top=top)
     err = stderr_console(highlight=False)

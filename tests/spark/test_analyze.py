@@ -179,3 +179,26 @@ def test_kctl_captures_are_read_one_leg_as_decode_reads_them(spark, captures, tm
     assert frames["both"] == 2 * frames["client"] > 0
     res = CliRunner().invoke(app, ["analyze", *paths, "--out", str(tmp_path / "x"), "--leg", "left"])
     assert res.exit_code != 0 and "--leg 'left'" in str(res.exception or res.output)
+
+
+def test_a_run_of_its_own_ends_its_local_jvm_and_leaves_no_scratch(tmp_path):
+    """``kctl analyze`` in a process of its own on local[1] (as a user runs it): its driver
+    JVM keeps its scratch in one directory that is gone when the process ends, with the
+    JVM, and the end prints nothing (the JVM is killed after its SparkContext stops)."""
+    import os
+    import subprocess
+    import sys
+
+    from tests.inspect.test_ranges import load_capture
+    path = str(load_capture(tmp_path, 0))
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    # No class archive: a run that dumps one ends the slow way, for the dump.
+    env = os.environ | {"TMPDIR": str(tmp), "KCTL_SPARK_CDS": "0"}
+    res = subprocess.run([sys.executable, "-m", "kctl", "analyze", path, "--out", str(tmp_path / "out"),
+                          "--master", "local[1]", "--json"], env=env, capture_output=True, text=True,
+                         timeout=600)
+    assert res.returncode == 0, res.stderr
+    assert json.loads(res.stdout)["requests"] > 0
+    assert "Traceback" not in res.stderr and "Exception" not in res.stderr, res.stderr
+    assert not [p.name for p in tmp.iterdir() if p.name.startswith(("kctl-spark-", "spark-", "blockmgr-"))]
