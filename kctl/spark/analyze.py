@@ -54,9 +54,11 @@ from kctl.inspect.ranges import (
 from kctl.spark import capture_rows as rows_
 from kctl.spark.storage import CaptureFile, locate, open_at
 
-#: Tasks per task slot when the range size is not given: several, so that a slow range
-#: (a burst of small records) does not leave the other slots idle at the end.
-TASKS_PER_SLOT = 4
+#: Tasks per task slot when the range size is not given: more than one, so that a slow
+#: range (a burst of small records) does not leave the other slots idle at the end, and
+#: few, as a task costs 0.1-0.15 s of its slot's time besides its range (2 rather than 4:
+#: analyze local[2] of a 232 MB capture 0.3 s faster, benchmarks/analyze.py).
+TASKS_PER_SLOT = 2
 #: Smallest automatic range: below this a task's fixed cost outweighs its work.
 MIN_RANGE_BYTES = 4 << 20
 #: Frames per partition of the decoded ``requests`` (about two frames a row). The two
