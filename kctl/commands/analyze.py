@@ -65,7 +65,7 @@ def analyze(
     leg: Optional[str] = typer.Option(None, "--leg", help="kctl inspect captures: client (default), "
                                       "upstream or both legs of the proxy."),
     split_mb: Optional[int] = typer.Option(None, "--split-mb", min=1,
-                                           help="Capture megabytes per task (default: 4 tasks per task slot, at least 4)."),
+                                           help="Capture megabytes per task (default: 2 tasks per task slot, at least 4)."),
     bucket: str = typer.Option("1s", "--bucket", help="Length of a throughput bucket: 500ms, 1s, 1m."),
     top: int = typer.Option(10, "--top", help="Top clients shown."),
     json_out: bool = typer.Option(False, "--json", help="Print the summaries as one JSON object."),
@@ -86,7 +86,7 @@ def analyze(
         raise ConfigError(f"--leg {leg!r}: expected client, upstream or both")
     require_pyspark()
     captures = [_source(f, port, leg) for f in files]
-    spark = spark_session(master, app_name="kctl analyze")
+    spark = spark_session(master, app_name="kctl analyze", end_at_exit=True)
     res = run_analyze(captures, out_dir, spark=spark,
                       range_bytes=split_mb << 20 if split_mb else None, bucket_s=bucket_s, top=top)
     err = stderr_console(highlight=False)

@@ -224,6 +224,7 @@ class StreamCoverage:
     initial_skip: tuple[int, int] | None = None     # bytes skipped before the first frame
     tails: list[tuple[int, int]] = field(default_factory=list)  # cut-off frames (incomplete)
     breaks: int = 0
+    owned: int = 0                  # frames this reader decoded (its rows' count, about)
     # internal bookkeeping
     base: int | None = None         # sequence number of stream offset 0 in this reader
     framed: bool = False
@@ -383,6 +384,7 @@ class RangeDecoder:
             return
         df = self.decoder.decode(fr)
         cv.add(cv.frames, fr.seq, 4 + len(fr.data))
+        cv.owned += 1
         unmarked = False
         if fr.resynced and not self._whole and "resynced" in df.marks:
             # This reader's resync may be its own (it began mid-stream, or packets before its

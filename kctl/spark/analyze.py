@@ -29,7 +29,9 @@ How this works
 5. Write: ``requests`` (the pair rows; topic ids named from the Metadata answers that came
    before them in the file; 'resynced' marks where decode has them) and ``partitions`` (the
    record sets exploded) as Parquet under ``--out``. The requests are cached, and both
-   writes and the summaries run at once from them (each row made once).
+   writes and the summaries run at once from them (each row made once), in one partition
+   per ``FRAMES_PER_PARTITION`` frames the readers owned (the coverage rows count them):
+   a partition per range would only add tasks to every job after the decode.
 
 6. Summaries, in Spark SQL over those tables: latency percentiles per API (exact nearest
    rank, as HdrHistogram ranks), throughput per topic per time bucket, top clients by
@@ -52,11 +54,19 @@ from kctl.inspect.ranges import (
 from kctl.spark import capture_rows as rows_
 from kctl.spark.storage import CaptureFile, locate, open_at
 
-#: Tasks per task slot when the range size is not given: several, so that a slow range
-#: (a burst of small records) does not leave the other slots idle at the end.
-TASKS_PER_SLOT = 4
+#: Tasks per task slot when the range size is not given: more than one, so that a slow
+#: range (a burst of small records) does not leave the other slots idle at the end, and
+#: few, as a task costs 0.1-0.15 s of its slot's time besides its range (2 rather than 4:
+#: analyze local[2] of a 232 MB capture 0.3 s faster, benchmarks/analyze.py).
+TASKS_PER_SLOT = 2
 #: Smallest automatic range: below this a task's fixed cost outweighs its work.
 MIN_RANGE_BYTES = 4 << 20
+#: Frames per partition of the decoded ``requests`` (about two frames a row). The two
+#: writes and the summaries run one task per partition of it in several jobs, and a task
+#: costs about 0.05 s to schedule however few its rows: a 232 MB load capture makes 2,400
+#: rows, which one task writes in milliseconds; a partition per range (8 on local[2])
+#: made the work after the decode 3.0 s instead of 1.9 s.
+FRAMES_PER_PARTITION = 400_000
 PERCENTILES = (0.5, 0.9, 0.99, 0.999, 1.0)
 
 
@@ -242,6 +252,7 @@ def analyze(captures: Sequence[CaptureSource], out: str, *, spark: Any,
                 if key not in topics or r["topic"]["packet"] < topics[key][1]:
                     topics[key] = (r["topic"]["name"], r["topic"]["packet"])
         verdict = check_coverage(coverages)
+        frames = sum(c.owned for c in coverages)
         repaired = sorted(verdict.repair)
         table = _pairs(spark, stage, stage_schema, repaired, indexes, by_name, slots=slots)
         table = _name_topics(table, topics)
@@ -250,7 +261,8 @@ def analyze(captures: Sequence[CaptureSource], out: str, *, spark: Any,
             *[F.col(c) for c in rows_.REQUEST_COLUMNS[:-1]],
             F.transform("partitions", lambda p: F.struct(
                 *[p[n].alias(n) for n in rows_.PARTITION_FIELDS])).alias("partitions")
-        ).persist(StorageLevel.MEMORY_AND_DISK)
+        ).coalesce(max(1, math.ceil(frames / FRAMES_PER_PARTITION))
+                   ).persist(StorageLevel.MEMORY_AND_DISK)
         partitions = (requests.select("ts_ns", "file", "connection", "client", "client_id",
                                       "api_name", "correlation_id", F.explode("partitions").alias("p"))
                       .select("ts_ns", "file", "connection", "client", "client_id", "api_name",

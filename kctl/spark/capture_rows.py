@@ -65,7 +65,8 @@ def arrow_schemas() -> tuple[Any, Any]:
            ("coverage", pa.struct([
                ("direction", pa.string()), ("first_seen_packet", pa.int64()),
                ("base", pa.int64()), ("framed", pa.bool_()), ("started_unsynced", pa.bool_()),
-               ("breaks", pa.int32()), ("skip_seq", pa.int64()), ("skip_len", pa.int64()),
+               ("breaks", pa.int32()), ("owned", pa.int64()), ("skip_seq", pa.int64()),
+               ("skip_len", pa.int64()),
                ("claims", span), ("frames", span), ("tails", span)])),
            ("topic", pa.struct([("topic_id", pa.string()), ("name", pa.string()),
                                 ("packet", pa.int64())]))])
@@ -213,6 +214,7 @@ def coverage_struct(cv: StreamCoverage) -> dict[str, Any]:
     skip = cv.initial_skip
     return {"direction": cv.direction, "first_seen_packet": cv.first_seen_packet, "base": cv.base,
             "framed": cv.framed, "started_unsynced": cv.started_unsynced, "breaks": cv.breaks,
+            "owned": cv.owned,
             "skip_seq": skip[0] if skip else None, "skip_len": skip[1] if skip else None,
             "claims": spans(cv.claims), "frames": spans(cv.frames), "tails": spans(cv.tails)}
 
@@ -223,7 +225,8 @@ def coverage_from(file: str, connection: str, range_index: int, c: dict[str, Any
     skip = (c["skip_seq"], c["skip_len"]) if c["skip_seq"] is not None else None
     return StreamCoverage(file, connection, c["direction"], range_index, c["first_seen_packet"],
                           spans(c["claims"]), spans(c["frames"]), skip, spans(c["tails"]),
-                          c["breaks"], c["base"], c["framed"], c["started_unsynced"])
+                          breaks=c["breaks"], owned=c["owned"], base=c["base"],
+                          framed=c["framed"], started_unsynced=c["started_unsynced"])
 
 
 def arrow_batches(rows: Iterable[dict[str, Any]], schema: Any) -> Iterator[Any]:

@@ -12,6 +12,14 @@ The UI and the console progress bar are off and log4j is quiet. A task is
 never retried (``spark.task.maxFailures=1``): a retried load task would produce
 its records twice, and a failure must fail the run with its own error.
 
+``spark_session(master, end_at_exit=True)`` (``kctl analyze``, in a process of its own)
+also ends the driver JVM it starts for a local master quickly when the process exits: the
+JVM keeps its scratch files (``spark.local.dir``, ``java.io.tmpdir``) in one directory of
+its own; at exit the SparkContext is stopped (tasks, Python workers, listeners), the JVM
+killed and the directory removed. Left to itself the JVM would run its shutdown hooks
+after the driver's exit (among them an ``rm -rf`` forked per temporary directory): 0.55 s
+from the command's return to the end of its processes on a small machine, 0.25 s so.
+
 ``run_job(spark, fn)`` runs an action in a thread under a job group; the
 calling thread waits, and a KeyboardInterrupt cancels the group (so Spark
 kills the tasks) before it is re-raised. A job failure comes back as a
@@ -72,8 +80,10 @@ def _quiet_log4j() -> str:
     return path
 
 
-def spark_session(master: str | None = None, *, app_name: str = "kctl") -> Any:
-    """The active SparkSession, or a new one on ``master`` (``local[*]`` by default)."""
+def spark_session(master: str | None = None, *, app_name: str = "kctl",
+                  end_at_exit: bool = False) -> Any:
+    """The active SparkSession, or a new one on ``master`` (``local[*]`` by default).
+    ``end_at_exit``: a new local session is ended quickly when the process exits (above)."""
     require_pyspark()
     master = master or DEFAULT_MASTER
     loopback = master.startswith("local") or _loopback_master(master)
@@ -93,7 +103,14 @@ def spark_session(master: str | None = None, *, app_name: str = "kctl") -> Any:
         # The JVM only schedules here (the work is in Python tasks): the C1 JIT and the
         # serial GC halve a cold start on a small, busy machine (measured 39 s -> 20 s).
         java_opts += " -XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
-    driver_opts = f"{java_opts} {class_archive_options()}".strip()
+    archive = class_archive_options()
+    # A JVM that dumps the class archive must exit its own way (the dump is made then).
+    scratch = None
+    if end_at_exit and master.startswith("local") and "ArchiveClassesAtExit" not in archive:
+        import tempfile
+        scratch = tempfile.mkdtemp(prefix="kctl-spark-")
+        java_opts += f" -Djava.io.tmpdir={scratch}"
+    driver_opts = f"{java_opts} {archive}".strip()
     builder = (SparkSession.builder.master(master).appName(app_name)
                .config("spark.ui.enabled", "false")
                .config("spark.ui.showConsoleProgress", "false")
@@ -111,9 +128,46 @@ def spark_session(master: str | None = None, *, app_name: str = "kctl") -> Any:
         # The driver, the master and the executors are on this host: the executors reach
         # the driver on loopback, whatever the host name resolves to.
         builder = builder.config("spark.driver.host", "127.0.0.1")
-    spark = builder.getOrCreate()
+    if scratch is not None:
+        builder = builder.config("spark.local.dir", scratch)
+    try:
+        spark = builder.getOrCreate()
+    except BaseException:
+        if scratch is not None:
+            import shutil
+            shutil.rmtree(scratch, ignore_errors=True)
+        raise
     spark.sparkContext.setLogLevel("ERROR")
+    if scratch is not None:
+        import atexit
+        atexit.register(_end_now, spark, scratch)
     return spark
+
+
+def _end_now(spark: Any, scratch: str) -> None:
+    """At the driver's exit: the SparkContext stopped (tasks, Python workers, listeners and
+    event log closed), then its JVM, which has nothing left to do or save, killed, and its
+    scratch directory removed. ``Runtime.halt`` takes 0.3 s more than a kill here, and
+    ``SparkSession.stop()`` also waits up to a second for the Python accumulator server's
+    polling loop, a thread that ends with this process anyway. Private handles: PySpark
+    has no public one on the driver JVM's process."""
+    import shutil
+    sc = spark.sparkContext
+    proc = getattr(sc._gateway, "proc", None)                       # noqa: SLF001
+    accumulators = getattr(sc, "_accumulatorServer", None)
+    try:
+        if sc._jsc is not None:                                     # noqa: SLF001
+            sc._jsc.stop()                                          # noqa: SLF001
+    except Exception:  # noqa: BLE001 - the JVM may be gone already; it is killed either way
+        pass
+    if accumulators is not None:
+        # Its connection from the JVM ends with the kill: an end, not an error to print.
+        accumulators.server_shutdown = True
+        accumulators.handle_error = lambda *_: None
+    if proc is not None and proc.poll() is None:
+        proc.kill()
+        proc.wait()
+    shutil.rmtree(scratch, ignore_errors=True)
 
 
 def _loopback_master(master: str) -> bool:

@@ -68,17 +68,20 @@ def test_many_small_ranges_match_decode_summary(spark, captures, tmp_path):
     assert spark.read.parquet(str(tmp_path / "out" / "requests")).count() == got.requests
 
 
-def test_tiny_ranges_over_reordered_and_retransmitted_segments(spark, tmp_path):
+def test_tiny_ranges_over_reordered_and_retransmitted_segments(spark, tmp_path, monkeypatch):
     """Synthetic captures with reordering and retransmissions across cuts and a connection
     the capture begins inside: ranges of 300 bytes give the rows one task gives, row for row,
-    and as many frames as decode; a lookback too short is repaired to the same rows."""
+    and as many frames as decode; a lookback too short is repaired to the same rows. The
+    requests are written in one Parquet part per FRAMES_PER_PARTITION frames (one here)."""
     from kctl.inspect.session import DecodedFrame, decode_files
+    from kctl.spark import analyze as analyze_module
     from kctl.spark.analyze import analyze, sources
     from tests.inspect.test_ranges import load_capture
     paths = [str(load_capture(tmp_path, seed, swap=0.15, dup=0.1, cut_first=6 if seed else 0))
              for seed in range(2)]
     frames = sum(1 for f in decode_files(paths, {9092}) if isinstance(f, DecodedFrame))
     one = analyze(sources(paths, [9092]), str(tmp_path / "one"), spark=spark, range_bytes=1 << 30)
+    monkeypatch.setattr(analyze_module, "FRAMES_PER_PARTITION", 40)
     many = analyze(sources(paths, [9092]), str(tmp_path / "many"), spark=spark, range_bytes=300,
                    lookback_bytes=16000)
     short = analyze(sources(paths, [9092]), str(tmp_path / "short"), spark=spark, range_bytes=300,
@@ -89,6 +92,8 @@ def test_tiny_ranges_over_reordered_and_retransmitted_segments(spark, tmp_path):
     want = _table(spark, str(tmp_path / "one" / "requests"))
     assert _table(spark, str(tmp_path / "many" / "requests")) == want
     assert _table(spark, str(tmp_path / "short" / "requests")) == want
+    parts = {d: len(list((tmp_path / d / "requests").glob("part-*.parquet"))) for d in ("one", "many")}
+    assert parts["one"] == 1 and 1 < parts["many"] <= math.ceil(frames / 40), parts
 
 
 def test_default_port_is_auto_and_no_kafka_lists_the_ports_seen(spark, tmp_path):
@@ -174,3 +179,26 @@ def test_kctl_captures_are_read_one_leg_as_decode_reads_them(spark, captures, tm
     assert frames["both"] == 2 * frames["client"] > 0
     res = CliRunner().invoke(app, ["analyze", *paths, "--out", str(tmp_path / "x"), "--leg", "left"])
     assert res.exit_code != 0 and "--leg 'left'" in str(res.exception or res.output)
+
+
+def test_a_run_of_its_own_ends_its_local_jvm_and_leaves_no_scratch(tmp_path):
+    """``kctl analyze`` in a process of its own on local[1] (as a user runs it): its driver
+    JVM keeps its scratch in one directory that is gone when the process ends, with the
+    JVM, and the end prints nothing (the JVM is killed after its SparkContext stops)."""
+    import os
+    import subprocess
+    import sys
+
+    from tests.inspect.test_ranges import load_capture
+    path = str(load_capture(tmp_path, 0))
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    # No class archive: a run that dumps one ends the slow way, for the dump.
+    env = os.environ | {"TMPDIR": str(tmp), "KCTL_SPARK_CDS": "0"}
+    res = subprocess.run([sys.executable, "-m", "kctl", "analyze", path, "--out", str(tmp_path / "out"),
+                          "--master", "local[1]", "--json"], env=env, capture_output=True, text=True,
+                         timeout=600)
+    assert res.returncode == 0, res.stderr
+    assert json.loads(res.stdout)["requests"] > 0
+    assert "Traceback" not in res.stderr and "Exception" not in res.stderr, res.stderr
+    assert not [p.name for p in tmp.iterdir() if p.name.startswith(("kctl-spark-", "spark-", "blockmgr-"))]
