@@ -188,7 +188,7 @@ _ARCHIVE_SETTLE_S = 30
 def class_archive_options() -> str:
     """JVM options for an application class-data-sharing archive of the driver's classes
     (AppCDS): the first run dumps the classes Spark loaded into
-    ``~/.cache/kctl/spark-<pyspark>-<java>.jsa`` (about 160 MB) when its JVM exits; later
+    ``~/.cache/kctl/spark-<pyspark>-<java and jars>.jsa`` (about 160 MB) when its JVM exits; later
     runs map it, which takes about 2 s off the driver's start and first job on a small
     machine (benchmarks/analyze.py). A dump goes to a file of its own and is renamed
     into place by a later run, so concurrent runs never share a half-written archive; the
@@ -206,7 +206,10 @@ def class_archive_options() -> str:
         return ""
     import pyspark
     java = os.path.realpath(java)
-    key = hashlib.sha256(f"{java}:{os.stat(java).st_mtime_ns}".encode()).hexdigest()[:12]
+    # The archive holds classes from the class path it was dumped with: a JVM with another
+    # pyspark (another virtualenv) finds it does not match and runs without it.
+    jars = os.path.realpath(os.path.join(os.path.dirname(pyspark.__file__), "jars"))
+    key = hashlib.sha256(f"{java}:{os.stat(java).st_mtime_ns}:{jars}".encode()).hexdigest()[:12]
     cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "kctl"
     final = cache / f"spark-{pyspark.__version__}-{key}.jsa"
     quiet = "-Xlog:disable -Xlog:all=error:stderr"
@@ -217,6 +220,10 @@ def class_archive_options() -> str:
                     os.replace(dumped, final)
                     break
         if final.exists():
+            # Two first runs close together both dump: the later dump is never used.
+            for dumped in cache.glob(final.name + ".dump-*"):
+                if time.time() - dumped.stat().st_mtime > _ARCHIVE_SETTLE_S:
+                    dumped.unlink(missing_ok=True)
             return f"-XX:SharedArchiveFile={final} -XX:+VerifySharedSpaces -Xshare:auto {quiet}"
         if any(cache.glob(final.name + ".dump-*")):
             return ""               # another run's dump is settling
