@@ -39,7 +39,7 @@ from kctl.errors import DecodeError
 from kctl.protocol.compression import DEFAULT_MAX_DECOMPRESSED, decompress
 from kctl.protocol.identity import scan_records
 from kctl.protocol.primitives import encode_varint
-from kctl.protocol.records import Record, decode_batches
+from kctl.protocol.records import Record, decode_batches, uvarint_at
 
 __all__ = ["ScanResult", "ScannedBatch", "scan_fetched"]
 
@@ -102,21 +102,9 @@ class ScanResult:
 _patterns: dict[tuple[int, int, bytes, int], re.Pattern[bytes]] = {}
 
 
-def _uvarint(data: bytes, pos: int) -> tuple[int, int]:
-    result = shift = 0
-    while True:
-        b = data[pos]
-        pos += 1
-        result |= (b & 0x7F) << shift
-        if b < 0x80:
-            return result, pos
-        shift += 7
-        if shift > 63:
-            raise ValueError("varint too long")
-
-
-def _svarint(data: bytes, pos: int) -> tuple[int, int]:
-    v, pos = _uvarint(data, pos)
+def _svarint(data: bytes, pos: int, max_bytes: int = 5) -> tuple[int, int]:
+    """A zigzag varint at ``pos`` (records.uvarint_at's errors)."""
+    v, pos = uvarint_at(data, pos, max_bytes)
     return (v >> 1) ^ -(v & 1), pos
 
 
@@ -127,8 +115,8 @@ def _layout_pattern(section: bytes) -> tuple[re.Pattern[bytes], int] | None:
         length, pos = _svarint(section, 0)
         end = pos + length
         pos += 1                                   # attributes
-        _, pos = _uvarint(section, pos)            # timestamp delta
-        _, pos = _uvarint(section, pos)            # offset delta
+        _, pos = uvarint_at(section, pos, 10)      # timestamp delta (varlong)
+        _, pos = uvarint_at(section, pos, 5)       # offset delta
         key_len, pos = _svarint(section, pos)
         if key_len > 0:
             pos += key_len
@@ -136,7 +124,7 @@ def _layout_pattern(section: bytes) -> tuple[re.Pattern[bytes], int] | None:
         if value_len > 0:
             pos += value_len
         hstart = pos
-        _, pos = _uvarint(section, pos)            # header count
+        _, pos = uvarint_at(section, pos, 5)       # header count
         hcount = section[hstart:pos]
         header_bytes = end - pos
     except (IndexError, ValueError):

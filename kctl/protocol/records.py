@@ -356,7 +356,7 @@ class _RecordsError(Exception):
         self.field = field
 
 
-def _uvarint_at(data: bytes, pos: int, max_bytes: int) -> tuple[int, int]:
+def uvarint_at(data: bytes, pos: int, max_bytes: int) -> tuple[int, int]:
     """Multi-byte LEB128 at ``pos``; IndexError when the data runs out."""
     result = 0
     shift = 0
@@ -390,7 +390,7 @@ def _parse_window(body: bytes, pos: int, end: int, index: int, left: int, limit:
     want = min(left, limit)
     n = 0       # records parsed (the loop's index while it runs)
     what = "length"
-    uv = _uvarint_at
+    uv = uvarint_at
     fast_record = _UnfrozenRecord
     keep = out is not None
     append = out.append if out is not None else None
@@ -540,7 +540,7 @@ def _parse_headers(body: bytes, pos: int, rec_end: int, count: int,
                 u = b
                 p += 1
             else:
-                u, p = _uvarint_at(body, p, 5)
+                u, p = uvarint_at(body, p, 5)
             n = (u >> 1) ^ -(u & 1)
             if n < 0 or u > 0xFFFFFFFF or p + n > rec_end:
                 break
@@ -551,7 +551,7 @@ def _parse_headers(body: bytes, pos: int, rec_end: int, count: int,
                 u = b
                 p += 1
             else:
-                u, p = _uvarint_at(body, p, 5)
+                u, p = uvarint_at(body, p, 5)
             n = (u >> 1) ^ -(u & 1)
             if n == -1:
                 value = None
