@@ -40,7 +40,7 @@ import enum
 import functools
 import threading
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Container, Mapping, Sequence
 from dataclasses import dataclass, fields
 from datetime import UTC, datetime
 from pathlib import PurePath
@@ -236,6 +236,21 @@ def _add_hists(into: dict[str, HdrHistogram], hists: Mapping[str, HdrHistogram])
         dest.add(h)
 
 
+def closable_round(rounds: Mapping[int, object], closed_upto: int, next_round: Mapping[int, int],
+                   done: Container[int], members: int, max_lag_rounds: int) -> int | None:
+    """The next round to close (``closed_upto + 1``) when every member (worker or
+    consumer) has reported into it or finished, or some member is ``max_lag_rounds``
+    ahead of it; else None. ``next_round``: each member's next round."""
+    r = closed_upto + 1
+    if r not in rounds:
+        return None
+    ready = sum(1 for m, nxt in next_round.items() if m in done or nxt > r)
+    ahead = max(next_round.values(), default=0) - 1
+    if ready < members and ahead < r + max_lag_rounds:
+        return None
+    return r
+
+
 @dataclass(frozen=True, slots=True)
 class _ClosedRound:
     index: int
@@ -383,16 +398,11 @@ class RunStats:
 
     def _close_ready(self) -> int:
         n = 0
-        while True:
-            r = self._closed_upto + 1
-            if r not in self._rounds:
-                return n
-            ready = sum(1 for w, nxt in self._next_round.items() if w in self._done or nxt > r)
-            ahead = max(self._next_round.values(), default=0) - 1
-            if ready < self.workers and ahead < r + self.max_lag_rounds:
-                return n
+        while (r := closable_round(self._rounds, self._closed_upto, self._next_round, self._done,
+                                   self.workers, self.max_lag_rounds)) is not None:
             self._close(r)
             n += 1
+        return n
 
     def _close(self, r: int) -> None:
         rnd = self._rounds.pop(r)

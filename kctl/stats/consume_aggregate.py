@@ -33,7 +33,7 @@ from typing import Any
 from hdrh.histogram import HdrHistogram
 
 from kctl.engine.consumer_metrics import ConsumerMetricsSnapshot
-from kctl.stats.aggregate import combine_counters
+from kctl.stats.aggregate import closable_round, combine_counters
 from kctl.stats.consume_report import ClockOffset, ConsumerFailed, ConsumerInterval, PartitionProgress
 from kctl.stats.consume_summary import (
     ConsumeCounts, ConsumeRates, ConsumeRunInfo, ConsumeSummary, LagPoint, PartitionState)
@@ -177,16 +177,11 @@ class ConsumeStats:
 
     def _close_ready(self) -> int:
         n = 0
-        while True:
-            r = self._closed_upto + 1
-            if r not in self._rounds:
-                return n
-            ready = sum(1 for c, nxt in self._next_round.items() if c in self._done or nxt > r)
-            ahead = max(self._next_round.values(), default=0) - 1
-            if ready < self.consumers and ahead < r + self.max_lag_rounds:
-                return n
+        while (r := closable_round(self._rounds, self._closed_upto, self._next_round, self._done,
+                                   self.consumers, self.max_lag_rounds)) is not None:
             self._close(r)
             n += 1
+        return n
 
     def _close(self, r: int) -> None:
         rnd = self._rounds.pop(r)
