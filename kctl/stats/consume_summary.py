@@ -15,7 +15,7 @@ from typing import Any
 
 from kctl.stats.consume_report import ClockOffset
 from kctl.stats.latency import LatencyFigures
-from kctl.stats.summary import VerifyResult
+from kctl.stats.summary import VerifyResult, numbers_from_json, numbers_to_json
 
 __all__ = ["BacklogResult", "CONSUME_SCHEMA", "ConsumeCounts", "ConsumeRates", "ConsumeRunInfo",
            "ConsumeSummary", "LagPoint", "PartitionState"]
@@ -74,16 +74,12 @@ class ConsumeCounts:
     offset_resets: int = 0
     throttle_time_ms: int = 0
 
-    _KEYS = ("records", "key_value_bytes", "batch_bytes", "batches", "fetch_requests", "fetch_responses",
-             "matched", "unidentified", "foreign", "aborted_records_skipped", "control_batches",
-             "records_decoded", "rebalances", "commits", "commit_failures", "offset_resets", "throttle_time_ms")
-
     def to_json(self) -> dict[str, int]:
-        return {k: getattr(self, k) for k in self._KEYS}
+        return numbers_to_json(self)
 
     @classmethod
     def from_json(cls, d: Mapping[str, Any]) -> ConsumeCounts:
-        return cls(**{k: int(d.get(k, 0)) for k in cls._KEYS})
+        return numbers_from_json(cls, d)
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,14 +91,11 @@ class ConsumeRates:
     records_per_fetch: float = 0.0     # records per Fetch answer
 
     def to_json(self) -> dict[str, float]:
-        return {"records_per_s": self.records_per_s, "mb_per_s": self.mb_per_s,
-                "wire_mb_per_s": self.wire_mb_per_s, "fetch_requests_per_s": self.fetch_requests_per_s,
-                "records_per_fetch": self.records_per_fetch}
+        return numbers_to_json(self)
 
     @classmethod
     def from_json(cls, d: Mapping[str, Any]) -> ConsumeRates:
-        return cls(*(float(d.get(k, 0.0)) for k in ("records_per_s", "mb_per_s", "wire_mb_per_s",
-                                                     "fetch_requests_per_s", "records_per_fetch")))
+        return numbers_from_json(cls, d)
 
 
 @dataclass(frozen=True, slots=True)

@@ -12,7 +12,7 @@ options and producer properties as the command was given them).
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
 from typing import TYPE_CHECKING, Any
 
 from kctl.stats.latency import LatencyFigures
@@ -28,6 +28,17 @@ __all__ = ["SUMMARY_SCHEMA", "Batching", "BrokerCount", "Counts", "PartitionCoun
 SUMMARY_SCHEMA = "kctl.produce.summary/1"
 
 
+def numbers_to_json(obj: Any) -> dict[str, Any]:
+    """A dataclass of plain numbers as its JSON object: every field by name, in order."""
+    return {f.name: getattr(obj, f.name) for f in fields(obj)}
+
+
+def numbers_from_json(cls: Any, d: Mapping[str, Any]) -> Any:
+    """``numbers_to_json`` read back: each field as its default's type (int or float);
+    a field the document lacks is its default."""
+    return cls(**{f.name: type(f.default)(d.get(f.name, f.default)) for f in fields(cls)})
+
+
 @dataclass(frozen=True, slots=True)
 class WarmupTotals:
     intervals: int = 0
@@ -37,14 +48,11 @@ class WarmupTotals:
     bytes_sent: int = 0
 
     def to_json(self) -> dict[str, int]:
-        return {"intervals": self.intervals, "records_sent": self.records_sent,
-                "records_acked": self.records_acked, "records_failed": self.records_failed,
-                "bytes_sent": self.bytes_sent}
+        return numbers_to_json(self)
 
     @classmethod
     def from_json(cls, d: Mapping[str, Any]) -> WarmupTotals:
-        return cls(*(int(d.get(k, 0)) for k in ("intervals", "records_sent", "records_acked",
-                                                "records_failed", "bytes_sent")))
+        return numbers_from_json(cls, d)
 
 
 @dataclass(frozen=True, slots=True)
@@ -159,13 +167,11 @@ class Batching:
     splits: int = 0
 
     def to_json(self) -> dict[str, Any]:
-        return {"records_per_batch": self.records_per_batch, "batch_fill": self.batch_fill,
-                "queue_time_ms_mean": self.queue_time_ms_mean, "splits": self.splits}
+        return numbers_to_json(self)
 
     @classmethod
     def from_json(cls, d: Mapping[str, Any]) -> Batching:
-        return cls(float(d.get("records_per_batch", 0.0)), float(d.get("batch_fill", 0.0)),
-                   float(d.get("queue_time_ms_mean", 0.0)), int(d.get("splits", 0)))
+        return numbers_from_json(cls, d)
 
 
 @dataclass(frozen=True, slots=True)
