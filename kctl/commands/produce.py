@@ -97,6 +97,7 @@ def produce(
     quiet: bool = typer.Option(False, "--quiet", help="Print only the summary."),
     no_id_headers: bool = typer.Option(False, "--no-id-headers", help="Do not add the 24-byte kctl identity header (run, worker, sequence, intended time)."),
     seed: int = typer.Option(0, "--seed", help="Seed for payloads and keys."),
+    spin_ms: float = typer.Option(0.0, "--spin-ms", help="With --rate: each worker polls instead of sleeping for the last N ms before a record is due (a sleeping thread can wake milliseconds late on a small or virtual host). Costs CPU: a whole core per worker once records are due less than N ms apart. 0: sleep until due."),
     transaction_duration_ms: Optional[int] = typer.Option(None, "--transaction-duration-ms", help="Transactions, as kafka-producer-perf-test: commit every N ms (default 3000 when transactional.id is set; sets transactional.id to perf-test's default when it is not). With several workers each uses <transactional.id>-<worker>."),
     transactional_id: Optional[str] = typer.Option(None, "--transactional-id", help="perf-test's spelling of -X transactional.id=ID."),
     consume: bool = typer.Option(False, "--consume", help="Also consume the run as it goes: the e2e clock (consumed - intended send time) beside the other three."),
@@ -141,7 +142,7 @@ def produce(
         id_headers=not no_id_headers, seed=seed, transaction_duration_ms=transaction_duration_ms,
         transactional_id=transactional_id, consume=consume, consumers=consumers,
         consumer_properties=tuple(consumer_property), consumer_config=tuple(consumer_config),
-        drain_timeout=drain_timeout, clock_server=_clock_address(clock_server)))
+        drain_timeout=drain_timeout, clock_server=_clock_address(clock_server), spin_ms=spin_ms))
     run_factory = None
     if spark or master or tasks is not None:
         from kctl.spark.load import spark_run_factory   # imports pyspark only here

@@ -29,8 +29,9 @@ broker are gone, and the largest lateness in a 6 s run fell from 1.2-3 ms to
 0.25-1 ms when the host was quiet. What is left comes from below the guest's
 scheduler, which neither change can reach: a kernel thread that cannot be
 preempted (kdamond, about 1 ms every 510 ms) and, on a virtual machine, the host
-holding a vCPU for a few milliseconds while the worker is runnable on it.
-Benchmarks at full speed are unaffected: such a worker never sleeps and is not
+holding a vCPU for a few milliseconds while the worker is runnable on it. How a
+worker catches up after such a stall without a burst is load/schedule.py's
+``CatchUp``. Benchmarks at full speed are unaffected: such a worker never sleeps and is not
 given the short slice.
 """
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from contextlib import ExitStack
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from kctl.config import (
@@ -35,7 +35,7 @@ from kctl.load.consume_worker import StartPosition
 from kctl.load.payload import KeySpec, PayloadSpec, make_pool, parse_keys
 from kctl.load.run import LoadResult, LoadRun, LoadSpec
 from kctl.load.verify import VerifyResult, verify
-from kctl.load.worker_count import WorkerCount, default_workers
+from kctl.load.worker_count import WorkerCount, default_workers, paced_workers
 from kctl.quantities import parse_duration, parse_warmup
 from kctl.topics import validate_topic_name
 from kctl.protocol.identity import run_tag
@@ -77,6 +77,7 @@ class ProduceOptions:
     consumer_config: Sequence[str] = ()
     drain_timeout: str | None = None        # how long the consumers may take after the producers
     clock_server: str | None = None         # [host:]port: answer clock-offset exchanges
+    spin_ms: float = 0.0                    # paced: poll, not sleep, this long before a due record
 
 
 #: kafka-producer-perf-test's defaults: a transaction's duration when transactional.id is
@@ -130,6 +131,8 @@ def prepare(o: ProduceOptions) -> ProducePlan:
         raise ConfigError(f"--headers must not be negative, not {o.headers}")
     if o.interval <= 0:
         raise ConfigError(f"--interval must be positive, not {o.interval}")
+    if not 0 <= o.spin_ms <= 1000:
+        raise ConfigError(f"--spin-ms must be between 0 and 1000, not {o.spin_ms}")
     if o.workers is not None and o.workers < 1:
         raise ConfigError(f"--workers must be at least 1, not {o.workers}")
     if o.verify and not o.id_headers:
@@ -187,6 +190,10 @@ def prepare(o: ProduceOptions) -> ProducePlan:
     rate = o.rate
     if o.rate_bytes:
         rate = o.rate_bytes / max(pool.mean_size, 1.0)
+    if o.workers is None and (paced := paced_workers(workers, rate, pool.mean_size)) != workers:
+        workers = paced
+        if monotonic_count:
+            pool = make_pool(replace(payload_spec, count=num_records))
 
     # bootstrap.servers comes from -b (or the embedded broker); a value in -X or a file
     # is used when -b is absent.
@@ -200,6 +207,7 @@ def prepare(o: ProduceOptions) -> ProducePlan:
                      extra_headers=o.headers, id_headers=o.id_headers, workers=workers.count,
                      workers_reason=workers.reason,
                      interval_s=o.interval, verify=o.verify and not o.consume, seed=o.seed,
+                     spin_ms=o.spin_ms,
                      collect_acked=o.consume,
                      transaction_duration_ms=(o.transaction_duration_ms or DEFAULT_TRANSACTION_DURATION_MS)
                      if config.transactional_id is not None else None)
@@ -372,6 +380,7 @@ def execute(plan: ProducePlan, *, on_event: Callable[[str], None] = lambda _m: N
             "compressibility": plan.options.compressibility, "keys": plan.options.keys,
             "headers": plan.options.headers, "id_headers": spec.id_headers,
             "verify": spec.verify, "transaction_duration_ms": spec.transaction_duration_ms,
+            "spin_ms": spec.spin_ms if spec.rate else None,
             "producer": redact_properties(props)}
         consume_run = None
         if plan.consumer is not None:

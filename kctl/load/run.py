@@ -66,6 +66,15 @@ class LoadSpec:
     seed: int = 0
     run_id: str = field(default_factory=lambda: uuid.uuid4().hex[:12])
     transaction_duration_ms: int | None = None   # commit every N ms (transactional.id set)
+    spin_ms: float = 0.0            # paced: poll, not sleep, this long before each due record
+
+    @property
+    def duration_ns(self) -> int | None:
+        return int(self.duration_s * 1e9) if self.duration_s is not None else None
+
+    @property
+    def spin_ns(self) -> int:
+        return round(self.spin_ms * 1_000_000)
 
     def worker_producer(self, worker: int) -> ProducerConfig:
         """Worker ``worker``'s producer: with several workers, each transactional one has
@@ -74,6 +83,25 @@ class LoadSpec:
         if tid is None or self.workers == 1:
             return self.producer
         return self.producer.with_properties({"transactional.id": f"{tid}-{worker}"})
+
+
+def worker_specs(spec: LoadSpec) -> list[WorkerSpec]:
+    """Each worker's share of the run (its schedule, records, warm-up), as it crosses to
+    the worker's process or Spark task."""
+    duration_ns = spec.duration_ns
+    schedules = split(spec.rate, spec.workers, 0, num_records=spec.num_records,
+                      duration_ns=duration_ns)
+    warm_each = -(-spec.warmup_records // spec.workers) if spec.warmup_records else 0
+    return [WorkerSpec(
+        worker=w, run_id=spec.run_id, topic=spec.topic, producer=spec.worker_producer(w),
+        schedule_rate=sched.rate, schedule_phase_ns=sched.phase_ns,
+        num_records=sched.num_records, duration_ns=duration_ns, start_wall_ns=0,
+        warmup_records=warm_each, warmup_ns=int(spec.warmup_s * 1e9),
+        payload=spec.payload, keys=spec.keys, extra_headers=spec.extra_headers,
+        id_headers=spec.id_headers, interval_s=spec.interval_s,
+        stop_grace_s=spec.stop_grace_s, seed=spec.seed, verify=spec.verify or spec.collect_acked,
+        transaction_duration_ms=spec.transaction_duration_ms, spin_ns=spec.spin_ns)
+        for w, sched in enumerate(schedules)]
 
 
 @dataclass
@@ -110,23 +138,10 @@ class LoadRun:
         reports = ctx.Queue()
         stop = ctx.Event()
         gate = StartGate(ctx.Event(), ctx.Value("q", 0))
-        duration_ns = int(spec.duration_s * 1e9) if spec.duration_s is not None else None
-        schedules = split(spec.rate, spec.workers, 0, num_records=spec.num_records,
-                          duration_ns=duration_ns)
-        warm_each = -(-spec.warmup_records // spec.workers) if spec.warmup_records else 0
         procs = []
-        for w, sched in enumerate(schedules):
-            ws = WorkerSpec(
-                worker=w, run_id=spec.run_id, topic=spec.topic, producer=spec.worker_producer(w),
-                schedule_rate=sched.rate, schedule_phase_ns=sched.phase_ns,
-                num_records=sched.num_records, duration_ns=duration_ns, start_wall_ns=0,
-                warmup_records=warm_each, warmup_ns=int(spec.warmup_s * 1e9),
-                payload=spec.payload, keys=spec.keys, extra_headers=spec.extra_headers,
-                id_headers=spec.id_headers, interval_s=spec.interval_s,
-                stop_grace_s=spec.stop_grace_s, seed=spec.seed, verify=spec.verify or spec.collect_acked,
-                transaction_duration_ms=spec.transaction_duration_ms)
+        for ws in worker_specs(spec):
             proc = ctx.Process(target=run_worker, args=(ws, reports, stop, gate),
-                               name=f"kctl-worker-{w}", daemon=True)
+                               name=f"kctl-worker-{ws.worker}", daemon=True)
             proc.start()
             procs.append(proc)
         try:
@@ -148,7 +163,7 @@ class LoadRun:
             num_records=spec.num_records, hlog=hlog, workers_reason=spec.workers_reason,
             transactional=spec.transaction_duration_ms is not None,
             window_s=_seconds(window_ns(spec.rate, num_records=spec.num_records,
-                                        duration_ns=duration_ns)))
+                                        duration_ns=spec.duration_ns)))
         collector = _Collector(self, reports, procs, stop, early)
         thread = threading.Thread(target=collector.run, name="kctl-load-reports", daemon=True)
         thread.start()

@@ -5,9 +5,20 @@ records/s, with worker w's records offset by w/R seconds so that, together,
 the workers' records are evenly spaced at 1/R. Record i of a worker is meant
 to go at ``start_ns + phase_ns + i * interval_ns``. The schedule never adapts
 to how fast records actually go (that is what makes it open-loop): a stalled
-producer falls behind, its backlog is sent as fast as the engine allows, and
-the delay shows up as latency measured from these intended times instead of
-disappearing (coordinated omission). Nothing here reads a clock.
+producer falls behind and catches up (below), and the delay shows up as
+latency measured from these intended times instead of disappearing
+(coordinated omission). Nothing here reads a clock.
+
+How a late worker catches up (``CatchUp``): where records are due at least
+``SPARSE_INTERVAL_NS`` apart (up to 1,000 records/s per worker), each goes out on
+its own, and after a stall the backlog is not sent as a burst: a worker hands
+over at most ``ceil(rate x 10 ms) + 1`` records in any ``SMOOTH_WINDOW_NS``
+(10.5 ms), so no 10 ms holds more than one record above the schedule (at 1,000
+records/s: 11, where a burst after a 3 ms stall puts 13 there) and the backlog
+drains about 5% above the rate. The records stay late until it is gone, and
+that shows in their latency, measured from the intended times as always.
+Denser schedules hand the records due so far over together (they share batches
+anyway) and catch up at once.
 
 Max-throughput mode (rate 0) has no intended times: ``due()`` says "as many as
 you like" and latency is measured from the actual send.
@@ -15,9 +26,16 @@ you like" and latency is measured from the actual send.
 
 from __future__ import annotations
 
+import math
+from collections import deque
 from dataclasses import dataclass
 
 NS_PER_S = 1_000_000_000
+#: Schedules whose records are due at least this far apart catch up smoothly.
+SPARSE_INTERVAL_NS = 1_000_000
+#: Their hand-overs in any window this long stay at most one above the schedule's
+#: count in 10 ms: the extra 0.5 ms absorbs the jitter between hand-over and wire.
+SMOOTH_WINDOW_NS = 10_500_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,6 +96,13 @@ class Schedule:
         """When record number ``sent`` is due (the wake-up time when caught up)."""
         return self.intended_ns(sent) if self.paced else self.start_ns
 
+    def catch_up(self) -> CatchUp | None:
+        """The limit on this schedule's late records; None: overdue records go at once
+        (unpaced, or records due closer together than ``SPARSE_INTERVAL_NS``)."""
+        if not self.paced or self.interval_ns < SPARSE_INTERVAL_NS:
+            return None
+        return CatchUp(math.ceil(self.rate * 0.01 - 1e-9) + 1, SMOOTH_WINDOW_NS)
+
     def over(self, sent: int, now_ns: int) -> bool:
         """True when this worker has nothing left to send."""
         total = self.total
@@ -85,6 +110,35 @@ class Schedule:
             return True
         return (not self.paced and self.duration_ns is not None
                 and now_ns >= self.start_ns + self.duration_ns)
+
+
+class CatchUp:
+    """At most ``cap`` hand-overs in any ``window_ns``: the last ``cap`` hand-over
+    times are kept, and the next may go once the oldest is ``window_ns`` old. A
+    late hand-over delays only the one that comes ``cap`` after it, so the loop's
+    own wake-up lateness does not stop a catch-up."""
+
+    __slots__ = ("cap", "window_ns", "_recent")
+
+    def __init__(self, cap: int, window_ns: int) -> None:
+        if cap < 1 or window_ns <= 0:
+            raise ValueError("a catch-up limit needs cap >= 1 and a positive window")
+        self.cap = cap
+        self.window_ns = window_ns
+        self._recent: deque[int] = deque(maxlen=cap)
+
+    @property
+    def next_ok_ns(self) -> int:
+        """The earliest time the next record may be handed over."""
+        return self._recent[0] + self.window_ns if len(self._recent) == self.cap else 0
+
+    def allowed(self, due: int, sent: int, now_ns: int) -> int:
+        """How many of the ``due - sent`` overdue records may go at ``now_ns``: one or none."""
+        return 1 if due > sent and now_ns >= self.next_ok_ns else 0
+
+    def handed(self, now_ns: int) -> None:
+        """A record was handed over at ``now_ns``."""
+        self._recent.append(now_ns)
 
 
 def window_ns(rate: float, *, num_records: int | None, duration_ns: int | None) -> int | None:

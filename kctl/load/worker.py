@@ -105,6 +105,7 @@ class WorkerSpec:
     seed: int = 0
     verify: bool = False
     transaction_duration_ms: int | None = None   # commit every N ms (needs transactional.id)
+    spin_ns: int = 0                    # paced: poll, not sleep, this long before a due record
 
 
 @dataclass
@@ -250,10 +251,10 @@ class Worker:
         paced = sched.paced
         # Every worker starts at the run's common start (metadata and connections are
         # ready by then), so the merged schedule and the reporting rounds line up.
-        while (wait := sched.start_ns - self.clock.now_ns()) > 0 and not self.stop.is_set():
-            p.poll(min(wait / 1e9, 0.05))
         gc.collect()
         gc.freeze()
+        while (wait := sched.start_ns - self.clock.now_ns()) > 0 and not self.stop.is_set():
+            p.poll(min(wait / 1e9, 0.05))
         if paced:
             short_slice()       # woken when a record is due, it preempts what runs (load/priority.py)
         self._interval_start_wall = self.clock.wall_ns()
@@ -262,6 +263,8 @@ class Worker:
         size = len(pool) if pool is not None else 0
         dense = not paced or step < REPORT_SLACK_NS
         slice_max = SLICE_MAX if paced else SLICE_MAX_UNPACED
+        catch_up = sched.catch_up()     # None: overdue records go at once
+        spin_ns = spec.spin_ns if paced else 0
         txn_ns = self.txn_ns
         if txn_ns:
             self._begin_transaction()
@@ -274,6 +277,8 @@ class Worker:
                 self._begin_transaction()
                 now = self.clock.now_ns()
             due = sched.due(now)
+            if catch_up is not None:
+                due = self.seq + catch_up.allowed(due, self.seq, now)
             sent = due > self.seq
             if sent:
                 k = min(due - self.seq, slice_max)
@@ -294,8 +299,14 @@ class Worker:
                     self._begin_transaction()
                     continue
                 self.seq = seq + k
+                if catch_up is not None:
+                    catch_up.handed(now)
                 now = self.clock.now_ns()
-            wait_ns = sched.next_due_ns(self.seq) - now if paced else 0
+            wait_ns = 0
+            if paced:
+                wait_ns = sched.next_due_ns(self.seq) - now
+                if catch_up is not None:
+                    wait_ns = max(wait_ns, catch_up.next_ok_ns - now)
             # A report (about half a millisecond of work) goes out where the schedule
             # leaves room for it, so it never holds a due record up; when records are
             # due closer together than that (or there is no schedule), when it is due.
@@ -308,7 +319,9 @@ class Worker:
                                else next_report + spec.interval_s)
                 continue
             if not sent:
-                p.poll(min(max(0, wait_ns) / 1e9, 0.05))
+                # The last spin_ns before a record is due are spent polling, not asleep:
+                # a sleeping thread's wake-up can come milliseconds late (load/priority.py).
+                p.poll(min((wait_ns - spin_ns) / 1e9, 0.05) if wait_ns > spin_ns else 0)
         self._wait_for_window_end(next_report)
         self._finish()
 

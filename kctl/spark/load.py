@@ -2,8 +2,8 @@
 
 How this works
 --------------
-The driver splits the schedule exactly as a local run does (load/schedule.py
-``split``) and makes one ``WorkerSpec`` per task. The tasks form a barrier
+The driver splits the schedule exactly as a local run does (load/run.py
+``worker_specs``): one ``WorkerSpec`` per task. The tasks form a barrier
 stage, so they start together or not at all; each one
 
 1. agrees on the common start with the others (``allGather`` of their clocks:
@@ -49,8 +49,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from kctl.errors import KctlError
-from kctl.load.run import LoadResult, LoadSpec
-from kctl.load.schedule import split
+from kctl.load.run import LoadResult, LoadSpec, worker_specs
 from kctl.load.worker import Worker, WorkerSpec
 from kctl.spark.session import TaskError, check_barrier_slots, run_job, spark_session
 from kctl.stats.aggregate import RunStats
@@ -257,20 +256,7 @@ class SparkLoadRun:
         self.reports: list[tuple[int, int, Any]] = []   # every (worker, index, report) returned
 
     def worker_specs(self) -> list[WorkerSpec]:
-        spec = self.spec
-        duration_ns = int(spec.duration_s * 1e9) if spec.duration_s is not None else None
-        schedules = split(spec.rate, spec.workers, 0, num_records=spec.num_records,
-                          duration_ns=duration_ns)
-        warm_each = -(-spec.warmup_records // spec.workers) if spec.warmup_records else 0
-        return [WorkerSpec(
-            worker=w, run_id=spec.run_id, topic=spec.topic, producer=spec.worker_producer(w),
-            schedule_rate=s.rate, schedule_phase_ns=s.phase_ns, num_records=s.num_records,
-            duration_ns=duration_ns, start_wall_ns=0, warmup_records=warm_each,
-            warmup_ns=int(spec.warmup_s * 1e9), payload=spec.payload, keys=spec.keys,
-            extra_headers=spec.extra_headers, id_headers=spec.id_headers,
-            interval_s=spec.interval_s, stop_grace_s=spec.stop_grace_s, seed=spec.seed,
-            verify=spec.verify, transaction_duration_ms=spec.transaction_duration_ms)
-            for w, s in enumerate(schedules)]
+        return worker_specs(self.spec)
 
     def run(self) -> LoadResult:
         spark = spark_session(self.master)

@@ -64,6 +64,18 @@ def test_rate_run_with_outputs_and_verify(broker, tmp_path):
     assert r.stdout.count("records acked") >= 2
 
 
+def test_spin_ms_polls_before_each_due_record(broker, tmp_path):
+    # The worker polls instead of sleeping for the last 2 ms before each record: every
+    # record still goes on schedule, and the summary records the setting.
+    out = tmp_path / "s.json"
+    kctl("produce", "-b", broker.bootstrap, "-t", "cli-spin", "--rate", "1000", "--duration", "2s",
+         "--spin-ms", "2", "--quiet", "--json-out", str(out))
+    s = summary_of(out)
+    assert s["config"]["spin_ms"] == 2.0 and s["run"]["workers"] == 1
+    assert s["counts"]["acked"] == s["counts"]["scheduled"] == 2000 and s["counts"]["failed"] == 0
+    assert s["latency"]["intended"]["p50_ms"] < 5
+
+
 def test_max_throughput_num_records_keys_headers_and_file_config(broker, tmp_path):
     props = tmp_path / "producer.properties"
     props.write_text("# a Java properties file\nlinger.ms = 2\ncompression.type: lz4\n")
@@ -138,6 +150,7 @@ def test_embedded_broker_when_no_bootstrap_server(tmp_path):
     (["--compressibility", "2"], "--compressibility"),
     (["--no-create-topic", "-t", "never-made"], "does not exist"),
     (["--verify", "--no-id-headers"], "--verify"),
+    (["--spin-ms", "-1"], "--spin-ms"),
 ])
 def test_bad_input_is_one_clear_line(broker, args, message):
     r = kctl("produce", "-b", broker.bootstrap, "--num-records", "10", "--workers", "1", *args,

@@ -4,35 +4,32 @@ record's intended time from its ``kctl`` identity header (wall-clock ns, the sam
 as the capture's timestamps), not from timing the test.
 
 Issue 11's measure: no 10 ms window of the steady state holds more than
-ceil(rate x 10 ms) + 1 records. The windows are laid on the schedule (each one starts
-half a record's interval before an intended time, so no record is due on a boundary):
-a stall in a worker (a generation-2 garbage collection walking everything setup
-allocated, which ``gc.freeze()`` prevents; an interval report in the way) sends the
-records it held up together, into one window. Beside it, each record's lateness: a
-millisecond-rounded wait makes every other record about a millisecond late (p99), a
-collector pause makes some tens of milliseconds late (max).
+ceil(rate x 10 ms) + 1 records. Checked three ways: windows laid on the schedule
+(each starts half an interval before an intended time), windows aligned to the
+clock (floor of t / 10 ms), and windows slid to start at every send (the strictest:
+a record a millisecond late already puts 12 in one when the records it held up go
+together). Beside it, each record's lateness.
 
-Windows slid to start at every send would also count the sub-millisecond jitter at
-both of their edges: here (2 cores, broker and tcpdump beside two workers) one record
-a millisecond late somewhere in the run already makes such a window hold 12 records.
-
-On a small host a worker woken for a due record used to wait 1-3 ms for the CPU
-behind whatever ran (the parent merging reports, the broker), both workers at once
-when the parent merged: about one run in two had a window of 12. Paced workers now
-ask for a short time slice and the parent's bookkeeping yields (load/priority.py,
-where the measurement is), so a due worker preempts them. What is left on this
-machine comes from below the guest's scheduler: a non-preemptible kernel thread
-(kdamond, about 1 ms every 510 ms) and the host holding a vCPU for 2-7 ms while
-the worker is runnable on it (perf sched shows the CPU idle meanwhile), a few times
-a run; windows slid to start at every send count each of those (12-15 in most runs
-here), windows laid on the schedule only the ones that cross a boundary. So the
-measurement is made at most three times and must hold in one: a failure of all three is real."""
+What it guards (measured, load/priority.py and load/schedule.py): a worker stalled
+by a generation-2 collection over what setup allocated (``gc.freeze()``), by the
+parent merging reports, by the time slice of whatever ran when it woke, or by what
+is below the guest's scheduler (kdamond, a vCPU held by the host: 1-7 ms a few
+times a run on this VM) used to send the records it held up together. A sparse
+schedule now catches up at most one record above the schedule per 10.5 ms, and a
+paced rate one worker carries runs one worker (one timeline). Measured: 12 runs of
+12 within the limit on all three windows, where most runs slid windows to 12-15
+before. A broker that stops answering for longer than max.in.flight requests' worth
+of records can still make the producer send several records in one request (the
+Java client does the same), so the measurement is made at most three times and must
+hold in one: a failure of all three is real."""
 
 from __future__ import annotations
 
+import bisect
 import json
 import math
 import statistics
+from collections import Counter
 
 import pytest
 
@@ -53,15 +50,17 @@ MAX_LATE_NS = 5_000_000      # a collector pause: tens of milliseconds
 
 
 def _measure(broker, tmp_path, attempt: int) -> tuple[int, int, int]:
-    """(most records in one 10 ms window, p99 and max lateness in ns) of the steady state."""
+    """(most records in one 10 ms window of any of the three kinds, p99 and max lateness
+    in ns) of the steady state."""
     cap = tmp_path / f"pacing-{attempt}.pcap"
     out = tmp_path / f"s-{attempt}.json"
     topic = f"pacing-{attempt}"
     with tcpdump_on_lo(cap, broker.port):
         kctl("produce", "-b", broker.bootstrap, "-t", topic, "--rate", str(RATE),
-             "--duration", "6s", "--workers", "2", "-X", "linger.ms=0", "-X", "acks=1",
+             "--duration", "6s", "-X", "linger.ms=0", "-X", "acks=1",
              "--quiet", "--json-out", str(out))
     s = RunSummary.from_json(json.loads(out.read_text()))
+    assert s.run.workers == 1          # a paced rate one worker carries
     sends: list[tuple[int, int]] = []      # (on the wire, intended)
     for f in decode_keeping_bytes(cap, broker.port).frames:
         if f.api_name == "Produce" and f.direction == "request":
@@ -84,9 +83,14 @@ def _measure(broker, tmp_path, attempt: int) -> tuple[int, int, int]:
         k = (w - origin) // WINDOW_NS
         per_window[k] = per_window.get(k, 0) + 1
     inner = sorted(per_window)[1:-1]       # the first and last windows are cut by the range
+    laid = max(per_window[k] for k in inner)
+    on_wire = sorted(w for w, _ in steady)
+    aligned = Counter(w // WINDOW_NS for w in on_wire)
+    clock = max(aligned[k] for k in sorted(aligned)[1:-1])
+    slid = max(bisect.bisect_left(on_wire, w + WINDOW_NS) - n for n, w in enumerate(on_wire))
     late = sorted(w - i for w, i in steady)
     base = statistics.median(late)         # the usual time from due to the wire
-    return (max(per_window[k] for k in inner), int(late[int(0.99 * (len(late) - 1))] - base),
+    return (max(laid, clock, slid), int(late[int(0.99 * (len(late) - 1))] - base),
             int(late[-1] - base))
 
 

@@ -1,7 +1,7 @@
 """The default worker count: cores - 1 when the broker shares the host, one per core
 otherwise (only numeric or loopback addresses here: nothing is resolved off the host)."""
 
-from kctl.load.worker_count import default_workers, is_local_host
+from kctl.load.worker_count import WorkerCount, default_workers, is_local_host, paced_workers
 
 
 def test_embedded_or_local_broker_leaves_the_broker_a_core():
@@ -23,3 +23,13 @@ def test_local_means_loopback_or_one_of_this_hosts_addresses():
     assert is_local_host("::1") is True
     assert is_local_host("192.0.2.10", own={"192.0.2.10"}) is True
     assert is_local_host("192.0.2.11", own={"192.0.2.10"}) is False
+
+
+def test_a_paced_rate_one_worker_carries_gets_one_worker():
+    remote = default_workers("192.0.2.10:9092", cores=8)
+    one = paced_workers(remote, 1000, 100)
+    assert one.count == 1 and "1,000 records/s" in one.reason
+    assert paced_workers(remote, 0, 100) == remote                      # full speed
+    assert paced_workers(remote, 500_000, 100) == remote                # more than one carries
+    assert paced_workers(remote, 1000, 1_000_000) == remote             # 1 GB/s of values
+    assert paced_workers(WorkerCount(1, "x"), 1000, 100) == WorkerCount(1, "x")
