@@ -12,7 +12,11 @@ processes, each with its own engine and connections). Its loop:
   (values, and keys for ``--keys``), cycled; the producer picks partitions
   (``partitioner.class``), lays batches out from a template and waits for
   memory. The worker picks nothing itself.
-- when nothing is due, it runs the engine's loop until the next record is due;
+- a worker behind a sparse schedule (records 1 ms or more apart) hands its
+  backlog over one record at a time, at most one above the schedule per 10 ms
+  (load/schedule.py ``CatchUp``), not in a burst;
+- when nothing is due, it runs the engine's loop until the next record is due
+  (polling, not asleep, for the last ``spin_ns`` before it: ``--spin-ms``);
 - every ``interval_s`` it sends the parent a ``WorkerInterval`` (latency
   histograms of that interval, cumulative engine counters, in-flight requests,
   buffer pool use); at the end a final one and the acknowledged ranges that
