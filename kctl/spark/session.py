@@ -151,7 +151,13 @@ def _end_now(spark: Any, scratch: str) -> None:
     ``SparkSession.stop()`` also waits up to a second for the Python accumulator server's
     polling loop, a thread that ends with this process anyway. Private handles: PySpark
     has no public one on the driver JVM's process."""
+    import logging
     import shutil
+    # py4j logs a command that fails on a connection the JVM dropped as an error, with
+    # its traceback, to the root logger (then returns an error to its caller, which
+    # handles it): at this end, once in a full test run, the JVM dropped one during the
+    # stop below. Nothing of it is the user's to read: the JVM is ended anyway.
+    logging.getLogger().addFilter(_not_py4j_send_failure)
     sc = spark.sparkContext
     proc = getattr(sc._gateway, "proc", None)                       # noqa: SLF001
     accumulators = getattr(sc, "_accumulatorServer", None)
@@ -164,10 +170,20 @@ def _end_now(spark: Any, scratch: str) -> None:
         # Its connection from the JVM ends with the kill: an end, not an error to print.
         accumulators.server_shutdown = True
         accumulators.handle_error = lambda *_: None
+    # Python objects that stand for JVM objects tell the JVM when they are collected, and
+    # some may be collected after this, as the interpreter ends: a gateway client that is
+    # not connected sends nothing.
+    client = getattr(sc._gateway, "_gateway_client", None)         # noqa: SLF001
+    if client is not None:
+        client.is_connected = False
     if proc is not None and proc.poll() is None:
         proc.kill()
         proc.wait()
     shutil.rmtree(scratch, ignore_errors=True)
+
+
+def _not_py4j_send_failure(record: Any) -> bool:
+    return record.getMessage() != "Exception while sending command."
 
 
 def _loopback_master(master: str) -> bool:

@@ -202,3 +202,20 @@ def test_a_run_of_its_own_ends_its_local_jvm_and_leaves_no_scratch(tmp_path):
     assert json.loads(res.stdout)["requests"] > 0
     assert "Traceback" not in res.stderr and "Exception" not in res.stderr, res.stderr
     assert not [p.name for p in tmp.iterdir() if p.name.startswith(("kctl-spark-", "spark-", "blockmgr-"))]
+
+
+def test_the_exit_drops_only_py4j_send_failures(caplog):
+    """At the quick end (session._end_now) py4j's log line for a command the killed JVM
+    dropped is not printed; other errors still are."""
+    import logging
+
+    from kctl.spark.session import _not_py4j_send_failure
+    root = logging.getLogger()
+    root.addFilter(_not_py4j_send_failure)
+    try:
+        with caplog.at_level(logging.ERROR):
+            logging.error("Exception while sending command.")
+            logging.error("a real error")
+    finally:
+        root.removeFilter(_not_py4j_send_failure)
+    assert [r.getMessage() for r in caplog.records] == ["a real error"]
