@@ -202,3 +202,11 @@ def test_a_run_of_its_own_ends_its_local_jvm_and_leaves_no_scratch(tmp_path):
     assert json.loads(res.stdout)["requests"] > 0
     assert "Traceback" not in res.stderr and "Exception" not in res.stderr, res.stderr
     assert not [p.name for p in tmp.iterdir() if p.name.startswith(("kctl-spark-", "spark-", "blockmgr-"))]
+
+
+def test_exit_now_leaves_sessions_it_does_not_end_alone():
+    """``exit_now`` ends only a process whose session it ends at exit (a run of its own);
+    in-process callers (tests, notebooks: a session active already) carry on."""
+    from kctl.spark.session import exit_now
+    exit_now(None)
+    exit_now(object())
