@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 from decimal import Decimal
-from typing import Optional
+from typing import TYPE_CHECKING, Optional
 
 import typer
 from rich.table import Table
 
 from kctl.errors import ConfigError
+
+if TYPE_CHECKING:
+    from kctl.spark.analyze import AnalyzeResult
 
 
 def _table(title: str, rows: list[dict], columns: list[str]) -> Table:
@@ -72,13 +75,12 @@ def analyze(
 ) -> None:
     """Decode captures in parallel on Spark into Parquet; print latency, throughput, client and error summaries."""
     from kctl.inspect.legs import LEG_CHOICES
-    from kctl.inspect.report import dumps, format_ts
     from kctl.inspect.traffic import describe_ports, tcp_port_bytes
     from kctl.quantities import parse_duration
     from kctl.spark.analyze import analyze as run_analyze
-    from kctl.spark.session import require_pyspark, spark_session
+    from kctl.spark.session import exit_now, require_pyspark, spark_session
     from kctl.spark.storage import open_at
-    from kctl.ui.console import stderr_console, stdout_console
+    from kctl.ui.console import stderr_console
     bucket_s = parse_duration(bucket, "--bucket")
     if bucket_s <= 0:
         raise ConfigError(f"--bucket must be longer than 0, not {bucket!r}")
@@ -100,6 +102,13 @@ def analyze(
                   f"{'s' if len(tried) > 1 else ''} {', '.join(map(str, tried))}; TCP ports seen, "
                   f"with their payload bytes: {seen}; give the broker's with --port", markup=False)
         raise typer.Exit(1)
+    _render(res, files, bucket_s, json_out)
+    exit_now(spark)
+
+
+def _render(res: AnalyzeResult, files: list[str], bucket_s: float, json_out: bool) -> None:
+    from kctl.inspect.report import dumps, format_ts
+    from kctl.ui.console import stdout_console
     out = stdout_console(highlight=False)
     if json_out:
         out.print(dumps(res.to_dict()), markup=False)

@@ -28,6 +28,7 @@ from kctl.inspect.ranges import (
 from kctl.inspect.report import error_codes, throttle_time_ms
 from kctl.inspect.session import DecodedFrame, decode_frame_bytes
 from kctl.protocol.error_codes import error_for
+from kctl.spark.arrow_arrays import record_batch
 
 #: Rows per Arrow record batch a task yields.
 ROWS_PER_BATCH = 4096
@@ -230,19 +231,13 @@ def coverage_from(file: str, connection: str, range_index: int, c: dict[str, Any
 
 
 def arrow_batches(rows: Iterable[dict[str, Any]], schema: Any) -> Iterator[Any]:
-    """Rows (missing keys are null) as record batches of ``schema``."""
-    import pyarrow as pa
-    names = schema.names
+    """Rows (missing keys are null) as record batches of ``schema``, built without
+    ``pa.array`` (arrow_arrays.py: it would import pandas into every Python worker)."""
     buf: list[dict[str, Any]] = []
-
-    def flush() -> Any:
-        cols = [pa.array([r.get(n) for r in buf], type=schema.field(n).type) for n in names]
-        return pa.RecordBatch.from_arrays(cols, schema=schema)
-
     for r in rows:
         buf.append(r)
         if len(buf) >= ROWS_PER_BATCH:
-            yield flush()
+            yield record_batch(buf, schema)
             buf = []
     if buf:
-        yield flush()
+        yield record_batch(buf, schema)

@@ -19,6 +19,8 @@ its own; at exit the SparkContext is stopped (tasks, Python workers, listeners),
 killed and the directory removed. Left to itself the JVM would run its shutdown hooks
 after the driver's exit (among them an ``rm -rf`` forked per temporary directory): 0.55 s
 from the command's return to the end of its processes on a small machine, 0.25 s so.
+Such a command ends with ``exit_now(spark)``: the atexit handlers run (that end among
+them), and the process exits without the interpreter's teardown (0.15-0.2 s more).
 
 ``run_job(spark, fn)`` runs an action in a thread under a job group; the
 calling thread waits, and a KeyboardInterrupt cancels the group (so Spark
@@ -140,8 +142,39 @@ def spark_session(master: str | None = None, *, app_name: str = "kctl",
     spark.sparkContext.setLogLevel("ERROR")
     if scratch is not None:
         import atexit
+        global _ends_at_exit
         atexit.register(_end_now, spark, scratch)
+        _ends_at_exit = spark
     return spark
+
+
+#: The session this process ends at its exit (``end_at_exit``), if any.
+_ends_at_exit: Any = None
+
+
+def exit_now(spark: Any) -> None:
+    """Ends the process now, status 0, when ``spark`` is a session it ends at exit
+    (``spark_session(end_at_exit=True)`` made it): a command whose work is done calls it
+    last. As a normal exit does, the other non-daemon threads are waited for and every
+    atexit handler runs (the session's end among them); stdout and stderr are flushed. What
+    is skipped is the interpreter's teardown, freeing one by one the objects of a process
+    that holds PySpark, pyarrow and kctl, which the OS frees at once: 0.15 s on a small
+    machine. Returns for any other session (one that was active already, as in tests)."""
+    if spark is None or spark is not _ends_at_exit:
+        return
+    import atexit
+    current = threading.current_thread()
+    for t in threading.enumerate():
+        if t is not current and not t.daemon:
+            t.join()
+    atexit._run_exitfuncs()                                         # noqa: SLF001
+    status = 0
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (BrokenPipeError, ValueError):                       # a reader that went away
+            status = 1
+    os._exit(status)
 
 
 def _end_now(spark: Any, scratch: str) -> None:

@@ -219,3 +219,11 @@ def test_the_exit_drops_only_py4j_send_failures(caplog):
     finally:
         root.removeFilter(_not_py4j_send_failure)
     assert [r.getMessage() for r in caplog.records] == ["a real error"]
+
+
+def test_exit_now_leaves_sessions_it_does_not_end_alone():
+    """``exit_now`` ends only a process whose session it ends at exit (a run of its own);
+    in-process callers (tests, notebooks: a session active already) carry on."""
+    from kctl.spark.session import exit_now
+    exit_now(None)
+    exit_now(object())
