@@ -32,7 +32,7 @@ from kctl.load.clock_sync import SAME_HOST, ClockServer
 from kctl.load.consume_run import ConsumeResult, ConsumeRun, ConsumeSpec
 from kctl.load.consume_verify import verify_against_acks
 from kctl.load.consume_worker import StartPosition
-from kctl.load.payload import KeySpec, PayloadSpec, make_pool, parse_keys
+from kctl.load.payload import MAX_MONOTONIC, KeySpec, PayloadSpec, make_pool, parse_keys
 from kctl.load.run import LoadResult, LoadRun, LoadSpec
 from kctl.load.verify import VerifyResult, verify
 from kctl.load.worker_count import WorkerCount, default_workers, paced_workers
@@ -190,10 +190,13 @@ def prepare(o: ProduceOptions) -> ProducePlan:
     rate = o.rate
     if o.rate_bytes:
         rate = o.rate_bytes / max(pool.mean_size, 1.0)
-    if o.workers is None and (paced := paced_workers(workers, rate, pool.mean_size)) != workers:
+    paced = paced_workers(workers, rate, pool.mean_size)
+    if o.workers is None and paced != workers and (not monotonic_count or num_records <= MAX_MONOTONIC):
         workers = paced
         if monotonic_count:
             pool = make_pool(replace(payload_spec, count=num_records))
+            if o.rate_bytes:
+                rate = o.rate_bytes / max(pool.mean_size, 1.0)
 
     # bootstrap.servers comes from -b (or the embedded broker); a value in -X or a file
     # is used when -b is absent.

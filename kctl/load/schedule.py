@@ -11,14 +11,19 @@ latency measured from these intended times instead of disappearing
 
 How a late worker catches up (``CatchUp``): where records are due at least
 ``SPARSE_INTERVAL_NS`` apart (up to 1,000 records/s per worker), each goes out on
-its own, and after a stall the backlog is not sent as a burst: a worker hands
+its own, and after a stall the backlog is not sent all at once: a worker hands
 over at most ``ceil(rate x 10 ms) + 1`` records in any ``SMOOTH_WINDOW_NS``
-(10.5 ms), so no 10 ms holds more than one record above the schedule (at 1,000
-records/s: 11, where a burst after a 3 ms stall puts 13 there) and the backlog
-drains about 5% above the rate. The records stay late until it is gone, and
-that shows in their latency, measured from the intended times as always.
-Denser schedules hand the records due so far over together (they share batches
-anyway) and catch up at once.
+(10.5 ms), so no 10 ms of its sends holds more than one record above the
+schedule (at 1,000 records/s: 11, where the whole backlog at once after a 3 ms
+stall puts 13 there). The backlog drains at that limit: about 5% above the rate
+at 1,000 records/s, more at lower rates (one record per 10.5 ms is a larger
+share of them); after a stall of 10 ms or more the first hand-overs fill the
+limit at once, then one goes as each leaves the window. The worker polls
+instead of sleeping while the limit holds a record back, so its wake-up
+lateness does not slow the catch-up. The records stay late until the backlog
+is gone, and that shows in their latency, measured from the intended times as
+always. Denser schedules hand the records due so far over together (they share
+batches anyway) and catch up at once.
 
 Max-throughput mode (rate 0) has no intended times: ``due()`` says "as many as
 you like" and latency is measured from the actual send.
@@ -114,9 +119,11 @@ class Schedule:
 
 class CatchUp:
     """At most ``cap`` hand-overs in any ``window_ns``: the last ``cap`` hand-over
-    times are kept, and the next may go once the oldest is ``window_ns`` old. A
-    late hand-over delays only the one that comes ``cap`` after it, so the loop's
-    own wake-up lateness does not stop a catch-up."""
+    times are kept, and the next may go once the oldest is ``window_ns`` old. The
+    caller hands a record over as soon as it is allowed (polling meanwhile): each
+    hand-over late by L makes the one ``cap`` after it allowed L later, so a loop
+    that slept through the wait would fall behind once L exceeds the headroom
+    (0.5 ms at 1,000 records/s)."""
 
     __slots__ = ("cap", "window_ns", "_recent")
 

@@ -13,7 +13,9 @@ the host: more would add nothing but a merged schedule, whose records each keep
 their own worker's timing jitter. Measured at 1,000 records/s with linger.ms=0
 (tcpdump): one worker kept every 10 ms window at 11 sends or fewer in 9 runs of
 9; two workers put 12 in one in 3 of 4. One worker paces 200,000 records/s of
-100 bytes here with the same p99 latency as two (4.9 and 4.6 ms).
+100 bytes here with the same p99 latency as two (4.9 and 4.6 ms), and at full
+speed one worker sent 1.2 M records/s of 100 bytes with zstd (benchmarks/produce.py):
+the limits leave a wide margin for compression and larger values.
 
 Only this host's own interface addresses and name resolution are consulted; nothing
 is sent anywhere.
@@ -119,5 +121,6 @@ def paced_workers(default: WorkerCount, rate: float, mean_value_size: float) -> 
         return default
     if rate > ONE_WORKER_RATE or rate * mean_value_size > ONE_WORKER_BYTES:
         return default
-    return WorkerCount(1, f"one worker carries {rate:,.0f} records/s, and one schedule keeps "
+    shown = f"{rate:,.0f}" if rate >= 10 else f"{rate:g}"
+    return WorkerCount(1, f"one worker carries {shown} records/s, and one schedule keeps "
                           f"them evenly spaced; at full speed it would be {default.count}")

@@ -1,6 +1,8 @@
 """The default worker count: cores - 1 when the broker shares the host, one per core
 otherwise (only numeric or loopback addresses here: nothing is resolved off the host)."""
 
+from dataclasses import replace
+
 from kctl.load.worker_count import WorkerCount, default_workers, is_local_host, paced_workers
 
 
@@ -33,3 +35,20 @@ def test_a_paced_rate_one_worker_carries_gets_one_worker():
     assert paced_workers(remote, 500_000, 100) == remote                # more than one carries
     assert paced_workers(remote, 1000, 1_000_000) == remote             # 1 GB/s of values
     assert paced_workers(WorkerCount(1, "x"), 1000, 100) == WorkerCount(1, "x")
+    assert "0.4 records/s" in paced_workers(remote, 0.4, 100).reason
+
+
+def test_one_worker_only_when_its_monotonic_share_fits(monkeypatch):
+    # --payload-monotonic holds one value per record of a worker's share (at most
+    # MAX_MONOTONIC): a paced run keeps the default count when one worker's share
+    # would not fit, instead of failing on a share the user never chose.
+    import kctl.load.payload as payload
+    import kctl.load.produce as produce
+    monkeypatch.setattr(payload, "MAX_MONOTONIC", 100)
+    monkeypatch.setattr(produce, "MAX_MONOTONIC", 100)
+    monkeypatch.setattr(produce, "default_workers", lambda _b: WorkerCount(2, "two"))
+    options = produce.ProduceOptions(bootstrap="192.0.2.10:9092", rate=1000, payload="monotonic")
+    kept = produce.prepare(replace(options, num_records=150))
+    assert kept.spec_args["workers"] == 2
+    one = produce.prepare(replace(options, num_records=80))
+    assert one.spec_args["workers"] == 1 and len(one.spec_args["payload"].values) == 80
