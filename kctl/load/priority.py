@@ -31,8 +31,8 @@ scheduler, which neither change can reach: a kernel thread that cannot be
 preempted (kdamond, about 1 ms every 510 ms) and, on a virtual machine, the host
 holding a vCPU for a few milliseconds while the worker is runnable on it. How a
 worker catches up after such a stall without a burst is load/schedule.py's
-``CatchUp``. Benchmarks at full speed are unaffected: such a worker never sleeps and is not
-given the short slice.
+``CatchUp``. Benchmarks at full speed are unaffected: such a worker never sleeps
+and is not given the short slice.
 """
 
 from __future__ import annotations

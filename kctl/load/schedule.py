@@ -38,8 +38,10 @@ from dataclasses import dataclass
 NS_PER_S = 1_000_000_000
 #: Schedules whose records are due at least this far apart catch up smoothly.
 SPARSE_INTERVAL_NS = 1_000_000
-#: Their hand-overs in any window this long stay at most one above the schedule's
-#: count in 10 ms: the extra 0.5 ms absorbs the jitter between hand-over and wire.
+#: The window their sends are counted in: at most one above the schedule's count in it.
+COUNTED_WINDOW_NS = 10_000_000
+#: The window their hand-overs are limited in: the extra 0.5 ms absorbs the jitter
+#: between hand-over and wire.
 SMOOTH_WINDOW_NS = 10_500_000
 
 
@@ -106,7 +108,8 @@ class Schedule:
         (unpaced, or records due closer together than ``SPARSE_INTERVAL_NS``)."""
         if not self.paced or self.interval_ns < SPARSE_INTERVAL_NS:
             return None
-        return CatchUp(math.ceil(self.rate * 0.01 - 1e-9) + 1, SMOOTH_WINDOW_NS)
+        on_schedule = math.ceil(self.rate * COUNTED_WINDOW_NS / NS_PER_S - 1e-9)
+        return CatchUp(on_schedule + 1, SMOOTH_WINDOW_NS)
 
     def over(self, sent: int, now_ns: int) -> bool:
         """True when this worker has nothing left to send."""

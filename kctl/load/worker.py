@@ -307,15 +307,12 @@ class Worker:
                 if catch_up is not None:
                     catch_up.handed(now)
             wait_ns = 0
-            spin = spin_ns
+            held = False        # by the catch-up limit, not by the schedule
             if paced:
                 wait_ns = sched.next_due_ns(self.seq) - now
                 if catch_up is not None and catch_up.next_ok_ns - now > wait_ns:
-                    # Held back by the catch-up limit: polled, not slept, so that each hand-over
-                    # goes when the limit allows it, not a wake-up later; a sleeper woken 0.5 ms
-                    # late would fall behind for good (11 records per 11 ms against 10.5 ms).
                     wait_ns = catch_up.next_ok_ns - now
-                    spin = wait_ns
+                    held = True
             # A report (about half a millisecond of work) goes out where the schedule
             # leaves room for it, so it never holds a due record up; when records are
             # due closer together than that (or there is no schedule), when it is due.
@@ -330,7 +327,13 @@ class Worker:
             if not sent:
                 # The last spin_ns before a record is due are spent polling, not asleep:
                 # a sleeping thread's wake-up can come milliseconds late (load/priority.py).
-                p.poll(min((wait_ns - spin) / 1e9, 0.05) if wait_ns > spin else 0)
+                # A record held by the catch-up limit is polled for the whole wait, so that
+                # it goes when the limit allows it, not a wake-up later: a sleeper woken
+                # 0.5 ms late would fall behind for good (11 records per 11 ms against 10.5).
+                if held or wait_ns <= spin_ns:
+                    p.poll(0)
+                else:
+                    p.poll(min((wait_ns - spin_ns) / 1e9, 0.05))
         self._wait_for_window_end(next_report)
         self._finish()
 

@@ -188,8 +188,8 @@ def _end_now(spark: Any, scratch: str) -> None:
     import shutil
     # py4j logs a command that fails on a connection the JVM dropped as an error, with
     # its traceback, to the root logger (then returns an error to its caller, which
-    # handles it): at this end, once in a full test run, the JVM dropped one during the
-    # stop below. Nothing of it is the user's to read: the JVM is ended anyway.
+    # handles it): once in a full test run such a line was printed at this end (which
+    # command, not found). Nothing of it is the user's to read: the JVM is ended anyway.
     logging.getLogger().addFilter(_not_py4j_send_failure)
     sc = spark.sparkContext
     proc = getattr(sc._gateway, "proc", None)                       # noqa: SLF001
