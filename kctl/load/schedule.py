@@ -25,6 +25,13 @@ is gone, and that shows in their latency, measured from the intended times as
 always. Denser schedules hand the records due so far over together (they share
 batches anyway) and catch up at once.
 
+At a stop (Ctrl-C, a fatal producer error) every record due by the worker's last
+turn before it saw the stop counts as scheduled; those it never handed over (held
+by the catch-up limit, or due since its last hand-over) are abandoned, with their
+own reason (``unsent_at_stop``). The end of ``--duration`` is no stop: the
+schedule's records are those due before it (``total``), and a late worker hands
+them all over, at the catch-up limit, before it finishes.
+
 Max-throughput mode (rate 0) has no intended times: ``due()`` says "as many as
 you like" and latency is measured from the actual send.
 """
@@ -110,6 +117,16 @@ class Schedule:
             return None
         on_schedule = math.ceil(self.rate * COUNTED_WINDOW_NS / NS_PER_S - 1e-9)
         return CatchUp(on_schedule + 1, SMOOTH_WINDOW_NS)
+
+    def unsent_at_stop(self, handed: int, last_turn_ns: int) -> int:
+        """At a stop (Ctrl-C, a fatal error): the records due by the worker's last turn
+        before it saw the stop (``last_turn_ns``) that it never handed over (``handed``
+        were): those the catch-up limit still held, or that came due since the last
+        hand-over. They count as scheduled and abandoned, so every due record is
+        counted. 0 unpaced (no record is ever due) and when the schedule ran out."""
+        if not self.paced:
+            return 0
+        return max(0, self.due(last_turn_ns) - handed)
 
     def over(self, sent: int, now_ns: int) -> bool:
         """True when this worker has nothing left to send."""

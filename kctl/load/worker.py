@@ -31,7 +31,12 @@ processes, each with its own engine and connections). Its loop:
   a fatal one (fenced) fails the worker;
 - ``stop`` (set by the parent on Ctrl-C) ends the schedule early; what is in
   flight is given ``stop_grace_s`` to finish, then abandoned (counted, with the
-  reason).
+  reason). Records due by the worker's last turn before the stop that it never
+  handed over (the catch-up limit held them, or they came due since its last
+  hand-over) count as scheduled and abandoned (``UNSENT_AT_STOP``), so
+  scheduled = acked + failed + abandoned. A fatal producer error (a ``KctlError``
+  out of the loop) ends the schedule the same way: a last report with the
+  complete counts goes out, then the error fails the worker (``WorkerFailed``).
 
 Latency is recorded per acknowledged batch and append slice (stats/latency.py).
 Records carry their identity in one ``kctl`` header (protocol/identity.py): run
@@ -81,6 +86,10 @@ SLICE_MAX = 256
 SLICE_MAX_UNPACED = 2048
 #: A report is made while the next record is at least this far away (it takes ~0.5 ms).
 REPORT_SLACK_NS = 800_000
+#: Why records due by a stop (Ctrl-C, a fatal producer error) that the worker never
+#: handed to its producer are abandoned: the catch-up limit still held them, or they
+#: came due since its last hand-over (schedule.py ``unsent_at_stop``).
+UNSENT_AT_STOP = "run stopped: due, never handed to the producer"
 #: Records a pool of random keys holds (each key drawn once per pool slot).
 KEYED_POOL_MIN = 16384
 #: Largest pool a keys file and payload pool are cycled through together.
@@ -204,7 +213,9 @@ class Worker:
         self.rng = random.Random(spec.seed * 1000 + spec.worker)
         self._interval_start_wall = self.clock.wall_ns()
         self._interval_warmup = False
-        self.abandoned = 0
+        self.abandoned = 0                      # the final count: the producer's and self.unsent
+        self.abandoned_by_reason: dict[str, int] = {}
+        self.unsent = 0                         # due by the stop, never handed over (counted at the end)
         self.txn_ns = (spec.transaction_duration_ms or 0) * 1_000_000
         self.txn_started_ns = 0
         self._txn_mark: dict[int, int] = {}
@@ -272,68 +283,81 @@ class Worker:
         txn_ns = self.txn_ns
         if txn_ns:
             self._begin_transaction()
-        while not self.stop.is_set():
-            now = self.clock.now_ns()
-            if sched.over(self.seq, now):
-                break
-            if txn_ns and now - self.txn_started_ns >= txn_ns:
-                self._end_transaction(None)
-                self._begin_transaction()
-                now = self.clock.now_ns()
-            due = sched.due(now)
-            if catch_up is not None:
-                due = self.seq + catch_up.allowed(due, self.seq, now)
-            sent = due > self.seq
-            if sent:
-                k = min(due - self.seq, slice_max)
-                seq = self.seq
-                try:
-                    if pool is not None:
-                        p.send_bulk(topic, pool, seq % size, k, shape=shape,
-                                    intended_first_ns=sched.intended_ns(seq) if paced else -1,
-                                    intended_step_ns=step, first_seq=seq)
-                    else:
-                        p.send_bulk(topic, self._seq_key_pool(seq, k), 0, k, shape=shape,
-                                    intended_first_ns=sched.intended_ns(seq) if paced else -1,
-                                    intended_step_ns=step, first_seq=seq)
-                except TransactionAbortableError:
-                    # The open transaction failed (a batch of it did): abort it and go on
-                    # in a new one; the slice was not taken and goes again.
-                    self._abort_transaction(None)
+        turn_ns = sched.start_ns - 1   # the last turn's time (nothing is due before the start)
+        try:
+            while not self.stop.is_set():
+                now = turn_ns = self.clock.now_ns()
+                if sched.over(self.seq, now):
+                    break
+                if txn_ns and now - self.txn_started_ns >= txn_ns:
+                    self._end_transaction(None)
                     self._begin_transaction()
-                    continue
-                self.seq = seq + k
-                now = self.clock.now_ns()       # after send_bulk, which may wait for memory
+                    now = self.clock.now_ns()
+                due = sched.due(now)
                 if catch_up is not None:
-                    catch_up.handed(now)
-            wait_ns = 0
-            held = False        # by the catch-up limit, not by the schedule
-            if paced:
-                wait_ns = sched.next_due_ns(self.seq) - now
-                if catch_up is not None and catch_up.next_ok_ns - now > wait_ns:
-                    wait_ns = catch_up.next_ok_ns - now
-                    held = True
-            # A report (about half a millisecond of work) goes out where the schedule
-            # leaves room for it, so it never holds a due record up; when records are
-            # due closer together than that (or there is no schedule), when it is due.
-            warmup_ended = self._interval_warmup and not self._in_warmup(now)
-            mono = time.monotonic()
-            if (warmup_ended or mono >= next_report) and (
-                    dense or wait_ns >= REPORT_SLACK_NS or mono >= next_report + spec.interval_s / 2):
-                self._report(final=False)
-                next_report = (time.monotonic() + spec.interval_s if warmup_ended
-                               else next_report + spec.interval_s)
-                continue
-            if not sent:
-                # The last spin_ns before a record is due are spent polling, not asleep:
-                # a sleeping thread's wake-up can come milliseconds late (load/priority.py).
-                # A record held by the catch-up limit is polled for the whole wait, so that
-                # it goes when the limit allows it, not a wake-up later: a sleeper woken
-                # 0.5 ms late would fall behind for good (11 records per 11 ms against 10.5).
-                if held or wait_ns <= spin_ns:
-                    p.poll(0)
-                else:
-                    p.poll(min((wait_ns - spin_ns) / 1e9, 0.05))
+                    due = self.seq + catch_up.allowed(due, self.seq, now)
+                sent = due > self.seq
+                if sent:
+                    k = min(due - self.seq, slice_max)
+                    seq = self.seq
+                    try:
+                        if pool is not None:
+                            p.send_bulk(topic, pool, seq % size, k, shape=shape,
+                                        intended_first_ns=sched.intended_ns(seq) if paced else -1,
+                                        intended_step_ns=step, first_seq=seq)
+                        else:
+                            p.send_bulk(topic, self._seq_key_pool(seq, k), 0, k, shape=shape,
+                                        intended_first_ns=sched.intended_ns(seq) if paced else -1,
+                                        intended_step_ns=step, first_seq=seq)
+                    except TransactionAbortableError:
+                        # The open transaction failed (a batch of it did): abort it and go on
+                        # in a new one; the slice was not taken and goes again.
+                        self._abort_transaction(None)
+                        self._begin_transaction()
+                        continue
+                    self.seq = seq + k
+                    now = self.clock.now_ns()       # after send_bulk, which may wait for memory
+                    if catch_up is not None:
+                        catch_up.handed(now)
+                wait_ns = 0
+                held = False        # by the catch-up limit, not by the schedule
+                if paced:
+                    wait_ns = sched.next_due_ns(self.seq) - now
+                    if catch_up is not None and catch_up.next_ok_ns - now > wait_ns:
+                        wait_ns = catch_up.next_ok_ns - now
+                        held = True
+                # A report (about half a millisecond of work) goes out where the schedule
+                # leaves room for it, so it never holds a due record up; when records are
+                # due closer together than that (or there is no schedule), when it is due.
+                warmup_ended = self._interval_warmup and not self._in_warmup(now)
+                mono = time.monotonic()
+                if (warmup_ended or mono >= next_report) and (
+                        dense or wait_ns >= REPORT_SLACK_NS or mono >= next_report + spec.interval_s / 2):
+                    self._report(final=False)
+                    next_report = (time.monotonic() + spec.interval_s if warmup_ended
+                                   else next_report + spec.interval_s)
+                    continue
+                if not sent:
+                    # The last spin_ns before a record is due are spent polling, not asleep:
+                    # a sleeping thread's wake-up can come milliseconds late (load/priority.py).
+                    # A record held by the catch-up limit is polled for the whole wait, so that
+                    # it goes when the limit allows it, not a wake-up later: a sleeper woken
+                    # 0.5 ms late would fall behind for good (11 records per 11 ms against 10.5).
+                    if held or wait_ns <= spin_ns:
+                        p.poll(0)
+                    else:
+                        p.poll(min((wait_ns - spin_ns) / 1e9, 0.05))
+        except KctlError as error:
+            # A fatal producer error (fenced, not authorized, ...) ends the schedule as a
+            # stop does: every record still gets its verdict, and the last report (with
+            # the complete counts) goes out before the error fails the worker.
+            self.unsent = sched.unsent_at_stop(self.seq, turn_ns)
+            try:
+                self._finish(failed=True)
+            except KctlError as late:
+                raise KctlError(f"{error} (then, while finishing: {late})") from None
+            raise
+        self.unsent = sched.unsent_at_stop(self.seq, turn_ns)
         self._wait_for_window_end(next_report)
         self._finish()
 
@@ -382,21 +406,29 @@ class Worker:
         self.producer.abort_transaction(timeout_s)
         self.acked.truncate(self._txn_mark)   # --verify: an aborted transaction's records are not expected
 
-    def _finish(self) -> None:
+    def _finish(self, *, failed: bool = False) -> None:
         """Waits for every record's verdict (and commits the open transaction); when
-        stopped (Ctrl-C), for ``stop_grace_s`` at most, then abandons what is left
-        (an open transaction is aborted): counted apart, with the reason."""
+        stopped (Ctrl-C) or ``failed`` (a fatal producer error), for ``stop_grace_s`` at
+        most, then abandons what is left (an open transaction is aborted): counted
+        apart, with the reason. Records due that were never handed over
+        (``self.unsent``) are abandoned too, under ``UNSENT_AT_STOP``."""
         p = self.producer
-        grace = self.spec.stop_grace_s if self.stop.is_set() else None
+        grace = self.spec.stop_grace_s if failed or self.stop.is_set() else None
         done = p.flush(grace)
         txn = p.transactions
-        if done and txn is not None and txn.in_transaction:
+        if done and not failed and txn is not None and txn.in_transaction:
             self._end_transaction(grace)
         reason = None if done else (f"run stopped: no verdict within the {grace:g} s stop grace")
         p.close(0 if not done else None, abandon_reason=reason)
-        self.abandoned = p.metrics.records_abandoned
+        by_reason = dict(p.metrics.abandoned_by_reason)
+        if self.unsent:
+            by_reason[UNSENT_AT_STOP] = self.unsent
+        self.abandoned = p.metrics.records_abandoned + self.unsent
+        self.abandoned_by_reason = by_reason
         gc.unfreeze()
-        self._report(final=True)
+        # A failing worker's last report is not final: its WorkerFailed follows and ends it
+        # (the parent stops listening to a worker at its final report).
+        self._report(final=not failed)
 
     def _report(self, *, final: bool) -> None:
         now_wall = self.clock.wall_ns()
@@ -408,7 +440,8 @@ class Worker:
             in_flight_by_node=in_flight, buffer_available=p.pool.available_memory,
             buffer_total=p.pool.total_memory,
             warmup=self._interval_warmup, final=final,
-            records_scheduled=self.seq, abandoned=self.abandoned,
+            records_scheduled=self.seq + self.unsent, abandoned=self.abandoned,
+            abandoned_by_reason=self.abandoned_by_reason,
             commit_latency=self._take_commit_latency(), last_done_wall_ns=self.last_done_wall_ns,
             acked_runs=dict(self.acked.runs) if final and self.spec.verify else None))
         self._interval_start_wall = now_wall

@@ -40,7 +40,8 @@ import enum
 import functools
 import threading
 import uuid
-from collections.abc import Container, Mapping, Sequence
+from collections import Counter
+from collections.abc import Container, Iterable, Mapping, Sequence
 from dataclasses import dataclass, fields
 from datetime import UTC, datetime
 from pathlib import PurePath
@@ -126,6 +127,14 @@ def _first_sent_batches(m: MetricsSnapshot) -> int:
 
 def _ratio(a: float, b: float) -> float:
     return a / b if b else 0.0
+
+
+def _summed(counts: Iterable[Mapping[str, int]]) -> dict[str, int]:
+    """Per-name counts added up, sorted by name."""
+    out: Counter[str] = Counter()
+    for c in counts:
+        out.update(c)
+    return dict(sorted(out.items()))
 
 
 # -- the dashboard's view ------------------------------------------------------------------------
@@ -322,6 +331,7 @@ class RunStats:
         self._buffer: dict[int, tuple[int, int]] = {}
         self._scheduled: dict[int, int] = {}    # latest cumulative figures per worker
         self._abandoned: dict[int, int] = {}
+        self._abandoned_by_reason: dict[int, dict[str, int]] = {}
         self._next_round: dict[int, int] = {}   # worker -> round its next report belongs to
         self._done: set[int] = set()
         self._failed: dict[int, str] = {}
@@ -370,6 +380,7 @@ class RunStats:
         if msg.commit_latency is not None:
             self._commit_latency.add(decode_histogram(msg.commit_latency))
         self._abandoned[w] = msg.abandoned
+        self._abandoned_by_reason[w] = msg.abandoned_by_reason
 
         r = max(self._next_round.get(w, 0), self._closed_upto + 1)
         self._next_round[w] = r + 1
@@ -561,7 +572,7 @@ class RunStats:
                 sent=res.records_sent, acked=res.records_acked, failed=res.records_failed,
                 failed_by_error=dict(sorted(res.failed_by_error.items())),
                 abandoned=sum(self._abandoned.values()), scheduled=sum(self._scheduled.values()),
-                abandoned_by_reason=dict(sorted(total.abandoned_by_reason.items())),
+                abandoned_by_reason=_summed(self._abandoned_by_reason.values()),
                 bytes_sent=res.bytes_sent, value_bytes=res.value_bytes_acked,
                 batches_sent=res.batches_sent, batches_acked=res.batches_acked,
                 requests_sent=res.requests_sent, responses_received=res.responses_received),

@@ -28,9 +28,16 @@ class WorkerInterval:
     buffer_available: int = 0     # BufferPool bytes free now
     buffer_total: int = 0         # buffer.memory
     warmup: bool = False          # still warming up: shown live, not counted in results
-    final: bool = False           # the worker's last report (it has flushed and stopped)
-    records_scheduled: int = 0    # cumulative: records the schedule has handed out (warm-up too)
-    abandoned: int = 0            # cumulative: records still unacknowledged when the worker gave up
+    # the worker's last report (it has flushed and stopped); a failing worker's last report
+    # is not final (its counts are complete): its WorkerFailed follows it
+    final: bool = False
+    # cumulative: records the schedule has handed out (warm-up too); in the final report
+    # of a stopped paced worker, also those due by the stop but never handed over
+    records_scheduled: int = 0
+    abandoned: int = 0            # cumulative: records without a verdict when the worker gave up
+    #: cumulative: ``abandoned`` by reason: the engine's (no verdict within the stop grace)
+    #: and the worker's (due by the stop, never handed to the producer)
+    abandoned_by_reason: dict[str, int] = field(default_factory=dict)
     commit_latency: bytes | None = None   # this interval's transaction commits (µs histogram)
     last_done_wall_ns: int = 0    # cumulative: when the worker's latest batch was acked or failed
     # final report of a --verify run only: partition -> [(offset, count, first_seq)] acked runs

@@ -25,9 +25,9 @@ pytestmark = pytest.mark.broker
 _topics = iter(range(10**6))
 
 
-def produce_args(bootstrap, out, *extra):
+def produce_args(bootstrap, out, *extra, workers=1):
     return [sys.executable, "-m", "kctl", "produce", "-b", bootstrap,
-            "-t", f"pfaults-{os.getpid()}-{next(_topics)}", "--partitions", "2", "--workers", "1",
+            "-t", f"pfaults-{os.getpid()}-{next(_topics)}", "--partitions", "2", "--workers", str(workers),
             "--quiet", "--verify", "--json-out", str(out), *extra]
 
 
@@ -39,6 +39,41 @@ def run(bootstrap, out, *extra, timeout=90):
 def read_summary(out) -> tuple[dict, RunSummary]:
     doc = json.loads(out.read_text())
     return doc, RunSummary.from_json(doc)
+
+
+class ProduceResponses:
+    """The proxy's ``on_frame``: when each Produce response went back to kctl."""
+
+    def __init__(self) -> None:
+        self.ts_ns: list[int] = []
+
+    def __call__(self, ev) -> None:
+        if ev.api_name == "Produce" and ev.direction == "response":
+            self.ts_ns.append(ev.ts_ns)
+
+    def wait(self, n: int, timeout_s: float = 30.0) -> None:
+        """Until ``n`` have gone back (the run is producing), or ``timeout_s``."""
+        deadline = time.monotonic() + timeout_s
+        while len(self.ts_ns) < n and time.monotonic() < deadline:
+            time.sleep(0.01)
+
+
+def run_and_stop(args, responses: ProduceResponses, signum: int, before_stop) -> tuple[int, str, int]:
+    """Runs kctl (in a process group of its own), waits until it is producing, calls
+    ``before_stop(proc)``, sends ``signum``; returns the exit status, stderr and when the
+    signal went (Unix ms)."""
+    proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)
+    try:
+        responses.wait(50, 60)
+        before_stop(proc)
+        stop_unix_ms = time.time_ns() // 1_000_000
+        proc.send_signal(signum)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    return proc.returncode, err, stop_unix_ms
 
 
 def check_accounted_and_read_back(doc, s: RunSummary):
@@ -102,17 +137,11 @@ def test_buffer_exhaustion_fails_records_and_the_run_goes_on(broker, tmp_path):
     for memory fail (BUFFER_EXHAUSTED, counted); the run goes on to the end of its
     schedule and recovers with the broker; every record is accounted for."""
     out = tmp_path / "s.json"
-    responses = []
+    responses = ProduceResponses()
 
-    def on_frame(ev):
-        if ev.api_name == "Produce" and ev.direction == "response":
-            responses.append(ev.ts_ns)
-
-    with InspectorProxy([broker.bootstrap], on_frame=on_frame) as proxy:
+    with InspectorProxy([broker.bootstrap], on_frame=responses) as proxy:
         def stall():
-            deadline = time.monotonic() + 30
-            while len(responses) < 20 and time.monotonic() < deadline:
-                time.sleep(0.01)
+            responses.wait(20)
             proxy.set_faults(FaultPlan(blackhole=True))
             time.sleep(1.5)
             proxy.set_faults(None)
@@ -153,26 +182,13 @@ def test_ctrl_c_exits_130_and_says_the_run_was_cut_short(broker, tmp_path):
     """Item 5: Ctrl-C (SIGINT to kctl) stops the schedule; exit status 130, the summary
     says ``interrupted`` and is written, with every record accounted for."""
     out = tmp_path / "s.json"
-    responses = []
+    responses = ProduceResponses()
 
-    def on_frame(ev):
-        if ev.api_name == "Produce" and ev.direction == "response":
-            responses.append(ev.ts_ns)
-
-    with InspectorProxy([broker.bootstrap], on_frame=on_frame) as proxy:
-        proc = subprocess.Popen(produce_args(proxy.bootstrap, out, "--rate", "1000", "--duration", "60s"),
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        try:
-            deadline = time.monotonic() + 60
-            while len(responses) < 50 and time.monotonic() < deadline:
-                time.sleep(0.05)
-            time.sleep(1.0)
-            proc.send_signal(signal.SIGINT)
-            _, err = proc.communicate(timeout=60)
-        finally:
-            if proc.poll() is None:
-                proc.kill()
-    assert proc.returncode == 130, err
+    with InspectorProxy([broker.bootstrap], on_frame=responses) as proxy:
+        status, err, _ = run_and_stop(
+            produce_args(proxy.bootstrap, out, "--rate", "1000", "--duration", "60s"),
+            responses, signal.SIGINT, lambda proc: time.sleep(1.0))
+    assert status == 130, err
     doc, s = read_summary(out)
     assert doc["run"]["interrupted"] is True and s.run.interrupted
     assert 0 < s.counts.scheduled < 60_000
@@ -199,3 +215,58 @@ def test_transactional_run_aborts_a_failed_transaction_and_goes_on(broker, tmp_p
     assert c.failed_by_error.get("TRANSACTION_ABORTED", 0) > 0
     assert c.acked > 1500
     check_accounted_and_read_back(doc, s)
+
+
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["ctrl-c", "sigterm"])
+def test_a_stop_while_behind_counts_the_records_the_catch_up_limit_held(broker, tmp_path, signum):
+    """Ctrl-C (or SIGTERM, taken as Ctrl-C) while two paced workers (1,000 records/s each)
+    catch up after a 300 ms stall (the whole process group stopped, as a preempted host
+    would): the catch-up limit still holds most of the backlog, and those records count
+    as scheduled and abandoned (never handed to the producer); every record is accounted
+    for and read back, and both workers stopped in order (none failed)."""
+    out = tmp_path / "s.json"
+    responses = ProduceResponses()
+
+    def stall(proc):
+        os.killpg(proc.pid, signal.SIGSTOP)
+        time.sleep(0.3)
+        os.killpg(proc.pid, signal.SIGCONT)
+        time.sleep(0.2)
+
+    with InspectorProxy([broker.bootstrap], on_frame=responses) as proxy:
+        status, err, stop_unix_ms = run_and_stop(
+            produce_args(proxy.bootstrap, out, "--rate", "2000", "--duration", "60s", workers=2),
+            responses, signum, stall)
+    assert status == 130, err
+    doc, s = read_summary(out)
+    assert s.run.interrupted and s.run.workers == 2
+    assert s.counts.acked > 0 and len(doc["run"]["workers_failed"]) == 0
+    unsent = s.counts.abandoned_by_reason.get("run stopped: due, never handed to the producer", 0)
+    assert unsent > 200, s.counts        # about 600 fell due in the stall; ~10% drained
+    # Scheduled: every record due by the stop (the workers see it within a poll; the
+    # margin above is for a slow parent), not just those handed over.
+    due_at_stop = 2000 * (stop_unix_ms - s.run.start_unix_ms) // 1000
+    assert due_at_stop - 10 <= s.counts.scheduled <= due_at_stop + 200, (due_at_stop, s.counts)
+    check_accounted_and_read_back(doc, s)
+
+
+def test_a_fatal_producer_error_fails_the_run_with_every_record_accounted(broker, tmp_path):
+    """A batch refused with CLUSTER_AUTHORIZATION_FAILED is fatal for an idempotent producer
+    (as Java's): the worker fails the run (one ``kctl: error:`` line, status 2), but first
+    reports its complete counts, so the summary is written and adds up, the due slice it
+    could not hand over abandoned."""
+    out = tmp_path / "s.json"
+    plan = FaultPlan(lose_rate=1.0, lose_limit=1, lose_error="CLUSTER_AUTHORIZATION_FAILED", seed=1)
+    with InspectorProxy([broker.bootstrap], faults=plan) as proxy:
+        r = run(proxy.bootstrap, out, "--rate", "1000", "--duration", "10s",
+                "-X", "enable.idempotence=true", "-X", "acks=all")
+    assert r.returncode == 2, r.stderr
+    assert r.stderr.startswith("kctl: error: worker 0 failed: ") and "CLUSTER_AUTHORIZATION_FAILED" in r.stderr
+    assert "Traceback" not in r.stderr
+    _, s = read_summary(out)
+    c = s.counts
+    assert [w.worker for w in s.run.workers_failed] == [0]
+    assert c.failed_by_error.get("CLUSTER_AUTHORIZATION_FAILED", 0) >= 1
+    assert c.abandoned_by_reason.get("run stopped: due, never handed to the producer", 0) >= 1
+    assert s.unaccounted == 0 and c.abandoned == sum(c.abandoned_by_reason.values())
+    assert c.failed == sum(c.failed_by_error.values())

@@ -47,14 +47,21 @@ def test_unpaced_schedule():
     assert Schedule(rate=0, start_ns=0, num_records=5).due(0) == 5
 
 
-def _drive(sched: Schedule, stalls: dict[int, int], late_ns: int, n: int) -> list[int]:
+def _drive(sched: Schedule, stalls: dict[int, int], late_ns: int, n: int,
+           stop: list[int] | None = None) -> list[int]:
     """Hand-over times of ``n`` records when a worker loop (stepped on a fake clock) takes
     ``late_ns`` to wake for each record it slept until (not for a wait on the catch-up
     limit, which it polls through, as load/worker.py does) and stalls ``stalls[i]`` ns
-    after handing record i - 1 over."""
+    after handing record i - 1 over. ``stop``: ``[stop_ns]``, the loop sees a stop set
+    then at its next turn (as load/worker.py's loop) and appends its last turn's time."""
     catch = sched.catch_up()
     now, sent, out = 0, 0, []
+    turn_ns = sched.start_ns - 1
     while sent < n:
+        if stop is not None and now >= stop[0]:
+            stop.append(turn_ns)
+            break
+        turn_ns = now
         now += stalls.pop(sent, 0)
         due = sched.due(now)
         if catch is not None:
@@ -111,6 +118,49 @@ def test_slow_wake_ups_do_not_stop_a_catch_up(late_ns, stall_ns):
     assert max(late[2500:]) <= late_ns + 1_000_000
     assert _fullest_window(times) <= 11
     assert _fullest_window(times) <= 11
+
+
+def test_records_held_at_a_stop_are_scheduled_and_abandoned():
+    # 1,000 records/s, a 100 ms stall after record 49: 100 records fall due at once and
+    # the catch-up limit (11 per 10.5 ms) drains them at about 5% above the rate; a stop
+    # 50 ms later finds most of them held back. Every record due by the worker's last
+    # turn is counted: handed over (its verdict comes from the producer) or never handed
+    # over (abandoned); the schedule's records after the stop are neither.
+    sched = Schedule(rate=1000, start_ns=0)
+    stop = [200_000_000]
+    times = _drive(sched, {50: 100_000_000}, 0, 10**6, stop=stop)
+    last_turn = stop[1]
+    handed = len(times)
+    assert stop[0] - 11_000_000 < last_turn < stop[0]  # bursts of 11 every 10.5 ms
+    unsent = sched.unsent_at_stop(handed, last_turn)
+    assert handed == 50 + 5 * 11                        # at the stall's end and 4 x 10.5 ms on
+    assert unsent == sched.due(last_turn) - handed and unsent > 80
+    # (tests/load/test_worker_stop.py: the worker reports them, and its counts add up.)
+
+
+def test_nothing_is_held_at_a_stop_on_schedule_or_after_the_last_record():
+    sched = Schedule(rate=1000, start_ns=0, num_records=100)
+    stop = [50_500_000]
+    times = _drive(sched, {}, 300_000, 100, stop=stop)
+    # On time: the last turn handed over everything due by then.
+    assert sched.unsent_at_stop(len(times), stop[1]) == 0
+    # The schedule ran out: a stop long after it leaves nothing unsent.
+    assert sched.unsent_at_stop(100, 10 * NS_PER_S) == 0
+    # Max throughput has no due records.
+    assert Schedule(rate=0, start_ns=0, num_records=10).unsent_at_stop(3, NS_PER_S) == 0
+    # Nothing is due before the start.
+    assert Schedule(rate=1000, start_ns=5).unsent_at_stop(0, 4) == 0
+
+
+def test_duration_end_counts_the_records_due_before_it():
+    # The end of --duration is not a stop: the schedule's records are those due before
+    # it (the one due exactly at the end belongs to the next window), all handed over
+    # even if the worker is late, so a stall just before the end leaves none behind.
+    sched = Schedule(rate=1000, start_ns=0, duration_ns=NS_PER_S)
+    assert sched.total == 1000 and sched.intended_ns(999) < NS_PER_S == sched.intended_ns(1000)
+    times = _drive(sched, {990: 30_000_000}, 0, sched.total)
+    assert len(times) == 1000 and times[-1] > NS_PER_S
+    assert sched.over(len(times), times[-1])
 
 
 @settings(max_examples=60, deadline=None)
