@@ -103,7 +103,7 @@ class MetadataUpdater:
             reason = str(e)
         error = f"node {node} ({self.network.address(node)}): {reason}"
         if error != self.last_error:
-            log.warning("metadata refresh failed: %s", error)
+            log.info("metadata refresh failed: %s", error)
         self.last_error = error
         self.metadata.failed_update(now_ns)
         return now_ns + max(NS_PER_MS, self.metadata.time_to_next_update_ns(now_ns))
