@@ -28,6 +28,8 @@ from .sender_harness import Harness
 METADATA = schema.API_BY_NAME["Metadata"].api_key
 #: What a broker that does not offer Metadata at all negotiates with kctl.
 NO_METADATA = {k: v for k, v in ALL_VERSIONS.items() if k != METADATA}
+#: kctl's side of Metadata, as the "no common version" line words it.
+KCTL_RANGE = f"kctl v{schema.API_BY_KEY[METADATA].min_version}-v{ALL_VERSIONS[METADATA]}"
 #: retry.backoff.ms and retry.backoff.max.ms, Kafka's defaults.
 BACKOFF_MS, BACKOFF_MAX_MS = 100, 1000
 
@@ -78,7 +80,7 @@ def test_unsupported_version_during_internal_metadata_request():
     assert net.requests("Metadata") == [] and not u.in_flight
     assert failures == [now]
     assert wake == now + BACKOFF_MS * NS_PER_MS
-    assert u.last_error == "node 0 (node-0): no common version of Metadata: broker does not offer it, kctl v0-v12"
+    assert u.last_error == f"node 0 (node-0): no common version of Metadata: broker does not offer it, {KCTL_RANGE}"
     # Before the backoff has passed, nothing is tried again.
     clock.advance(ms=BACKOFF_MS - 1)
     assert u.maybe_update(clock.now_ns()) == wake and failures == [now]
@@ -308,7 +310,7 @@ def test_consumer_against_a_broker_without_metadata():
     """The defect as a user met it, over real sockets: a broker whose ApiVersions answer
     offers no Metadata. The consumer used to raise a TypeError out of its loop; now
     partitions_for fails with one line naming the broker's and kctl's ranges, having
-    retried with backoff (a handful of attempts in a second, each a new look, no request)."""
+    retried with backoff, and no Metadata request ever reached the broker."""
     from kctl.consumer_config import ConsumerConfig
     from kctl.engine.consumer import Consumer
 
@@ -320,7 +322,8 @@ def test_consumer_against_a_broker_without_metadata():
             failures = count_failures(consumer.metadata)
             with pytest.raises(KctlError, match=r"^metadata for topic 't' did not complete within 1 s; the last "
                                                  r"metadata refresh failed: node -1 \(127\.0\.0\.1:\d+\): no common "
-                                                 r"version of Metadata: broker does not offer it, kctl v0-v12$"):
+                                                 r"version of Metadata: broker does not offer it, " + KCTL_RANGE + "$"):
                 consumer.partitions_for("t", timeout_s=1)
-        assert 3 <= len(failures) <= 6   # backoff 100, 200, 400 ms ...
+        # Backoff 100, 200, 400 ms: at most 4 attempts in the second (fewer if connecting is slow).
+        assert 1 <= len(failures) <= 4
         assert [r.header.request_api_key for _, r in broker.requests] == [API_VERSIONS]
