@@ -136,10 +136,13 @@ class Metadata:
         """The Metadata request to send now at ``version`` (``requests.metadata``: the
         client's topics, auto-created only as ``allow_auto_topic_creation`` says); marks a
         refresh in progress."""
+        # Built before the refresh is marked in progress: a request that cannot be built
+        # must not leave a refresh "in progress" that no answer will ever end.
+        req = requests.metadata(version, sorted(self.topics),
+                                allow_auto_topic_creation=self.allow_auto_topic_creation)
         self._in_progress = True
         self._last_attempt_ns = now_ns
-        return requests.metadata(version, sorted(self.topics),
-                                 allow_auto_topic_creation=self.allow_auto_topic_creation)
+        return req
 
     def failed_update(self, now_ns: int) -> None:
         self._in_progress = False
