@@ -4,7 +4,8 @@ How this works
 --------------
 One consumer per process and thread, like the producer: the thread that polls runs
 the I/O loop. ``run_once(now_ns)`` is the loop body, one step without waiting: fail
-on a TLS/SASL refusal or a fatal group/offset error, refresh metadata when due, let the
+on a TLS/SASL refusal or a fatal group/offset error, refresh metadata when due
+(``MetadataUpdater``, shared with the producer; an error for a topic it reads raises), let the
 group coordinator find its coordinator, join, sync, heartbeat, fetch committed offsets
 and auto-commit (``ConsumerCoordinator.poll``), give partitions without a position one
 (their committed offset, or ``auto.offset.reset`` / a ``seek_to_*`` through ListOffsets),
@@ -35,19 +36,18 @@ from kctl.engine.clock import NS_PER_MS, Clock, SystemClock
 from kctl.engine.consumer_coordinator import CommitResult, ConsumerCoordinator, RebalanceListener
 from kctl.engine.consumer_metrics import ConsumerMetrics
 from kctl.engine.fetcher import ConsumedBatch, Fetcher
-from kctl.engine.metadata import Metadata
-from kctl.engine.network import ClientRequest, ClientResponse, NetworkClient
+from kctl.engine.metadata import Metadata, MetadataUpdate
+from kctl.engine.metadata_updater import MetadataUpdater
+from kctl.engine.network import NetworkClient
 from kctl.engine.offsets import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, ListedOffset, OffsetFetcher
 from kctl.engine.subscription import FetchPosition, ResetKind, ResetRequest, SubscriptionState
 from kctl.errors import ConfigError, KctlError
-from kctl.protocol import schema
 from kctl.protocol.records import Header
 
 __all__ = ["Consumer", "ConsumerRecord"]
 
 log = logging.getLogger(__name__)
 
-METADATA = schema.API_BY_NAME["Metadata"].api_key
 #: Longest single wait on the sockets inside poll (a wakeup cannot be missed for longer).
 _MAX_WAIT_NS = 100 * NS_PER_MS
 
@@ -91,7 +91,7 @@ class Consumer:
                                                 self.metrics, now_ns=now, wall_ms=self.clock.wall_ms,
                                                 listener=listener)
                             if group is not None else None)
-        self._metadata_in_flight = False
+        self.metadata_updater = MetadataUpdater(self.metadata, self.network, self._on_metadata_update)
         self._closed = False
         self._next_wake_ns = now
 
@@ -150,7 +150,7 @@ class Consumer:
         if auth is not None:
             raise KctlError(str(auth))
         wake = now_ns + 1000 * NS_PER_MS
-        wake = min(wake, self._maybe_update_metadata(now_ns))
+        wake = min(wake, self.metadata_updater.maybe_update(now_ns))
         if self.coordinator is not None:
             wake = min(wake, self.coordinator.poll(now_ns))
             if self.coordinator.fatal_error is not None:
@@ -166,28 +166,7 @@ class Consumer:
         self._next_wake_ns = wake
         return wake
 
-    def _maybe_update_metadata(self, now_ns: int) -> int:
-        if self._metadata_in_flight:
-            return now_ns + 1000 * NS_PER_MS
-        delay = self.metadata.time_to_next_update_ns(now_ns)
-        if delay > 0:
-            return now_ns + delay
-        node = self.network.least_loaded_node(now_ns)
-        if node is None or not self.network.ready(node, now_ns):
-            return now_ns + max(NS_PER_MS, self.network.connection_delay_ns(node, now_ns)
-                                if node is not None else 50 * NS_PER_MS)
-        req = self.metadata.build_request(now_ns, self.network.api_version(node, METADATA))
-        self._metadata_in_flight = True
-        self.network.send(ClientRequest(node, METADATA, req, callback=self._on_metadata), now_ns)
-        return now_ns + 1000 * NS_PER_MS
-
-    def _on_metadata(self, resp: ClientResponse) -> None:
-        self._metadata_in_flight = False
-        if resp.body is None or resp.error is not None:
-            self.metadata.failed_update(resp.received_ns)
-            return
-        update = self.metadata.handle_response(resp.body, resp.received_ns)
-        self.network.set_nodes({n.node_id: (n.host, n.port) for n in self.metadata.nodes.values()})
+    def _on_metadata_update(self, update: MetadataUpdate, now_ns: int) -> None:
         wanted = {tp.topic for tp in self.subscriptions.assigned_partitions()} | set(self.subscriptions.subscription)
         for topic, error in update.topic_errors.items():
             if topic in wanted:
@@ -282,8 +261,14 @@ class Consumer:
         if self.metadata.partition_count(topic) is None:
             self.metadata.request_update()
         limit = self.config.default_api_timeout_ms / 1000 if timeout_s is None else timeout_s
-        self._run_until(lambda: self.metadata.partition_count(topic) is not None, limit,
-                        f"metadata for topic {topic!r}")
+        try:
+            self._run_until(lambda: self.metadata.partition_count(topic) is not None, limit,
+                            f"metadata for topic {topic!r}")
+        except KctlError as e:
+            refresh_error = self.metadata_updater.last_error
+            if refresh_error is None:
+                raise
+            raise KctlError(f"{e}; the last metadata refresh failed: {refresh_error}") from None
         return tuple(range(self.metadata.partition_count(topic) or 0))
 
     # -- commits ---------------------------------------------------------------------------------

@@ -1,10 +1,11 @@
 """The producer's view of the cluster: brokers, partition leaders, topic ids
 (the Java client's Metadata and Cluster, without I/O).
 
-How this works: the sender asks ``time_to_next_update_ns(now)`` whether a
-refresh is due (one was requested after a leader error or for an unknown
-topic, or ``metadata.max.age.ms`` has passed), sends ``build_request()`` to
-the least-loaded node, and feeds the answer to ``handle_response``. Failed
+How this works: the ``MetadataUpdater`` (metadata_updater.py, the producer's and the
+consumer's) asks ``time_to_next_update_ns(now)`` whether a refresh is due (one was
+requested after a leader error or for an unknown topic, or ``metadata.max.age.ms`` has
+passed), sends ``build_request()`` to the least-loaded node, and feeds the answer to
+``handle_response`` (or reports ``failed_update``). Failed
 refreshes back off exponentially from ``retry.backoff.ms`` to
 ``retry.backoff.max.ms``. Leaders learned from Produce responses (KIP-951
 ``current_leader``) update the view without a full refresh, if their leader
@@ -135,10 +136,13 @@ class Metadata:
         """The Metadata request to send now at ``version`` (``requests.metadata``: the
         client's topics, auto-created only as ``allow_auto_topic_creation`` says); marks a
         refresh in progress."""
+        # Built before the refresh is marked in progress: a request that cannot be built
+        # must not leave a refresh "in progress" that no answer will ever end.
+        req = requests.metadata(version, sorted(self.topics),
+                                allow_auto_topic_creation=self.allow_auto_topic_creation)
         self._in_progress = True
         self._last_attempt_ns = now_ns
-        return requests.metadata(version, sorted(self.topics),
-                                 allow_auto_topic_creation=self.allow_auto_topic_creation)
+        return req
 
     def failed_update(self, now_ns: int) -> None:
         self._in_progress = False

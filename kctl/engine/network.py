@@ -375,10 +375,12 @@ class NetworkClient:
             self._in_flight.add_throttle(node, ns)
             self._states.throttle(node, now_ns + ns)
 
-    def least_loaded_node(self, now_ns: int) -> int | None:
+    def least_loaded_node(self, now_ns: int, *, api_key: int | None = None) -> int | None:
         """A ready node with the fewest in-flight requests; else a node that is
         connecting; else the one whose last connect attempt is oldest among those
-        allowed to connect; ``None`` when every node is in backoff (Java's choice)."""
+        allowed to connect; ``None`` when every node is in backoff (Java's choice).
+        With ``api_key``, a connected node that has no common version of that API is
+        passed over (Java's choice does not look, and keeps picking it)."""
         nodes = self.nodes()
         if not nodes:
             return None
@@ -387,6 +389,8 @@ class NetworkClient:
         connecting = can_connect = None
         for i in range(len(nodes)):
             node = nodes[(offset + i) % len(nodes)]
+            if api_key is not None and node in self._versions and self.api_version(node, api_key) is None:
+                continue
             if self.is_ready(node, now_ns):
                 n = self._in_flight.count(node)
                 if n == 0:

@@ -242,9 +242,11 @@ class Producer:
             while (count := self.metadata.partition_count(topic)) is None:
                 now = self.clock.now_ns()
                 if now >= deadline:
-                    raise KctlError(
-                        f"topic {topic!r} not present in metadata after {self.config.max_block_ms} ms "
-                        f"(max.block.ms); does it exist on {self._bootstrap_text()}?")
+                    refresh_error = self.sender.metadata_updater.last_error
+                    why = (f"the last metadata refresh failed: {refresh_error}" if refresh_error is not None
+                           else f"does it exist on {self._bootstrap_text()}?")
+                    raise KctlError(f"topic {topic!r} not present in metadata after "
+                                    f"{self.config.max_block_ms} ms (max.block.ms); {why}")
                 if self.sender.fatal_error:
                     raise KctlError(self.sender.fatal_error)
                 self._step(min(deadline - now, 50 * NS_PER_MS))

@@ -6,10 +6,11 @@ How this works
 what it decided, without waiting; it returns the monotonic time at which it
 next needs to run. The caller then waits on the sockets
 (``NetworkClient.poll``) at most until then; responses arrive through request
-callbacks (``_on_produce``, ``_on_metadata``, ``_on_init_producer_id``,
+callbacks (``_on_produce``, ``_on_metadata_update``, ``_on_init_producer_id``,
 ``_on_txn_response``). In one turn:
 
-1. Refresh metadata when due (see metadata.py) through the least-loaded node.
+1. Refresh metadata when due (metadata_updater.py: the least-loaded node that speaks
+   Metadata; a topic's error in the answer fails its batches).
 2. With idempotence: resolve sequences left unknown by expired batches
    (idempotence.py); after a fatal producer error, fail everything and stop.
 3. Transactional: if a request to the transaction coordinator is in flight, or
@@ -50,7 +51,8 @@ from kctl.engine.accumulator import PartitionLoad, RecordAccumulator
 from kctl.engine.batch import BatchResult, BatchState, ProducerBatch, TopicPartition
 from kctl.engine.clock import NS_PER_MS
 from kctl.engine.idempotence import Idempotence
-from kctl.engine.metadata import Metadata, NodeAddress
+from kctl.engine.metadata import Metadata, MetadataUpdate, NodeAddress
+from kctl.engine.metadata_updater import MetadataUpdater
 from kctl.engine.metrics import ProducerMetrics
 from kctl.engine.network import ClientRequest, ClientResponse, NetworkClient
 from kctl.engine.transactions import TransactionState, Transactions, TxnRequest, TxnRequestKind
@@ -58,7 +60,6 @@ from kctl.protocol import requests, schema
 from kctl.protocol.error_codes import ERRORS_BY_NAME, error_for
 
 PRODUCE = schema.API_BY_NAME["Produce"].api_key
-METADATA = schema.API_BY_NAME["Metadata"].api_key
 INIT_PRODUCER_ID = schema.API_BY_NAME["InitProducerId"].api_key
 
 #: Errors after which the client's view of leaders is stale (Java's InvalidMetadataException family).
@@ -99,7 +100,7 @@ class Sender:
         self.guarantee_order = config.max_in_flight_requests_per_connection == 1
         self._in_flight: set[ProducerBatch] = set()
         self._produce_requests_in_flight = 0   # Produce requests on the wire (expired batches' too)
-        self._metadata_in_flight = False
+        self.metadata_updater = MetadataUpdater(metadata, network, self._on_metadata_update)
         self._init_in_flight = False
         self.fatal_error: str | None = None
 
@@ -114,7 +115,7 @@ class Sender:
         if self.fatal_error is not None:
             self._fail_everything(self.fatal_error, now_ns)
             return wake
-        wake = min(wake, self._maybe_update_metadata(now_ns))
+        wake = min(wake, self.metadata_updater.maybe_update(now_ns))
         idem = self.idempotence
         if idem is not None:
             idem.maybe_resolve_sequences()
@@ -168,38 +169,9 @@ class Sender:
         return wake
 
     # -- metadata and producer id ------------------------------------------------------------
-    def _maybe_update_metadata(self, now_ns: int) -> int:
-        if self._metadata_in_flight:
-            return now_ns + _IDLE_NS
-        delay = self.metadata.time_to_next_update_ns(now_ns)
-        if delay > 0:
-            return now_ns + delay
-        node = self.network.least_loaded_node(now_ns)
-        if node is None or not self.network.ready(node, now_ns):
-            return now_ns + max(NS_PER_MS, self.network.connection_delay_ns(node, now_ns)
-                                if node is not None else 50 * NS_PER_MS)
-        version = self.network.api_version(node, METADATA)
-        if version is None:
-            self.metadata.failed_update(now_ns)
-            return now_ns + 50 * NS_PER_MS
-        req = self.metadata.build_request(now_ns, version)
-        self._metadata_in_flight = True
-        self.network.send(ClientRequest(node, METADATA, req, api_version=version,
-                                        callback=self._on_metadata), now_ns)
-        return now_ns + _IDLE_NS
-
-    def _on_metadata(self, resp: ClientResponse) -> None:
-        self._metadata_in_flight = False
-        if resp.body is None or resp.error is not None:
-            self.metadata.failed_update(resp.received_ns)
-            return
-        update = self.metadata.handle_response(resp.body, resp.received_ns)
-        self._set_network_nodes()
+    def _on_metadata_update(self, update: MetadataUpdate, now_ns: int) -> None:
         for topic, error in update.topic_errors.items():
-            self._fail_topic(topic, error, resp.received_ns)
-
-    def _set_network_nodes(self) -> None:
-        self.network.set_nodes({n.node_id: (n.host, n.port) for n in self.metadata.nodes.values()})
+            self._fail_topic(topic, error, now_ns)
 
     def _maybe_init_producer_id(self, now_ns: int) -> int:
         """An idempotent producer's InitProducerId: a first id, or an epoch bump once
@@ -314,7 +286,7 @@ class Sender:
                 and txn.coordinator not in self.metadata.nodes:
             host, port = txn.coordinator_address
             self.metadata.add_node(NodeAddress(txn.coordinator, host, port))
-            self._set_network_nodes()
+            self.metadata_updater.set_network_nodes()
 
     # -- produce -----------------------------------------------------------------------------
     def _send_produce(self, node: int, batches: Sequence[ProducerBatch], now_ns: int) -> None:

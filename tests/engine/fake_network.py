@@ -12,6 +12,7 @@ from collections import defaultdict
 from kctl.engine.network import ClientRequest, ClientResponse
 from kctl.protocol import messages, schema
 from kctl.protocol.client_versions import CLIENT_MAX_VERSIONS
+from kctl.protocol.versions import NegotiatedVersions, VersionRange
 
 #: What a broker offering everything negotiates with kctl: kctl's own table.
 ALL_VERSIONS = dict(CLIENT_MAX_VERSIONS)
@@ -23,6 +24,8 @@ class FakeNetwork:
         self.node_ids = list(nodes)
         self.max_in_flight = max_in_flight
         self.versions = dict(ALL_VERSIONS if versions is None else versions)
+        #: A node's own negotiated versions ({api_key: version}), where it differs from ``versions``.
+        self.node_versions: dict[int, dict[int, int]] = {}
         self.sent: dict[int, list[ClientRequest]] = defaultdict(list)
         self.in_flight: dict[int, list[ClientRequest]] = defaultdict(list)
         self.throttled_until: dict[int, int] = {}
@@ -69,12 +72,22 @@ class FakeNetwork:
     def connection_delay_ns(self, node, now_ns):
         return 0
 
-    def least_loaded_node(self, now_ns):
-        up = [n for n in self.node_ids if n not in self.down]
+    def least_loaded_node(self, now_ns, *, api_key=None):
+        up = [n for n in self.node_ids if n not in self.down
+              and (api_key is None or self.api_version(n, api_key) is not None)]
         return min(up, key=lambda n: len(self.in_flight[n])) if up else None
 
     def api_version(self, node, api_key):
-        return self.versions.get(api_key)
+        return self.node_versions.get(node, self.versions).get(api_key)
+
+    def api_versions(self, node):
+        """What negotiating with ``node`` gave (``None`` while it is down), as NetworkClient's."""
+        if node in self.down:
+            return None
+        chosen = self.node_versions.get(node, self.versions)
+        return NegotiatedVersions(chosen=dict(chosen),
+                                  broker={k: VersionRange(k, 0, v) for k, v in chosen.items()},
+                                  local_max=CLIENT_MAX_VERSIONS)
 
     def throttle(self, node, throttle_ms, now_ns):
         self.throttle_calls.append((node, throttle_ms))
@@ -87,7 +100,7 @@ class FakeNetwork:
         request.enqueued_ns = now_ns
         request.sent_ns = now_ns
         if request.api_version is None:
-            request.api_version = self.versions[request.api_key]
+            request.api_version = self.node_versions.get(request.node, self.versions)[request.api_key]
         # Encode the body, as the wire would: a request the codec rejects fails here.
         wire = messages.encode(request.body, request.api_version)
         # What went on the wire, decoded again: batch buffers are reused after completion.

@@ -356,6 +356,24 @@ def test_least_loaded_node_prefers_ready_then_connecting_then_oldest_attempt():
             assert c.least_loaded_node(now()) == 7  # never connected: may connect
 
 
+def test_least_loaded_node_passes_over_a_node_without_a_common_version():
+    """With ``api_key``, a connected node that offers no version of that API is passed over
+    (Java's leastLoadedNode would pick it: ready, nothing in flight); a node not yet
+    connected is not judged."""
+    no_metadata = {API_VERSIONS: (0, 4), PRODUCE: (3, 11)}
+    with FakeBroker(silent) as a, FakeBroker(silent, api_versions=no_metadata) as b:
+        c = make_client(f"{a.address},{b.address}")
+        with c:
+            assert c.least_loaded_node(now(), api_key=METADATA) == -2   # (random 0.5: -2 looked at first)
+            connect(c, -2)
+            assert c.api_version(-2, METADATA) is None
+            assert c.least_loaded_node(now()) == -2
+            assert c.least_loaded_node(now(), api_key=METADATA) == -1   # may connect
+            connect(c, -1)
+            assert c.least_loaded_node(now(), api_key=METADATA) == -1
+            assert c.least_loaded_node(now(), api_key=PRODUCE) == -2
+
+
 # ---------------------------------------------------------------------------
 # building blocks
 
