@@ -112,12 +112,14 @@ class ClockServer:
         except (OSError, ValueError) as e:
             raise KctlError(f"--clock-server {address}: {e}") from None
         self.address = "%s:%d" % self._sock.getsockname()[:2]
+        # Set here, not in the thread: a close() before the thread runs would make it fail
+        # on a closed socket (a thread traceback on stderr).
+        self._sock.settimeout(0.2)
         self._stop = False
         self._thread = threading.Thread(target=self._serve, name="kctl-clock-server", daemon=True)
         self._thread.start()
 
     def _serve(self) -> None:
-        self._sock.settimeout(0.2)
         while not self._stop:
             try:
                 conn, _ = self._sock.accept()
@@ -130,9 +132,9 @@ class ClockServer:
     @staticmethod
     def _answer(conn: socket.socket) -> None:
         with conn:
-            conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            conn.settimeout(5.0)
             try:
+                conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+                conn.settimeout(5.0)
                 while True:
                     (t0,) = _REQ.unpack(_recv_exact(conn, _REQ.size))
                     t1 = time.time_ns()

@@ -57,3 +57,26 @@ def test_unreachable_peer_is_one_clear_line():
     server.close()
     with pytest.raises(KctlError, match="--clock-peer .*cannot measure the clock offset"):
         measure_offset(address, samples=2, timeout_s=0.5)
+
+
+def test_a_server_closed_at_once_leaves_no_thread_error():
+    """close() right after the start: the serving thread ends quietly, without a traceback
+    on stderr (it once failed setting a timeout on the closed socket)."""
+    import threading
+    import time
+    errors = []
+    before = threading.excepthook
+    threading.excepthook = lambda args: errors.append(args.exc_value)
+    try:
+        servers = []
+        for _ in range(50):
+            server = ClockServer("127.0.0.1:0")
+            server.close()
+            servers.append(server)
+        deadline = time.monotonic() + 5
+        for server in servers:
+            server._thread.join(max(0.0, deadline - time.monotonic()))
+            assert not server._thread.is_alive()
+    finally:
+        threading.excepthook = before
+    assert errors == []
