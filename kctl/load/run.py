@@ -78,11 +78,17 @@ class LoadSpec:
 
     def worker_producer(self, worker: int) -> ProducerConfig:
         """Worker ``worker``'s producer: with several workers, each transactional one has
-        its own ``transactional.id`` (``<id>-<worker>``): one id shared would fence the others."""
+        its own ``transactional.id`` (``<id>-<worker>``): one id shared would fence the others.
+        Without a ``client.id`` each worker names itself ``kctl-producer-<worker>`` in its
+        request headers (as the Java client sends ``producer-<n>``, never an empty id: quotas,
+        broker logs and capture tools tell clients apart by it)."""
+        changes: dict[str, str] = {}
         tid = self.producer.transactional_id
-        if tid is None or self.workers == 1:
-            return self.producer
-        return self.producer.with_properties({"transactional.id": f"{tid}-{worker}"})
+        if tid is not None and self.workers > 1:
+            changes["transactional.id"] = f"{tid}-{worker}"
+        if not self.producer.client_id:
+            changes["client.id"] = f"kctl-producer-{worker}"
+        return self.producer.with_properties(changes) if changes else self.producer
 
 
 def worker_specs(spec: LoadSpec) -> list[WorkerSpec]:
