@@ -59,14 +59,7 @@ from pathlib import Path
 from typing import Any
 
 from kctl.errors import ConfigError
-from kctl.java_properties import (
-    JAVA_ONLY_PROPERTIES,
-    PRODUCER,
-    accept_java_only,
-    check_java_only_together,
-    is_java_only,
-    java_only_text,
-)
+from kctl.java_properties import JAVA_ONLY_PROPERTIES, PRODUCER, JavaOnlySettings
 
 INT_MAX = 2**31 - 1
 LONG_MAX = 2**63 - 1
@@ -901,19 +894,15 @@ class ProducerConfig:
         settings = tuple(settings)
         values: dict[str, Any] = {}
         origins: dict[str, str | None] = {}
-        java_only: dict[str, tuple[Any, str | None]] = {}
         warnings: list[str] = []
+        java_only = JavaOnlySettings(PRODUCER, warnings)
         for setting in settings:
             setting = canonical_setting(setting)
             name = ALIASES.get(setting.name, setting.name)
             spec = PROPERTY_BY_NAME.get(name)
             if spec is None:
-                if not is_java_only(name, PRODUCER):
+                if not java_only.take(name, setting.value, setting.origin):
                     raise ConfigError(_unknown_message(setting))
-                note = accept_java_only(name, setting.value, setting.origin, PRODUCER)
-                if note:
-                    warnings.append(note)
-                java_only[name] = (setting.value, setting.origin)
                 continue
             try:
                 value = spec.parse(setting.value)
@@ -923,7 +912,7 @@ class ProducerConfig:
                 raise ConfigError(_invalid_message(spec, setting.value, setting.origin, str(exc))) from None
             values[spec.field] = value
             origins[spec.name] = setting.origin
-        check_java_only_together(java_only, PRODUCER)
+        accepted_java_only = java_only.check_together()
         if "sasl_password" not in values and os.environ.get(SASL_PASSWORD_ENV):
             values["sasl_password"] = os.environ[SASL_PASSWORD_ENV]
         explicit = frozenset(origins)
@@ -933,7 +922,7 @@ class ProducerConfig:
         return cls(
             **values,
             settings=settings,
-            java_only=tuple((k, java_only_text(v)) for k, (v, _) in java_only.items()),
+            java_only=accepted_java_only,
             warnings=tuple(warnings),
         )
 

@@ -64,14 +64,7 @@ from kctl.config import (
 from kctl.config import _Invalid, _at, _bool_spec, _int_spec, _parse_str  # the shared parsers
 from kctl.config import _invalid_message, _librdkafka_to_java
 from kctl.errors import ConfigError
-from kctl.java_properties import (
-    CONSUMER,
-    JAVA_ONLY_PROPERTIES,
-    accept_java_only,
-    check_java_only_together,
-    is_java_only,
-    java_only_text,
-)
+from kctl.java_properties import CONSUMER, JAVA_ONLY_PROPERTIES, PRODUCER, JavaOnlySettings, is_java_only
 
 __all__ = [
     "AutoOffsetReset", "CONSUMER_PROPERTIES", "ConsumerConfig", "FetchConfig", "GroupConfig",
@@ -440,18 +433,14 @@ class ConsumerConfig:
         settings = tuple(settings)
         values: dict[str, Any] = {}
         origins: dict[str, str | None] = {}
-        java_only: dict[str, tuple[Any, str | None]] = {}
         warnings: list[str] = []
+        java_only = JavaOnlySettings(CONSUMER, warnings)
         for setting in settings:
             setting = canonical_consumer_setting(setting)
             spec = CONSUMER_PROPERTY_BY_NAME.get(setting.name)
             if spec is None:
-                if not is_java_only(setting.name, CONSUMER):
+                if not java_only.take(setting.name, setting.value, setting.origin):
                     raise ConfigError(_unknown_message(setting))
-                note = accept_java_only(setting.name, setting.value, setting.origin, CONSUMER)
-                if note:
-                    warnings.append(note)
-                java_only[setting.name] = (setting.value, setting.origin)
                 continue
             try:
                 value = spec.parse(setting.value)
@@ -462,7 +451,7 @@ class ConsumerConfig:
                                                    client="consumer")) from None
             values[spec.field] = value
             origins[spec.name] = setting.origin
-        check_java_only_together(java_only, CONSUMER)
+        accepted_java_only = java_only.check_together()
         if "sasl_password" not in values and os.environ.get(SASL_PASSWORD_ENV):
             values["sasl_password"] = os.environ[SASL_PASSWORD_ENV]
         # Java: enable.auto.commit defaults to true only with a group.id (ConsumerConfig
@@ -472,7 +461,7 @@ class ConsumerConfig:
         _check_rules(_Fields({s.field: values.get(s.field, s.default) for s in CONSUMER_PROPERTIES}),
                      origins)
         return cls(**values, settings=settings,
-                   java_only=tuple((k, java_only_text(v)) for k, (v, _) in java_only.items()),
+                   java_only=accepted_java_only,
                    warnings=tuple(warnings))
 
     @classmethod
@@ -621,7 +610,7 @@ def _unknown_message(setting: Setting) -> str:
     close = difflib.get_close_matches(setting.name, known, n=1, cutoff=0.75)
     if close:
         message += f" (did you mean {close[0]!r}?)"
-    elif setting.name in _PRODUCER_SPECS:
+    elif setting.name in _PRODUCER_SPECS or is_java_only(setting.name, PRODUCER):
         message += " (a producer property)"
     return message
 

@@ -126,6 +126,8 @@ BYTES_DESERIALIZERS = tuple(_SERDE + c for c in (
 JMX_REPORTER = "org.apache.kafka.common.metrics.JmxReporter"
 
 _JAVA_CODE = "kctl cannot run Java classes"
+_OTHER_BYTES = "put other bytes on the wire"
+_OTHER_RESULTS = "decode (and may reject) what kctl counts as bytes"
 _LOCAL_METRICS = "it only changes what the Java client reports locally; kctl reports its own statistics"
 _PEM = ("kctl reads PEM files: ssl.ca.location (trusted CAs), ssl.certificate.location and "
         "ssl.key.location (client certificate and key)")
@@ -135,12 +137,13 @@ _LOGIN = ("kctl logs in with sasl.username/sasl.password or sasl.jaas.config (PL
           "SCRAM-SHA-512) and " + _JAVA_CODE)
 
 
-def _serde(name: str, clients: frozenset[str], classes: tuple[str, ...], what: str) -> JavaOnlyProperty:
+def _serde(name: str, clients: frozenset[str], classes: tuple[str, ...], what: str,
+           otherwise: str) -> JavaOnlyProperty:
     return JavaOnlyProperty(
         name, clients, lambda text: text in classes,  # Java requires one class: empty is refused
-        f"kctl {what} record bytes unchanged, as only "
+        f"kctl {what} record bytes unchanged, as only {_SERDE[:-1]}'s "
         + ", ".join(c.rsplit(".", 1)[1] for c in classes[:-1]) + " and " + classes[-1].rsplit(".", 1)[1]
-        + f" do (use one of them, as {_SERDE}...); another class would put other bytes on the wire")
+        + f" do; another class would {otherwise}")
 
 
 def _utf8(name: str, clients: frozenset[str]) -> JavaOnlyProperty:
@@ -154,10 +157,10 @@ def _default_only(name: str, honours: Callable[[str], bool], instead: str) -> Ja
 
 JAVA_ONLY_PROPERTIES: tuple[JavaOnlyProperty, ...] = (
     # Serialization: only the classes that pass kctl's bytes through.
-    _serde("key.serializer", _PRODUCER, BYTES_SERIALIZERS, "sends"),
-    _serde("value.serializer", _PRODUCER, BYTES_SERIALIZERS, "sends"),
-    _serde("key.deserializer", _CONSUMER, BYTES_DESERIALIZERS, "reads"),
-    _serde("value.deserializer", _CONSUMER, BYTES_DESERIALIZERS, "reads"),
+    _serde("key.serializer", _PRODUCER, BYTES_SERIALIZERS, "sends", _OTHER_BYTES),
+    _serde("value.serializer", _PRODUCER, BYTES_SERIALIZERS, "sends", _OTHER_BYTES),
+    _serde("key.deserializer", _CONSUMER, BYTES_DESERIALIZERS, "reads", _OTHER_RESULTS),
+    _serde("value.deserializer", _CONSUMER, BYTES_DESERIALIZERS, "reads", _OTHER_RESULTS),
     _utf8("serializer.encoding", _PRODUCER),
     _utf8("key.serializer.encoding", _PRODUCER),
     _utf8("value.serializer.encoding", _PRODUCER),
@@ -291,19 +294,40 @@ def accept_java_only(name: str, value: Any, origin: str | None, client: str) -> 
     return f"{_where(origin)}{client} property {name}={text!r} changes nothing kctl does: {prop.note}"
 
 
-def check_java_only_together(given: Mapping[str, tuple[Any, str | None]], client: str) -> None:
-    """Rules across the accepted Java-only values (``given``: name -> (value, origin))."""
-    trigger = given.get("metadata.recovery.rebootstrap.trigger.ms")
-    strategy = given.get("metadata.recovery.strategy")
-    if trigger is not None and strategy is None:
-        raise _refusal(
-            client, "metadata.recovery.rebootstrap.trigger.ms", repr(java_only_text(trigger[0])), trigger[1],
-            "it times rebootstrapping (metadata.recovery.strategy=rebootstrap, Java 4.0's default), which "
-            "kctl does not do; set metadata.recovery.strategy=none beside it, or leave it out")
+class JavaOnlySettings:
+    """The Java-only settings of one configuration as ``from_settings`` meets them: each
+    judged by ``take``, the accepted ones kept (a later one replacing an earlier), their
+    notes added to ``warnings``; ``check_together`` then applies the rules across them."""
+
+    def __init__(self, client: str, warnings: list[str]) -> None:
+        self.client = client
+        self.warnings = warnings
+        self.given: dict[str, tuple[Any, str | None]] = {}  # name -> (value, origin)
+
+    def take(self, name: str, value: Any, origin: str | None) -> bool:
+        """False when ``name`` is no Java-only property of this client (so: unknown);
+        True when accepted; ``ConfigError`` when refused."""
+        if not is_java_only(name, self.client):
+            return False
+        note = accept_java_only(name, value, origin, self.client)
+        if note:
+            self.warnings.append(note)
+        self.given[name] = (value, origin)
+        return True
+
+    def check_together(self) -> tuple[tuple[str, str], ...]:
+        """The rules across settings; the accepted (name, value) pairs."""
+        trigger = self.given.get("metadata.recovery.rebootstrap.trigger.ms")
+        if trigger is not None and "metadata.recovery.strategy" not in self.given:
+            raise _refusal(
+                self.client, "metadata.recovery.rebootstrap.trigger.ms", repr(java_only_text(trigger[0])),
+                trigger[1], "it times rebootstrapping (metadata.recovery.strategy=rebootstrap, Java 4.0's "
+                "default), which kctl does not do; set metadata.recovery.strategy=none beside it, or leave it out")
+        return tuple((name, java_only_text(value)) for name, (value, _) in self.given.items())
 
 
 __all__ = [
     "BYTES_DESERIALIZERS", "BYTES_SERIALIZERS", "CONSUMER", "JAVA_ONLY_BY_NAME", "JAVA_ONLY_PROPERTIES",
     "JMX_REPORTER", "JavaOnlyProperty", "PRODUCER", "SSL_SASL_SUPPORTED", "accept_java_only",
-    "check_java_only_together", "is_java_only", "java_only_text",
+    "JavaOnlySettings", "is_java_only", "java_only_text",
 ]
