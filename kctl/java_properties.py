@@ -200,6 +200,9 @@ JAVA_ONLY_PROPERTIES: tuple[JavaOnlyProperty, ...] = (
                      "metadata.recovery.strategy=none does; set none"),
     JavaOnlyProperty("metadata.recovery.rebootstrap.trigger.ms", _BOTH, _int_in(0, 2**63 - 1),
                      "expected a number of milliseconds >= 0"),
+    JavaOnlyProperty("group.remote.assignor", _CONSUMER, _empty,
+                     "it picks the broker-side assignor of group.protocol=consumer (KIP-848), which kctl "
+                     "does not support; kctl's classic protocol uses partition.assignment.strategy"),
     JavaOnlyProperty("transaction.two.phase.commit.enable", _PRODUCER, _one_of("false"),
                      "kctl does not take part in two-phase commit (KIP-939); set false or leave it out"),
     # TLS.

@@ -169,3 +169,15 @@ def test_every_entry_refuses_a_class_it_does_not_know(prop):
     for client in sorted(prop.clients):
         with pytest.raises(ConfigError, match=f"^f:1: {client} property {prop.name}=.* is refused: "):
             accept_java_only(prop.name, "com.example.Unknown", "f:1", client)
+
+
+@pytest.mark.parametrize("args,line", [
+    (("produce", "-t", "t", "--num-records", "1", "-X", f"value.serializer={SERDE}LongSerializer"),
+     f"kctl: error: -X: producer property value.serializer='{SERDE}LongSerializer' is refused: "),
+    (("consume", "-t", "t", "-X", "ssl.keystore.location=/etc/kafka/client.keystore.p12"),
+     "kctl: error: -X: consumer property ssl.keystore.location='/etc/kafka/client.keystore.p12' is refused: "),
+])
+def test_the_commands_refuse_on_one_line_before_starting_anything(capsys, monkeypatch, args, line):
+    from tests.test_cli_habits import one_error_line, run_main
+    code, _, err = run_main(capsys, monkeypatch, *args)
+    assert one_error_line(code, err).startswith(line)
