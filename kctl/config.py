@@ -127,7 +127,10 @@ class SaslMechanism(str, enum.Enum):
 # Each may be given as ``@/path/to/file`` (the file's content, trailing newline dropped)
 # so the secret stays off the command line; ``sasl.password`` may also come from the
 # environment variable below when not set at all.
-SECRET_PROPERTIES: frozenset[str] = frozenset({"sasl.password", "ssl.key.password", "sasl.jaas.config"})
+# The Java-only secrets (key store passwords, an inline private key) are refused unless empty,
+# and redacted wherever a setting is shown.
+SECRET_PROPERTIES: frozenset[str] = frozenset(
+    {"sasl.password", "ssl.key.password", "sasl.jaas.config"} | {p.name for p in JAVA_ONLY_PROPERTIES if p.secret})
 SASL_PASSWORD_ENV = "KCTL_SASL_PASSWORD"
 REDACTED = "[redacted]"
 

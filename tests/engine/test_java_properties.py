@@ -130,6 +130,7 @@ def test_secrets_are_not_echoed_in_a_refusal():
             ProducerConfig.from_settings([Setting(name, "hunter2", "-X")])
         assert f"{name}=[redacted] is refused" in str(info.value)
         assert "hunter2" not in str(info.value)
+    assert "hunter2" not in repr(Setting("ssl.keystore.password", "hunter2", "-X"))
 
 
 def test_an_ssl_or_sasl_name_kctl_does_not_implement_is_refused_with_what_it_supports():
