@@ -148,7 +148,7 @@ def _serde(name: str, clients: frozenset[str], classes: tuple[str, ...], what: s
 
 def _utf8(name: str, clients: frozenset[str]) -> JavaOnlyProperty:
     return JavaOnlyProperty(name, clients, _one_of("UTF8", "UTF-8"),
-                            "kctl's text is UTF-8, StringSerializer's default; use UTF8")
+                            "kctl's text is UTF-8, as StringSerializer's and StringDeserializer's default; use UTF8")
 
 
 def _default_only(name: str, honours: Callable[[str], bool], instead: str) -> JavaOnlyProperty:
