@@ -19,11 +19,13 @@ Choices worth knowing
   ``linger.ms`` differs: 0 there, 5 since KIP-1030 in 4.0).
 * A property kctl does not know at all is an error, with a did-you-mean
   suggestion: a typo (``lingr.ms``) silently ignored would make a benchmark
-  measure the wrong thing. But a real Java-producer property kctl has no use
-  for (``key.serializer``, ``interceptor.classes``, ``metric.reporters``,
-  ``ssl.*``, ...) is accepted with a warning (``ProducerConfig.warnings``), so
-  an existing ``producer.properties`` works unchanged; the ignored pairs are
-  kept in ``ProducerConfig.ignored``.
+  measure the wrong thing. A Java producer property for machinery kctl does not
+  have (``key.serializer``, ``interceptor.classes``, ``metric.reporters``, key
+  stores, ...) is judged by its value (``kctl/java_properties.py``, one table for
+  producer and consumer): accepted where Java would then do what kctl does
+  (``ByteArraySerializer``, an empty class list), refused with one line
+  otherwise, so a typical ``producer.properties`` works unchanged and nothing is
+  accepted and ignored. The accepted pairs are kept in ``ProducerConfig.java_only``.
 * librdkafka's names (``queue.buffering.max.ms``, ``compression.codec``,
   ``queue.buffering.max.kbytes`` in KiB, ...) are accepted where they mean what a Java
   property means (``LIBRDKAFKA_ALIASES``: renamed, the value converted where units
@@ -57,6 +59,7 @@ from pathlib import Path
 from typing import Any
 
 from kctl.errors import ConfigError
+from kctl.java_properties import JAVA_ONLY_PROPERTIES, PRODUCER, JavaOnlySettings
 
 INT_MAX = 2**31 - 1
 LONG_MAX = 2**63 - 1
@@ -124,7 +127,10 @@ class SaslMechanism(str, enum.Enum):
 # Each may be given as ``@/path/to/file`` (the file's content, trailing newline dropped)
 # so the secret stays off the command line; ``sasl.password`` may also come from the
 # environment variable below when not set at all.
-SECRET_PROPERTIES: frozenset[str] = frozenset({"sasl.password", "ssl.key.password", "sasl.jaas.config"})
+# The Java-only secrets (key store passwords, an inline private key) are refused unless empty,
+# and redacted wherever a setting is shown.
+SECRET_PROPERTIES: frozenset[str] = frozenset(
+    {"sasl.password", "ssl.key.password", "sasl.jaas.config"} | {p.name for p in JAVA_ONLY_PROPERTIES if p.secret})
 SASL_PASSWORD_ENV = "KCTL_SASL_PASSWORD"
 REDACTED = "[redacted]"
 
@@ -682,34 +688,6 @@ def _librdkafka_to_java(setting: Setting,
     origin = f"{setting.origin} {setting.name}" if setting.origin else setting.name
     return Setting(java, value, origin)
 
-# Java client properties (producer and consumer alike) kctl accepts and ignores, with the
-# reason shown in the warning.
-_WHY_JAVA_ONLY = "names Java classes, which kctl cannot run"
-COMMON_IGNORED_PROPERTIES: dict[str, str] = {
-    "interceptor.classes": _WHY_JAVA_ONLY,
-    "metric.reporters": _WHY_JAVA_ONLY,
-    "config.providers": _WHY_JAVA_ONLY,
-    "security.providers": _WHY_JAVA_ONLY,
-    "auto.include.jmx.reporter": "kctl has no JMX",
-    "metrics.num.samples": "kctl reports its own statistics",
-    "metrics.recording.level": "kctl reports its own statistics",
-    "metrics.sample.window.ms": "kctl reports its own statistics",
-    "enable.metrics.push": "kctl does not push client metrics (KIP-714)",
-    "client.dns.lookup": "kctl resolves each address as given",
-}
-# Java producer properties kctl accepts and ignores.
-IGNORED_PROPERTIES: dict[str, str] = {
-    "key.serializer": "kctl sends keys as bytes",
-    "value.serializer": "kctl sends values as bytes",
-    **COMMON_IGNORED_PROPERTIES,
-    "metadata.recovery.strategy": "kctl does not rebootstrap yet",
-    "metadata.recovery.rebootstrap.trigger.ms": "kctl does not rebootstrap yet",
-    "transaction.two.phase.commit.enable": "kctl does not take part in two-phase commit (KIP-939)",
-}
-# The rest of these families (Java keystores, Kerberos, OAuth, ...) kctl does not use.
-IGNORED_PREFIXES: tuple[str, ...] = ("ssl.", "sasl.")
-
-
 # --------------------------------------------------------------------------
 # The typed pieces each component takes
 
@@ -892,7 +870,8 @@ class ProducerConfig:
 
     # Not settings: what the user wrote, and what kctl made of it.
     settings: tuple[Setting, ...] = field(default=(), compare=False, repr=False)
-    ignored: tuple[tuple[str, str], ...] = field(default=(), compare=False, repr=False)
+    # Java-only properties (kctl/java_properties.py) given with a value kctl honours.
+    java_only: tuple[tuple[str, str], ...] = field(default=(), compare=False, repr=False)
     warnings: tuple[str, ...] = field(default=(), compare=False, repr=False)
 
     def __post_init__(self) -> None:
@@ -918,22 +897,15 @@ class ProducerConfig:
         settings = tuple(settings)
         values: dict[str, Any] = {}
         origins: dict[str, str | None] = {}
-        ignored: dict[str, str] = {}
         warnings: list[str] = []
+        java_only = JavaOnlySettings(PRODUCER, warnings)
         for setting in settings:
             setting = canonical_setting(setting)
             name = ALIASES.get(setting.name, setting.name)
             spec = PROPERTY_BY_NAME.get(name)
             if spec is None:
-                reason = IGNORED_PROPERTIES.get(name) or (
-                    "kctl reads PEM files (ssl.ca.location, ssl.certificate.location, "
-                    "ssl.key.location) and supports SASL PLAIN and SCRAM only"
-                    if name.startswith(IGNORED_PREFIXES) else None
-                )
-                if reason is None:
+                if not java_only.take(name, setting.value, setting.origin):
                     raise ConfigError(_unknown_message(setting))
-                ignored[name] = str(setting.value)
-                warnings.append(f"{_at(setting.origin)}ignoring producer property {name!r}: {reason}")
                 continue
             try:
                 value = spec.parse(setting.value)
@@ -943,6 +915,7 @@ class ProducerConfig:
                 raise ConfigError(_invalid_message(spec, setting.value, setting.origin, str(exc))) from None
             values[spec.field] = value
             origins[spec.name] = setting.origin
+        accepted_java_only = java_only.check_together()
         if "sasl_password" not in values and os.environ.get(SASL_PASSWORD_ENV):
             values["sasl_password"] = os.environ[SASL_PASSWORD_ENV]
         explicit = frozenset(origins)
@@ -952,7 +925,7 @@ class ProducerConfig:
         return cls(
             **values,
             settings=settings,
-            ignored=tuple(ignored.items()),
+            java_only=accepted_java_only,
             warnings=tuple(warnings),
         )
 
@@ -1236,7 +1209,8 @@ def _invalid_message(spec: PropertySpec, value: Any, origin: str | None, detail:
 
 
 def _known_names() -> list[str]:
-    return [*PROPERTY_BY_NAME, *ALIASES, *IGNORED_PROPERTIES, *LIBRDKAFKA_ALIASES]
+    return [*PROPERTY_BY_NAME, *ALIASES, *(p.name for p in JAVA_ONLY_PROPERTIES if PRODUCER in p.clients),
+            *LIBRDKAFKA_ALIASES]
 
 
 def _unknown_message(setting: Setting) -> str:
@@ -1259,8 +1233,6 @@ __all__ = [
     "BufferPoolConfig",
     "CompressionConfig",
     "CompressionType",
-    "COMMON_IGNORED_PROPERTIES",
-    "IGNORED_PROPERTIES",
     "LIBRDKAFKA_ALIASES",
     "LIBRDKAFKA_DIFFERENT",
     "IdempotenceConfig",

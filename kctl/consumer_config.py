@@ -18,10 +18,13 @@ Choices worth knowing
   cooperative-sticky, ``receive.buffer.bytes`` 64 KiB.
 * Security (``security.protocol``, ``ssl.*``, ``sasl.*``), socket, backoff and
   timeout properties are the producer's specs, shared: they mean the same in both clients.
-* An unknown name is an error with a did-you-mean; a Java consumer property kctl has
-  no use for (deserializers, interceptors, metric reporters) is accepted with a
-  warning; a property kctl cannot honour (``group.protocol=consumer``, KIP-848) is
-  refused with the reason, never accepted and ignored.
+* An unknown name is an error with a did-you-mean; a Java consumer property for
+  machinery kctl does not have (deserializers, interceptors, metric reporters, key
+  stores, ...) is judged by its value in the producer's and consumer's one table
+  (``kctl/java_properties.py``): accepted where Java would then do what kctl does,
+  refused with one line otherwise; a property kctl cannot honour
+  (``group.protocol=consumer``, KIP-848) is refused with the reason, never accepted
+  and ignored.
 * Java's rules: with no ``group.id``, ``enable.auto.commit`` defaults to false and an
   explicit true is an error (as are ``group.instance.id`` and a commit without a
   group); ``heartbeat.interval.ms`` must be below ``session.timeout.ms``.
@@ -41,7 +44,6 @@ from pathlib import Path
 from typing import Any
 
 from kctl.config import (
-    COMMON_IGNORED_PROPERTIES,
     INT_MAX,
     PROPERTY_BY_NAME as _PRODUCER_SPECS,
     SASL_PASSWORD_ENV,
@@ -62,6 +64,7 @@ from kctl.config import (
 from kctl.config import _Invalid, _at, _bool_spec, _int_spec, _parse_str  # the shared parsers
 from kctl.config import _invalid_message, _librdkafka_to_java
 from kctl.errors import ConfigError
+from kctl.java_properties import CONSUMER, JAVA_ONLY_PROPERTIES, PRODUCER, JavaOnlySettings, is_java_only
 
 __all__ = [
     "AutoOffsetReset", "CONSUMER_PROPERTIES", "ConsumerConfig", "FetchConfig", "GroupConfig",
@@ -305,12 +308,6 @@ LIBRDKAFKA_CONSUMER_DIFFERENT: dict[str, str] = {
     "fetch.error.backoff.ms": "the Java consumer backs off with retry.backoff.ms",
 }
 
-IGNORED_CONSUMER_PROPERTIES: dict[str, str] = {
-    "key.deserializer": "kctl reads keys as bytes",
-    "value.deserializer": "kctl reads values as bytes",
-    **COMMON_IGNORED_PROPERTIES,
-}
-_IGNORED_PREFIXES: tuple[str, ...] = ("ssl.", "sasl.")
 
 
 # --------------------------------------------------------------------------
@@ -410,7 +407,8 @@ class ConsumerConfig:
     sasl_jaas_config: str | None = field(default=None, repr=False)
 
     settings: tuple[Setting, ...] = field(default=(), compare=False, repr=False)
-    ignored: tuple[tuple[str, str], ...] = field(default=(), compare=False, repr=False)
+    # Java-only properties (kctl/java_properties.py) given with a value kctl honours.
+    java_only: tuple[tuple[str, str], ...] = field(default=(), compare=False, repr=False)
     warnings: tuple[str, ...] = field(default=(), compare=False, repr=False)
 
     def __post_init__(self) -> None:
@@ -435,21 +433,14 @@ class ConsumerConfig:
         settings = tuple(settings)
         values: dict[str, Any] = {}
         origins: dict[str, str | None] = {}
-        ignored: dict[str, str] = {}
         warnings: list[str] = []
+        java_only = JavaOnlySettings(CONSUMER, warnings)
         for setting in settings:
             setting = canonical_consumer_setting(setting)
             spec = CONSUMER_PROPERTY_BY_NAME.get(setting.name)
             if spec is None:
-                reason = IGNORED_CONSUMER_PROPERTIES.get(setting.name) or (
-                    "kctl reads PEM files (ssl.ca.location, ssl.certificate.location, "
-                    "ssl.key.location) and supports SASL PLAIN and SCRAM only"
-                    if setting.name.startswith(_IGNORED_PREFIXES) else None)
-                if reason is None:
+                if not java_only.take(setting.name, setting.value, setting.origin):
                     raise ConfigError(_unknown_message(setting))
-                ignored[setting.name] = str(setting.value)
-                warnings.append(f"{_at(setting.origin)}ignoring consumer property "
-                                f"{setting.name!r}: {reason}")
                 continue
             try:
                 value = spec.parse(setting.value)
@@ -460,6 +451,7 @@ class ConsumerConfig:
                                                    client="consumer")) from None
             values[spec.field] = value
             origins[spec.name] = setting.origin
+        accepted_java_only = java_only.check_together()
         if "sasl_password" not in values and os.environ.get(SASL_PASSWORD_ENV):
             values["sasl_password"] = os.environ[SASL_PASSWORD_ENV]
         # Java: enable.auto.commit defaults to true only with a group.id (ConsumerConfig
@@ -468,7 +460,8 @@ class ConsumerConfig:
             values["enable_auto_commit"] = values.get("group_id") is not None
         _check_rules(_Fields({s.field: values.get(s.field, s.default) for s in CONSUMER_PROPERTIES}),
                      origins)
-        return cls(**values, settings=settings, ignored=tuple(ignored.items()),
+        return cls(**values, settings=settings,
+                   java_only=accepted_java_only,
                    warnings=tuple(warnings))
 
     @classmethod
@@ -612,11 +605,12 @@ def canonical_consumer_setting(setting: Setting) -> Setting:
 
 def _unknown_message(setting: Setting) -> str:
     message = f"{_at(setting.origin)}unknown consumer property {setting.name!r}"
-    known = [*CONSUMER_PROPERTY_BY_NAME, *IGNORED_CONSUMER_PROPERTIES, *LIBRDKAFKA_CONSUMER_ALIASES]
+    known = [*CONSUMER_PROPERTY_BY_NAME, *(p.name for p in JAVA_ONLY_PROPERTIES if CONSUMER in p.clients),
+             *LIBRDKAFKA_CONSUMER_ALIASES]
     close = difflib.get_close_matches(setting.name, known, n=1, cutoff=0.75)
     if close:
         message += f" (did you mean {close[0]!r}?)"
-    elif setting.name in _PRODUCER_SPECS:
+    elif setting.name in _PRODUCER_SPECS or is_java_only(setting.name, PRODUCER):
         message += " (a producer property)"
     return message
 

@@ -156,17 +156,19 @@ def test_secrets_from_file_env_and_jaas_never_shown(tmp_path, monkeypatch):
     assert "/nonexistent/pw" in str(info.value)
 
 
-def test_java_only_properties_are_accepted_with_a_warning():
+def test_java_only_properties_are_judged_by_value():
+    # Full cases in test_java_properties.py; here: the producer's wiring of the table.
     cfg = ProducerConfig.from_properties({
         "key.serializer": "org.apache.kafka.common.serialization.ByteArraySerializer",
-        "interceptor.classes": "com.example.X",
-        "ssl.truststore.location": "/x",
+        "interceptor.classes": "",
+        "metrics.num.samples": "3",
         "linger.ms": "7",
     })
     assert cfg.linger_ms == 7
-    assert dict(cfg.ignored)["interceptor.classes"] == "com.example.X"
-    assert len(cfg.warnings) == 3
-    assert any("'key.serializer'" in w and "bytes" in w for w in cfg.warnings)
+    assert dict(cfg.java_only)["interceptor.classes"] == ""
+    assert len(cfg.warnings) == 1 and "metrics.num.samples='3' changes nothing kctl does" in cfg.warnings[0]
+    with pytest.raises(ConfigError, match=r"^producer property interceptor.classes='com.example.X' is refused"):
+        ProducerConfig.from_properties({"interceptor.classes": "com.example.X"})
 
 
 # -- Kafka's cross-field rules ------------------------------------------------

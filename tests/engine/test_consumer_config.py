@@ -44,9 +44,16 @@ def test_unknown_names_get_a_suggestion_and_producer_names_are_named():
         ConsumerConfig.from_properties({"linger.ms": "1"})
 
 
-def test_java_only_names_warn():
-    c = ConsumerConfig.from_properties({"value.deserializer": "x.Y", "interceptor.classes": "a.B"})
-    assert len(c.warnings) == 2 and dict(c.ignored)["value.deserializer"] == "x.Y"
+def test_java_only_names_are_judged_by_value():
+    # Full cases in test_java_properties.py; here: the consumer's wiring of the table.
+    deserializer = "org.apache.kafka.common.serialization.StringDeserializer"
+    c = ConsumerConfig.from_properties({"value.deserializer": deserializer, "interceptor.classes": ""})
+    assert c.warnings == () and dict(c.java_only)["value.deserializer"] == deserializer
+    with pytest.raises(ConfigError, match=r"^consumer property value.deserializer='x.Y' is refused"):
+        ConsumerConfig.from_properties({"value.deserializer": "x.Y"})
+    with pytest.raises(ConfigError, match=r"^unknown consumer property 'key.serializer' \(did you mean "
+                                          r"'key.deserializer'\?\)$"):
+        ConsumerConfig.from_properties({"key.serializer": deserializer})
 
 
 def test_what_kctl_cannot_honour_is_refused():
