@@ -248,6 +248,7 @@ class ConsumeRun:
         if self._error is not None:
             raise self._error
         assert self.stats is not None
+        self.stats.interrupted = interrupted
         summary = self.stats.summary()
         if self._own_hlog is not None:
             self._own_hlog.close()
