@@ -19,6 +19,7 @@ import pytest
 from kctl.inspect.faults import FaultPlan
 from kctl.inspect.proxy import InspectorProxy
 from kctl.stats.summary import RunSummary
+from tests.stop_signal import group_gone
 
 pytestmark = pytest.mark.broker
 
@@ -58,10 +59,10 @@ class ProduceResponses:
             time.sleep(0.01)
 
 
-def run_and_stop(args, responses: ProduceResponses, signum: int, before_stop) -> tuple[int, str, int]:
+def run_and_stop(args, responses: ProduceResponses, signum: int, before_stop) -> tuple[int, int, str, int]:
     """Runs kctl (in a process group of its own), waits until it is producing, calls
-    ``before_stop(proc)``, sends ``signum``; returns the exit status, stderr and when the
-    signal went (Unix ms)."""
+    ``before_stop(proc)``, sends ``signum``; returns the process group, the exit status,
+    stderr and when the signal went (Unix ms)."""
     proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             start_new_session=True)
     try:
@@ -73,7 +74,7 @@ def run_and_stop(args, responses: ProduceResponses, signum: int, before_stop) ->
     finally:
         if proc.poll() is None:
             proc.kill()
-    return proc.returncode, err, stop_unix_ms
+    return proc.pid, proc.returncode, err, stop_unix_ms
 
 
 def check_accounted_and_read_back(doc, s: RunSummary):
@@ -185,7 +186,7 @@ def test_ctrl_c_exits_130_and_says_the_run_was_cut_short(broker, tmp_path):
     responses = ProduceResponses()
 
     with InspectorProxy([broker.bootstrap], on_frame=responses) as proxy:
-        status, err, _ = run_and_stop(
+        _, status, err, _ = run_and_stop(
             produce_args(proxy.bootstrap, out, "--rate", "1000", "--duration", "60s"),
             responses, signal.SIGINT, lambda proc: time.sleep(1.0))
     assert status == 130, err
@@ -223,7 +224,7 @@ def test_a_stop_while_behind_counts_the_records_the_catch_up_limit_held(broker, 
     catch up after a 300 ms stall (the whole process group stopped, as a preempted host
     would): the catch-up limit still holds most of the backlog, and those records count
     as scheduled and abandoned (never handed to the producer); every record is accounted
-    for and read back, and both workers stopped in order (none failed)."""
+    for and read back, and both workers stopped in order (none failed) and ended."""
     out = tmp_path / "s.json"
     responses = ProduceResponses()
 
@@ -234,10 +235,12 @@ def test_a_stop_while_behind_counts_the_records_the_catch_up_limit_held(broker, 
         time.sleep(0.2)
 
     with InspectorProxy([broker.bootstrap], on_frame=responses) as proxy:
-        status, err, stop_unix_ms = run_and_stop(
+        pgid, status, err, stop_unix_ms = run_and_stop(
             produce_args(proxy.bootstrap, out, "--rate", "2000", "--duration", "60s", workers=2),
             responses, signum, stall)
     assert status == 130, err
+    assert "Traceback" not in err
+    assert group_gone(pgid), "a worker outlived kctl produce"
     doc, s = read_summary(out)
     assert s.run.interrupted and s.run.workers == 2
     assert s.counts.acked > 0 and len(doc["run"]["workers_failed"]) == 0
