@@ -188,6 +188,7 @@ def test_sigterm_stops_the_proxy_as_ctrl_c_does(broker, tmp_path):
     run = KctlProcess("inspect", "--listen", f"127.0.0.1:{port}", "--upstream", broker.bootstrap,
                       "--processors", "2", "--json-out", str(js))
     try:
+        run.wait_for(lambda line: line.startswith("kctl inspect: listening on"), stream="err")
         c = _connect(f"127.0.0.1:{port}")
         admin.fetch_metadata(c)
         c.close()

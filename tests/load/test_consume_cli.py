@@ -193,4 +193,4 @@ def test_sigterm_stops_the_consumers_as_ctrl_c_does(broker, tmp_path, command):
         s = RunSummary.from_json(doc)
         assert s.run.interrupted and doc["run"]["workers_failed"] == []
         assert s.counts.acked > 0 and s.unaccounted == 0
-        assert doc["consume"]["run"]["consumers_failed"] == []
+        assert doc["consume"]["run"]["consumers_failed"] == [] and doc["consume"]["run"]["interrupted"]

@@ -44,9 +44,10 @@ def test_replay_parquet_with_verify(spark, broker, tmp_path):
 def test_sigterm_cancels_the_replay_as_ctrl_c_does(broker, tmp_path):
     """SIGTERM to kctl alone mid-replay (a fresh ``kctl replay`` process with its own Spark
     driver) cancels the job group as Ctrl-C does: the summary is written from the reports
-    received and says ``interrupted``, every record it counts is accounted for, exit 130,
-    no traceback, and neither Spark's JVM nor its Python workers outlive kctl (before,
-    SIGTERM killed the Python driver alone)."""
+    received and says ``interrupted``, exit 130, no traceback, and neither Spark's JVM nor
+    its Python workers outlive kctl (before, SIGTERM killed the Python driver alone). As
+    for Ctrl-C, a cancelled task sends no final report: the records in flight at its last
+    interval report are not in the counts (kctl/spark/load.py)."""
     from tests.spark.conftest import _need_spark
     from kctl.stats.summary import RunSummary
     from tests.stop_signal import KctlProcess, group_gone
@@ -66,5 +67,4 @@ def test_sigterm_cancels_the_replay_as_ctrl_c_does(broker, tmp_path):
     assert "interrupted: the Spark job was cancelled" in run.stderr and "Traceback" not in run.stderr
     s = RunSummary.from_json(json.loads(js.read_text()))
     assert s.run.interrupted and 0 < s.counts.acked < 30_000
-    assert s.unaccounted == 0, s.counts
     assert group_gone(run.pgid, 30), "a Spark process outlived kctl replay"
