@@ -37,7 +37,7 @@ COMMANDS: dict[str, str] = {
     "decode": "Decode Kafka frames from pcap/pcapng captures (tcpdump, Wireshark, kctl inspect).",
     "analyze": "Decode captures in parallel on Spark into Parquet; print latency, throughput, client and error summaries.",
     "replay": "Produce the rows of a dataset to a topic from Spark executors, reported like kctl produce.",
-    "broker": "Run a local Kafka-compatible broker (Tansu, in memory) until Ctrl-C.",
+    "broker": "Run a local Kafka-compatible broker (Tansu, in memory) until Ctrl-C or SIGTERM.",
 }
 
 EXIT_USAGE = 2

@@ -13,7 +13,7 @@ def broker(
     port: int = typer.Option(None, "--port", "-p", min=1, max=65535,
                              help="Loopback port to listen on (default: a free one)."),
 ) -> None:
-    """Run a local Kafka-compatible broker (Tansu, in memory) until Ctrl-C."""
+    """Run a local Kafka-compatible broker (Tansu, in memory) until Ctrl-C or SIGTERM."""
     # Ctrl-C and SIGTERM both stop the broker in order (even when started with
     # SIGINT ignored, as background jobs of a non-interactive shell are).
     try:
