@@ -10,7 +10,9 @@ function signature then.
 Every mistake a user can make ends the same way, on one line on stderr, exit status 2:
 ``kctl: error: ...`` -- unknown command or option, a missing or malformed value (Typer's
 usage errors, caught here instead of Typer's boxed rendering) and every ``KctlError`` a
-command raises. Ctrl-C exits 130. Help is plain text (Rich markup off, so square brackets
+command raises. Ctrl-C exits 130, and so does SIGTERM: it is taken as Ctrl-C by every
+command (commands/_stop.py), so a run stopped by ``kill`` or ``timeout`` still ends in
+order and writes its summary. Help is plain text (Rich markup off, so square brackets
 in help survive), and an option's value is shown perf-test style as its name in capitals
 (``--num-records NUM-RECORDS``) unless the command names it (``-X NAME=VALUE``).
 """
@@ -35,7 +37,7 @@ COMMANDS: dict[str, str] = {
     "decode": "Decode Kafka frames from pcap/pcapng captures (tcpdump, Wireshark, kctl inspect).",
     "analyze": "Decode captures in parallel on Spark into Parquet; print latency, throughput, client and error summaries.",
     "replay": "Produce the rows of a dataset to a topic from Spark executors, reported like kctl produce.",
-    "broker": "Run a local Kafka-compatible broker (Tansu, in memory) until Ctrl-C.",
+    "broker": "Run a local Kafka-compatible broker (Tansu, in memory) until Ctrl-C or SIGTERM.",
 }
 
 EXIT_USAGE = 2
@@ -90,7 +92,9 @@ def run_command(name: str, args: Sequence[str]) -> None:
             from kctl.ui.help_text import render_help
             print(render_help(command, f"kctl {name}"))
             return
-        status = command.main(args=args, prog_name=f"kctl {name}", standalone_mode=False)
+        from kctl.commands._stop import sigterm_as_ctrl_c
+        with sigterm_as_ctrl_c():     # SIGTERM (kill, timeout(1), systemd) stops as Ctrl-C does
+            status = command.main(args=args, prog_name=f"kctl {name}", standalone_mode=False)
     except typer.TyperException as e:      # Typer's usage errors: unknown option, bad value, ...
         text = e.format_message() if hasattr(e, "format_message") else str(e)
         text = " ".join(text.split()).rstrip(".")

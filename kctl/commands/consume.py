@@ -12,6 +12,7 @@ from typing import Optional
 import typer
 from rich.live import Live
 
+from kctl.commands._stop import EXIT_INTERRUPTED
 from kctl.errors import ConfigError, KctlError
 from kctl.load.consume import ConsumeOptions, execute, prepare
 from kctl.quantities import parse_duration
@@ -115,7 +116,9 @@ def consume(
     print(header)
     print(values, flush=True)
     if outcome.result.interrupted:
+        # The summary (and --json-out, --hdr-out) are written; the status says the run was cut short.
         err.print("interrupted: the consumers were stopped early; the summary covers what ran")
+        sys.exit(EXIT_INTERRUPTED)
     failures = outcome.result.failures
     if failures:
         c, msg = sorted(failures.items())[0]

@@ -4,14 +4,13 @@ from __future__ import annotations
 
 import json
 import queue
-import signal
 import sys
 import time
 from pathlib import Path
-from types import FrameType
 
 import typer
 
+from kctl.commands._stop import sigterm_as_ctrl_c
 from kctl.config import ProducerConfig, SecurityConfig, Setting, parse_assignment
 from kctl.errors import ConfigError, KctlError
 from kctl.inspect.faults import ErrorRewrite, FaultPlan
@@ -19,10 +18,6 @@ from kctl.inspect.proxy import (
     FrameEvent, InspectorProxy, ListenerTls, default_processors, parse_hostport)
 from kctl.inspect.proxy_stats import ProcessorLost, StatsSnapshot
 from kctl.quantities import parse_duration
-
-
-def _sigterm_as_interrupt(signum: int, frame: FrameType | None) -> None:
-    raise KeyboardInterrupt
 
 
 def _describe(plan: FaultPlan) -> str:
@@ -169,11 +164,9 @@ def inspect(
                            listen_tls=listen_tls, upstream_security=up_security,
                            show_secrets=show_secrets, processors=n, processes=True,
                            on_lost=lines.put)
-    previous_int = signal.signal(signal.SIGINT, signal.default_int_handler)
-    previous_term = signal.signal(signal.SIGTERM, _sigterm_as_interrupt)
     final: StatsSnapshot | None = None
     try:
-        with proxy:
+        with sigterm_as_ctrl_c(sigint=True), proxy:
             try:
                 _run(proxy, show, lines, duration_s, _describe(plan),
                      tls=", ".join(n for n, c in (("TLS from clients", listen_tls),
@@ -182,9 +175,6 @@ def inspect(
                 final = _final_snapshot(proxy)
     except KeyboardInterrupt:
         pass
-    finally:
-        signal.signal(signal.SIGTERM, previous_term)
-        signal.signal(signal.SIGINT, previous_int)
     while not lines.empty():            # a processor lost while stopping
         item = lines.get()
         if isinstance(item, ProcessorLost):

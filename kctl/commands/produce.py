@@ -3,16 +3,15 @@
 from __future__ import annotations
 
 import json
-import signal
 import sys
 import time
 from pathlib import Path
-from types import FrameType
 from typing import Optional
 
 import typer
 from rich.live import Live
 
+from kctl.commands._stop import EXIT_INTERRUPTED
 from kctl.errors import ConfigError, KctlError
 from kctl.load.produce import ProduceOptions, execute, prepare
 from kctl.quantities import parse_byte_rate, parse_duration, parse_rate
@@ -23,12 +22,6 @@ from kctl.ui.produce_view import (
 
 #: kafka-producer-perf-test takes several properties after one flag (argparse nargs="+").
 _MULTI_VALUE = ("--producer-props", "--command-property")
-#: Exit status of a run Ctrl-C (or SIGTERM) cut short (128 + SIGINT, as kctl/cli.py for any command).
-EXIT_INTERRUPTED = 130
-
-
-def _sigterm_as_ctrl_c(signum: int, frame: FrameType | None) -> None:
-    raise KeyboardInterrupt
 
 
 def expand_args(args: list[str]) -> list[str]:
@@ -181,17 +174,14 @@ def produce(
         if not live_view and not quiet:
             print(plain_line(stats.snapshot(time.time_ns()), consume_state()), flush=True)
 
-    # SIGTERM (kill, a service manager, timeout(1)) stops the run as Ctrl-C does: the
-    # workers end their schedule and report every record, the summary is written. Left
-    # at its default, it killed this process alone and the workers loaded on.
-    previous_term = signal.signal(signal.SIGTERM, _sigterm_as_ctrl_c)
+    # Ctrl-C, and SIGTERM taken as Ctrl-C (cli.py, commands/_stop.py), stop the run: the
+    # workers end their schedule and report every record, the summary is written, exit 130.
     try:
         outcome = execute(plan, on_event=on_event, on_round=on_round, on_start=on_start,
                           hdr_out=str(hdr_out) if hdr_out else None,
                           on_consume_start=consume_stats.append,
                           **({"run_factory": run_factory} if run_factory else {}))
     finally:
-        signal.signal(signal.SIGTERM, previous_term)
         if live is not None:
             live.stop()
     summary = outcome.summary

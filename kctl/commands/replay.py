@@ -10,6 +10,7 @@ from typing import Optional
 
 import typer
 
+from kctl.commands._stop import EXIT_INTERRUPTED
 from kctl.errors import ConfigError
 
 
@@ -82,6 +83,10 @@ def replay(
         print(line)
     print(clock_line(summary))
     print(summary_line(summary), flush=True)
+    if outcome.result.interrupted:
+        # As kctl produce: the summary is written (the job group was cancelled), then 130.
+        err.print("interrupted: the Spark job was cancelled; the summary covers what ran")
+        sys.exit(EXIT_INTERRUPTED)
     if outcome.verify is not None:
         v = outcome.verify
         print(f"verify: {v.expected} acknowledged, {v.found} found, {v.lost} lost, "

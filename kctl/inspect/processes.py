@@ -138,7 +138,11 @@ class Notice:
 def run_processor(spec: ProcessorSpec, handoffs: socket.socket, control: Pipe, ask: Pipe,
                   budgets: tuple[SharedBudget, SharedBudget]) -> None:
     """The main function of a processor process."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)      # the parent decides when to stop
+    # The parent decides when to stop (Stop, or this process's pipes closing when it dies):
+    # Ctrl-C, and a SIGTERM sent to the whole group (systemd, kill -TERM -PGID), reach the
+    # processors too and must not end them before their final report.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
     from kctl.engine.clock import SystemClock
     clock = SystemClock()
     known = dict(spec.listeners)
@@ -353,7 +357,7 @@ class ProcessorPool:
         for h in self._handles:
             h.process.join(max(0.1, deadline - time.monotonic()))
             if h.process.is_alive():
-                h.process.terminate()
+                h.process.kill()          # SIGTERM is ignored by a processor (run_processor)
                 h.process.join(2)
         self._closing = True
         self._wake()

@@ -229,9 +229,10 @@ class ConsumeRun:
     def finished(self) -> bool:
         return len(self._finished) >= len(self._procs)
 
-    def wait(self, timeout_s: float | None = None) -> ConsumeResult:
-        """Until every consumer finished (``timeout_s``: then stops them and waits again)."""
-        interrupted = False
+    def wait(self, timeout_s: float | None = None, *, interrupted: bool = False) -> ConsumeResult:
+        """Until every consumer finished (``timeout_s``: then stops them and waits again).
+        ``interrupted``: the run was already cut short (the producers of ``produce --consume``
+        were stopped by Ctrl-C or SIGTERM); a Ctrl-C during the wait says so too."""
         deadline = None if timeout_s is None else time.monotonic() + timeout_s
         try:
             while self._thread is not None and self._thread.is_alive():
@@ -248,6 +249,7 @@ class ConsumeRun:
         if self._error is not None:
             raise self._error
         assert self.stats is not None
+        self.stats.interrupted = interrupted
         summary = self.stats.summary()
         if self._own_hlog is not None:
             self._own_hlog.close()
@@ -258,7 +260,7 @@ class ConsumeRun:
         for p in self._procs:
             p.join(timeout=15)
             if p.is_alive():
-                p.terminate()
+                p.kill()          # past the stop and its wait; SIGTERM would only stop it again
                 p.join(timeout=2)
 
     def run(self) -> ConsumeResult:

@@ -34,7 +34,6 @@ from __future__ import annotations
 
 import gc
 import queue
-import signal
 import struct
 import time
 import traceback
@@ -49,6 +48,7 @@ from kctl.engine.fetcher import ConsumedBatch
 from kctl.engine.subscription import FetchPosition
 from kctl.errors import KctlError
 from kctl.load.clock_sync import measure_offset
+from kctl.load.stop import install_worker_stop
 from kctl.protocol.identity import find_identity
 from kctl.stats.consume_report import (
     ClockOffset, ConsumerFailed, ConsumerInterval, ConsumerReady, PartitionProgress, SeenRun)
@@ -391,8 +391,10 @@ class ConsumerGate:
 
 def run_consumer(spec: ConsumeWorkerSpec, reports: Any, stop: Any, control: Any = None,
                  gate: Any = None, counter: Any = None) -> None:
-    """Process entry point: every failure reaches the parent as ``ConsumerFailed``."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    """Process entry point: every failure reaches the parent as ``ConsumerFailed``. Ctrl-C
+    is ignored (the parent sets ``stop``); SIGTERM stops the consumer as ``stop`` does
+    (load/stop.py), so it still commits and sends its final report."""
+    stop = install_worker_stop(stop)
     try:
         ConsumerWorker(spec, reports, stop, control, counter).run(gate)
     except KctlError as e:

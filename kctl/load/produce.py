@@ -427,7 +427,8 @@ def execute(plan: ProducePlan, *, on_event: Callable[[str], None] = lambda _m: N
             on_event(f"producers done: the consumers read on to the acknowledged end "
                      f"(at most {plan.drain_timeout_s:g} s)")
             try:
-                consumed = consume_run.wait(0.1 if result.interrupted else plan.drain_timeout_s)
+                consumed = consume_run.wait(0.1 if result.interrupted else plan.drain_timeout_s,
+                                            interrupted=result.interrupted)
             finally:
                 if run.stats is not None and run.stats.hlog is not None:
                     run.stats.hlog.close()

@@ -157,7 +157,7 @@ class LoadRun:
             for p in procs:
                 p.join(timeout=5)
                 if p.is_alive():
-                    p.terminate()
+                    p.kill()
             raise
         start_wall = time.time_ns() + int(START_MARGIN_S * 1e9)
         gate.start_wall_ns.value = start_wall
@@ -191,7 +191,9 @@ class LoadRun:
             for p in procs:
                 p.join(timeout=spec.stop_grace_s + 5)
                 if p.is_alive():
-                    p.terminate()
+                    # A worker that missed the stop and its grace: SIGTERM would only
+                    # stop it again (load/stop.py), so it is killed.
+                    p.kill()
                     p.join(timeout=2)
         if collector.error is not None:
             raise collector.error

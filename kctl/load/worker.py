@@ -57,7 +57,6 @@ from __future__ import annotations
 import gc
 import math
 import random
-import signal
 import time
 import traceback
 from collections import defaultdict
@@ -73,6 +72,7 @@ from kctl.errors import KctlError
 from kctl.load.payload import KeySpec, PayloadPool
 from kctl.load.priority import short_slice
 from kctl.load.schedule import Schedule
+from kctl.load.stop import install_worker_stop
 from kctl.protocol.identity import IdentityStamp, run_tag
 from kctl.protocol.records import Header
 from kctl.stats.latency import LatencyRecorder, encode_histogram, new_histogram
@@ -460,8 +460,9 @@ def run_worker(spec: WorkerSpec, reports: Any, stop: Any, start_gate: StartGate 
     """Process entry point: every failure reaches the parent as ``WorkerFailed``.
 
     Ctrl-C reaches every process of the terminal's group; workers ignore it and
-    stop through ``stop``, set by the parent, so they still flush and report."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    stop through ``stop``, set by the parent, so they still flush and report. SIGTERM
+    (to the group, or to the worker alone) stops the worker as ``stop`` does (load/stop.py)."""
+    stop = install_worker_stop(stop)
     try:
         Worker(spec, reports, stop, start_gate).run()
     except KctlError as e:

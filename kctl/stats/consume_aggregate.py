@@ -97,6 +97,7 @@ class ConsumeStats:
         self.mode = mode
         self.hlog = hlog
         self.max_lag_rounds = max_lag_rounds
+        self.interrupted = False   # Ctrl-C (or SIGTERM) stopped the run (ConsumeRun says so)
         self._lock = threading.RLock()
         self._last: dict[int, ConsumerMetricsSnapshot] = {}
         self._results = _ZERO
@@ -291,7 +292,8 @@ class ConsumeStats:
                 start_unix_ms=self.start_wall_ns // 1_000_000, end_unix_ms=end // 1_000_000,
                 duration_s=round(max(0, end - self.start_wall_ns) / 1e9, 6), measured_s=round(span, 6),
                 consumers=self.consumers, consumers_failed=tuple(sorted(self._failed.items())),
-                mode=self.mode, intervals=self._intervals, caught_up=self.all_caught_up())
+                mode=self.mode, intervals=self._intervals, caught_up=self.all_caught_up(),
+                interrupted=self.interrupted)
             return ConsumeSummary(
                 run=run, config=dict(self.config),
                 counts=ConsumeCounts(

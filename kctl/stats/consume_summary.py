@@ -37,13 +37,15 @@ class ConsumeRunInfo:
     mode: str                    # "assign" or "group"
     intervals: int
     caught_up: bool              # every consumer reached its targets (when there were targets)
+    interrupted: bool = False    # Ctrl-C (or SIGTERM) cut the run short; the figures cover what ran
 
     def to_json(self) -> dict[str, Any]:
         return {"id": self.id, "start": self.start, "end": self.end, "start_unix_ms": self.start_unix_ms,
                 "end_unix_ms": self.end_unix_ms, "duration_s": self.duration_s, "measured_s": self.measured_s,
                 "consumers": self.consumers,
                 "consumers_failed": [{"consumer": c, "error": e} for c, e in self.consumers_failed],
-                "mode": self.mode, "intervals": self.intervals, "caught_up": self.caught_up}
+                "mode": self.mode, "intervals": self.intervals, "caught_up": self.caught_up,
+                "interrupted": self.interrupted}
 
     @classmethod
     def from_json(cls, d: Mapping[str, Any]) -> ConsumeRunInfo:
@@ -51,7 +53,8 @@ class ConsumeRunInfo:
                    int(d.get("start_unix_ms", 0)), int(d.get("end_unix_ms", 0)),
                    float(d.get("duration_s", 0.0)), float(d.get("measured_s", 0.0)), int(d.get("consumers", 0)),
                    tuple((int(x["consumer"]), str(x["error"])) for x in d.get("consumers_failed", ())),
-                   str(d.get("mode", "assign")), int(d.get("intervals", 0)), bool(d.get("caught_up", False)))
+                   str(d.get("mode", "assign")), int(d.get("intervals", 0)), bool(d.get("caught_up", False)),
+                   bool(d.get("interrupted", False)))
 
 
 @dataclass(frozen=True, slots=True)

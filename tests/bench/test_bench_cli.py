@@ -161,3 +161,30 @@ def test_report_reads_results_and_charts_without_a_broker(baseline_run, tmp_path
     assert "base: acks=1" in run.stdout and "acks-1" in run.stdout
     for name in ("percentiles.png", "timeline.png", "report.html"):
         assert (tmp_path / "r" / name).stat().st_size > 10_000
+
+
+def test_sigterm_stops_the_bench_as_ctrl_c_does(broker, tmp_path):
+    """SIGTERM to kctl alone mid-cell stops the running cell's workers in order and ends the
+    bench as Ctrl-C does: ``kctl: interrupted``, exit 130, no traceback, no worker left
+    loading the broker (before, SIGTERM killed the parent alone and the cell's workers
+    went on to the end of its 30 s)."""
+    import time
+
+    from tests.stop_signal import KctlProcess, group_gone
+
+    run = KctlProcess("bench", "-b", broker.bootstrap, "--topic", f"bench-sigterm-{os.getpid()}",
+                      "--matrix", "acks=1,all", "--rate", "1000", "--duration", "30s", "--warmup", "0s",
+                      "--repetitions", "1", "--workers", "1", "--out", str(tmp_path / "out"))
+    try:
+        run.wait_for(lambda line: line.startswith("[1/2] repetition 1"), stream="err")
+        time.sleep(2)                     # the cell's worker starts and produces
+        t0 = time.monotonic()
+        status = run.stop()
+        stopped_s = time.monotonic() - t0
+    finally:
+        run.kill_group()
+    assert status == 130, run.stderr
+    assert "kctl: interrupted" in run.stderr and "Traceback" not in run.stderr
+    assert "[2/2]" not in run.stderr      # the next cell never started
+    assert group_gone(run.pgid), "a process of the bench outlived kctl"
+    assert stopped_s < 20

@@ -172,3 +172,32 @@ def test_frame_line_shows_sasl_credentials_only_when_asked():
     hidden = FrameEvent(0, 1, "request", 36, 2, 4, 40, frame, "c", "u")
     assert hidden.redacted
     assert frame_line(hidden).endswith("auth_bytes=<redacted>") and "AHUAcHc" not in frame_line(hidden)
+
+
+@pytest.mark.broker
+def test_sigterm_stops_the_proxy_as_ctrl_c_does(broker, tmp_path):
+    """SIGTERM to kctl alone stops ``kctl inspect`` (no --duration) as Ctrl-C does: the
+    processors are stopped and merged, the closing line and --json-out are written, exit 0
+    (a proxy runs until stopped), no traceback, no processor process left."""
+    import json
+
+    from tests.stop_signal import KctlProcess, group_gone
+
+    port = free_port()
+    js = tmp_path / "i.json"
+    run = KctlProcess("inspect", "--listen", f"127.0.0.1:{port}", "--upstream", broker.bootstrap,
+                      "--processors", "2", "--json-out", str(js))
+    try:
+        run.wait_for(lambda line: line.startswith("kctl inspect: listening on"), stream="err")
+        c = _connect(f"127.0.0.1:{port}")
+        admin.fetch_metadata(c)
+        c.close()
+        status = run.stop()
+    finally:
+        run.kill_group()
+    assert status == 0, run.stderr
+    assert "Traceback" not in run.stderr
+    assert any(x.startswith("kctl inspect: ") and "over 2 processors" in x for x in run.err)
+    doc = json.loads(js.read_text())
+    assert doc["processors"] == 2 and doc["requests"] >= 2 and doc["lost_processors"] == []
+    assert group_gone(run.pgid), "a processor outlived kctl inspect"

@@ -148,3 +148,49 @@ def test_two_kctl_processes_measure_and_report_the_clock_offset(broker, tmp_path
     e2e = s["latency"]["e2e"]
     assert e2e["count"] > 500 and e2e["negative"] == 0
     assert "e2e: p50 " in run.stdout
+
+
+@pytest.mark.parametrize("command", ["consume", "produce --consume"])
+def test_sigterm_stops_the_consumers_as_ctrl_c_does(broker, tmp_path, command):
+    """SIGTERM to kctl alone (``kill PID``, ``timeout``) mid-run stops the consumer
+    processes (and the producer workers of ``produce --consume``) in order, as Ctrl-C does:
+    the summary is written and says ``interrupted``, nothing failed, exit 130, no traceback,
+    and no process of the run is left (before, SIGTERM killed the parent alone and the
+    consumers read on to the end of their --duration)."""
+    from kctl.engine import admin
+    from kctl.engine.blocking_client import BlockingClient
+    from kctl.stats.summary import RunSummary
+    from tests.stop_signal import KctlProcess, group_gone
+
+    topic = f"sigterm-{command.replace(' --', '-')}-{os.getpid()}"
+    js = tmp_path / "s.json"
+    common = ("-b", broker.bootstrap, "-t", topic, "--interval", "0.25", "--json-out", str(js))
+    if command == "consume":
+        with BlockingClient(broker.bootstrap) as c:
+            admin.create_topics(c, [topic], partitions=2)
+        kctl_ = KctlProcess("consume", *common, "--consumers", "2", "--from", "end", "--duration", "60s")
+    else:
+        kctl_ = KctlProcess("produce", *common, "--partitions", "2", "--workers", "1", "--rate", "1000",
+                            "--duration", "60s", "--consume", "--consumers", "2")
+    try:
+        kctl_.wait_for(lambda line: line.strip() != "")    # an interval line: under way
+        t0 = time.monotonic()
+        status = kctl_.stop()
+        stopped_s = time.monotonic() - t0
+    finally:
+        kctl_.kill_group()
+    err = kctl_.stderr
+    assert status == 130, err
+    assert "interrupted: " in err and "Traceback" not in err
+    assert group_gone(kctl_.pgid), "a process of the run outlived kctl"
+    assert stopped_s < 20
+    doc = json.loads(js.read_text())
+    if command == "consume":
+        run = doc["run"]
+        assert run["interrupted"] and run["consumers"] == 2 and run["consumers_failed"] == []
+        assert run["duration_s"] < 30
+    else:
+        s = RunSummary.from_json(doc)
+        assert s.run.interrupted and doc["run"]["workers_failed"] == []
+        assert s.counts.acked > 0 and s.unaccounted == 0
+        assert doc["consume"]["run"]["consumers_failed"] == [] and doc["consume"]["run"]["interrupted"]

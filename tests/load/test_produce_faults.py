@@ -19,6 +19,7 @@ import pytest
 from kctl.inspect.faults import FaultPlan
 from kctl.inspect.proxy import InspectorProxy
 from kctl.stats.summary import RunSummary
+from tests.stop_signal import group_gone
 
 pytestmark = pytest.mark.broker
 
@@ -58,22 +59,27 @@ class ProduceResponses:
             time.sleep(0.01)
 
 
-def run_and_stop(args, responses: ProduceResponses, signum: int, before_stop) -> tuple[int, str, int]:
+def run_and_stop(args, responses: ProduceResponses, signum: int, before_stop,
+                 to_group: bool = False) -> tuple[int, int, str, int]:
     """Runs kctl (in a process group of its own), waits until it is producing, calls
-    ``before_stop(proc)``, sends ``signum``; returns the exit status, stderr and when the
-    signal went (Unix ms)."""
+    ``before_stop(proc)``, sends ``signum`` to kctl (``to_group``: to every process of the
+    group, workers included, as a terminal's Ctrl-C or systemd's stop does); returns the
+    process group, the exit status, stderr and when the signal went (Unix ms)."""
     proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             start_new_session=True)
     try:
         responses.wait(50, 60)
         before_stop(proc)
         stop_unix_ms = time.time_ns() // 1_000_000
-        proc.send_signal(signum)
+        if to_group:
+            os.killpg(proc.pid, signum)
+        else:
+            proc.send_signal(signum)
         _, err = proc.communicate(timeout=60)
     finally:
         if proc.poll() is None:
             proc.kill()
-    return proc.returncode, err, stop_unix_ms
+    return proc.pid, proc.returncode, err, stop_unix_ms
 
 
 def check_accounted_and_read_back(doc, s: RunSummary):
@@ -185,7 +191,7 @@ def test_ctrl_c_exits_130_and_says_the_run_was_cut_short(broker, tmp_path):
     responses = ProduceResponses()
 
     with InspectorProxy([broker.bootstrap], on_frame=responses) as proxy:
-        status, err, _ = run_and_stop(
+        _, status, err, _ = run_and_stop(
             produce_args(proxy.bootstrap, out, "--rate", "1000", "--duration", "60s"),
             responses, signal.SIGINT, lambda proc: time.sleep(1.0))
     assert status == 130, err
@@ -217,13 +223,17 @@ def test_transactional_run_aborts_a_failed_transaction_and_goes_on(broker, tmp_p
     check_accounted_and_read_back(doc, s)
 
 
-@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["ctrl-c", "sigterm"])
-def test_a_stop_while_behind_counts_the_records_the_catch_up_limit_held(broker, tmp_path, signum):
-    """Ctrl-C (or SIGTERM, taken as Ctrl-C) while two paced workers (1,000 records/s each)
-    catch up after a 300 ms stall (the whole process group stopped, as a preempted host
-    would): the catch-up limit still holds most of the backlog, and those records count
-    as scheduled and abandoned (never handed to the producer); every record is accounted
-    for and read back, and both workers stopped in order (none failed)."""
+@pytest.mark.parametrize(("signum", "to_group"), [(signal.SIGINT, True), (signal.SIGTERM, False),
+                                                  (signal.SIGTERM, True)],
+                         ids=["ctrl-c", "sigterm", "sigterm-to-group"])
+def test_a_stop_while_behind_counts_the_records_the_catch_up_limit_held(broker, tmp_path, signum, to_group):
+    """Ctrl-C (to the whole group, as a terminal sends it) or SIGTERM (taken as Ctrl-C; to
+    kctl alone as ``kill`` sends it, or to the whole group as systemd does, when the workers
+    take it as their own stop) while two paced workers (1,000 records/s each) catch up
+    after a 300 ms stall (the whole process group stopped, as a preempted host would): the
+    catch-up limit still holds most of the backlog, and those records count as scheduled
+    and abandoned (never handed to the producer); every record is accounted for and read
+    back, and both workers stopped in order (none failed) and ended."""
     out = tmp_path / "s.json"
     responses = ProduceResponses()
 
@@ -234,10 +244,12 @@ def test_a_stop_while_behind_counts_the_records_the_catch_up_limit_held(broker, 
         time.sleep(0.2)
 
     with InspectorProxy([broker.bootstrap], on_frame=responses) as proxy:
-        status, err, stop_unix_ms = run_and_stop(
+        pgid, status, err, stop_unix_ms = run_and_stop(
             produce_args(proxy.bootstrap, out, "--rate", "2000", "--duration", "60s", workers=2),
-            responses, signum, stall)
+            responses, signum, stall, to_group)
     assert status == 130, err
+    assert "Traceback" not in err
+    assert group_gone(pgid), "a worker outlived kctl produce"
     doc, s = read_summary(out)
     assert s.run.interrupted and s.run.workers == 2
     assert s.counts.acked > 0 and len(doc["run"]["workers_failed"]) == 0

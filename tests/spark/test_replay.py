@@ -39,3 +39,32 @@ def test_replay_parquet_with_verify(spark, broker, tmp_path):
                 got += [(r.key, json.loads(r.value)) for r in b.records]
     assert sorted(got, key=lambda kv: kv[1]["a"]) == [
         (f"u{i % 7}".encode(), {"a": i, "b": f"x{i}"}) for i in range(n)]
+
+
+def test_sigterm_cancels_the_replay_as_ctrl_c_does(broker, tmp_path):
+    """SIGTERM to kctl alone mid-replay (a fresh ``kctl replay`` process with its own Spark
+    driver) cancels the job group as Ctrl-C does: the summary is written from the reports
+    received and says ``interrupted``, exit 130, no traceback, and neither Spark's JVM nor
+    its Python workers outlive kctl (before, SIGTERM killed the Python driver alone). As
+    for Ctrl-C, a cancelled task sends no final report: the records in flight at its last
+    interval report are not in the counts (kctl/spark/load.py)."""
+    from tests.spark.conftest import _need_spark
+    from kctl.stats.summary import RunSummary
+    from tests.stop_signal import KctlProcess, group_gone
+
+    _need_spark()
+    path = tmp_path / "rows.json"
+    path.write_text("".join(json.dumps({"id": i}) + "\n" for i in range(30_000)))
+    js = tmp_path / "s.json"
+    run = KctlProcess("replay", str(path), "-t", "replay-sigterm", "-b", broker.bootstrap, "--rate", "1000",
+                      "--tasks", "1", "--master", "local[1]", "--interval", "0.5", "--json-out", str(js))
+    try:
+        run.wait_for(lambda line: line.strip() != "", timeout_s=120)    # an interval line
+        status = run.stop()
+    finally:
+        run.kill_group()
+    assert status == 130, run.stderr
+    assert "interrupted: the Spark job was cancelled" in run.stderr and "Traceback" not in run.stderr
+    s = RunSummary.from_json(json.loads(js.read_text()))
+    assert s.run.interrupted and 0 < s.counts.acked < 30_000
+    assert group_gone(run.pgid, 30), "a Spark process outlived kctl replay"
