@@ -33,7 +33,7 @@ def test_no_rebalance_gives_equal_rates_and_a_zero_span_gives_zero_rates():
 
 
 def test_values_line_prints_the_figures_in_perf_tests_formats():
-    doc = {"run": {"id": "abc", "start": "", "end": "", "start_unix_ms": 1_767_225_603_000,
+    doc = {"schema": "kctl.consume.summary/1", "run": {"id": "abc", "start": "", "end": "", "start_unix_ms": 1_767_225_603_000,
                    "end_unix_ms": 1_767_225_605_000, "duration_s": 2.0, "measured_s": 2.0, "consumers": 2,
                    "mode": "group", "intervals": 2, "caught_up": False},
            "counts": {"records": 40_000, "key_value_bytes": 4_000_000}}
@@ -41,6 +41,6 @@ def test_values_line_prints_the_figures_in_perf_tests_formats():
     _, values = perf_test_lines(s, PerfTestTimes(1_767_225_580_000, 1_767_225_605_000, 23_000))
     cols = [x.strip() for x in values.split(",")]
     assert cols[2:] == ["3.8147", "0.1526", "40000", "1600.0000", "23000", "2000", "1.9073", "20000.0000"]
-    assert cols[0].endswith(":40:000") or cols[0].endswith(":000")   # start.time: the perf-test start
+    assert cols[0].endswith(":40:000") and cols[1].endswith(":05:000")   # the perf-test start, the end
     _, plain = perf_test_lines(s)    # no perf-test clock: the measured run, no rebalance
     assert [x.strip() for x in plain.split(",")][6:8] == ["0", "2000"]
