@@ -8,6 +8,9 @@ publishes the common start and reads reports from then on in a thread, feeding
 tells every consumer the offset to read each partition to (a backlog's end, or the
 producers' acknowledged end); ``wait()`` returns once every consumer has finished
 (its stop condition, or ``stop()``). A consumer that fails stops the run with its error.
+Each ``ConsumerReady`` carries when that consumer began to subscribe or assign, and each
+report its time spent rejoining after the start: ``ConsumeResult.perf_test_times()`` is
+kafka-consumer-perf-test's clock from them (start before subscribing, rebalance time).
 
 ``kctl consume`` runs start, begin and wait in a row (``run()``); ``kctl produce
 --consume`` starts the consumers before the producers, begins them at the producers'
