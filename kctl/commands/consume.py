@@ -14,7 +14,7 @@ from rich.live import Live
 
 from kctl.commands._stop import EXIT_INTERRUPTED
 from kctl.errors import ConfigError, KctlError
-from kctl.load.consume import ConsumeOptions, execute, prepare
+from kctl.load.consume import ConsumeOptions, execute, prepare, short_of_num_records
 from kctl.quantities import parse_duration
 from kctl.ui.console import stderr_console, stdout_console
 from kctl.ui.consume_view import ConsumeDashboardView, perf_test_lines, plain_line, summary_renderable
@@ -26,14 +26,14 @@ def consume(
     topic: str = typer.Option("kctl-perf", "-t", "--topic", help="Topic to read."),
     group: Optional[str] = typer.Option(None, "--group", help="Consume as this consumer group (JoinGroup/SyncGroup/Heartbeat, commits); default: assign mode, no group."),
     consumers: Optional[int] = typer.Option(None, "--consumers", help="Consumer processes (default: cores - 1 when the broker is on this host, else one per core; assign mode: at most one per partition)."),
-    start: Optional[str] = typer.Option(None, "--from", help="beginning (default), end, an offset, or a time: ISO 8601, @<unix ms>, -5m. With --group: where partitions without a committed offset start (beginning|end)."),
+    start: Optional[str] = typer.Option(None, "--from", help="beginning (default), end, an offset, or a time: ISO 8601, @<unix ms>, -5m. With --group: where partitions without a committed offset start (beginning|end; beginning unless -X/--consumer-config set auto.offset.reset)."),
     from_latest: bool = typer.Option(False, "--from-latest", help="perf-test's spelling of --from end."),
     isolation_level: Optional[str] = typer.Option(None, "--isolation-level", help="read_uncommitted (default) or read_committed (aborted transactions are skipped)."),
     properties: list[str] = typer.Option([], "-X", help="Consumer property name=value (Kafka's names: fetch.min.bytes, fetch.max.wait.ms, max.partition.fetch.bytes, ...; repeatable)."),
     consumer_config: list[str] = typer.Option([], "--consumer-config", "--consumer.config", "--command-config", metavar="FILE", help="Java .properties file of consumer properties."),
     duration: Optional[str] = typer.Option(None, "--duration", help="Run length: 30s, 1m30s (default 10s without --num-records/--backlog)."),
     num_records: Optional[int] = typer.Option(None, "--num-records", "--messages", help="Stop after this many records over all consumers (perf-test: --messages)."),
-    idle_timeout: Optional[str] = typer.Option(None, "--idle-timeout", help="Stop after this long without a record: 10s (perf-test's --timeout)."),
+    idle_timeout: Optional[str] = typer.Option(None, "--idle-timeout", help="Stop after this long without a record: 10s (perf-test's --timeout; the default with --num-records and no --duration)."),
     timeout_ms: Optional[int] = typer.Option(None, "--timeout", help="perf-test's spelling of --idle-timeout, in ms."),
     warmup: Optional[str] = typer.Option(None, "--warmup", help="A time excluded from the results (5s)."),
     interval: str = typer.Option("1s", "--interval", help="Time between interval reports."),
@@ -102,8 +102,6 @@ def consume(
         json_out.write_text(json.dumps(summary.to_json(), indent=2) + "\n")
     if out.is_terminal:
         out.print(summary_renderable(summary))
-    first = outcome.result.stats.first_record_at()
-    rebalance_ms = max(0.0, (first - outcome.result.stats.start_wall_ns) / 1e6) if first else 0.0
     e = summary.latency.get("e2e")
     if e is not None:
         print(f"e2e: p50 {e.p50_ms:.3f} ms, p99 {e.p99_ms:.3f} ms, p99.9 {e.p999_ms:.3f} ms, max {e.max_ms:.3f} ms, "
@@ -112,7 +110,10 @@ def consume(
         b = summary.backlog
         print(f"backlog: {b.records} records {'drained' if b.drained else 'NOT drained'} in {b.drain_s:.3f} s "
               f"({b.records_per_s:.1f} records/s)")
-    header, values = perf_test_lines(summary, rebalance_ms=rebalance_ms)
+    short = short_of_num_records(plan, outcome)
+    if short:
+        print(short)   # stdout, before the last two lines, as perf-test's WARNING
+    header, values = perf_test_lines(summary, outcome.result.perf_test_times())
     print(header)
     print(values, flush=True)
     if outcome.result.interrupted:

@@ -13,7 +13,13 @@ through ``on_round`` / ``on_event`` / ``on_start``.
 ``beginning`` (the default), ``end``, an offset (``1234``), a time: ISO 8601
 (``2024-05-01T12:00:00Z``), ``@<unix ms>`` or ``-<duration>`` (``-5m``: five minutes
 ago). In group mode positions are the group's committed offsets; ``--from beginning|end``
-then says where a partition without one starts (``auto.offset.reset``).
+then says where a partition without one starts (``auto.offset.reset``): ``beginning``
+without ``--from`` (perf-test's default), unless a consumer config or ``-X`` sets
+``auto.offset.reset`` (``--from committed``: the Java client's default, latest).
+
+Stops: ``--duration``, ``--num-records`` (over all consumers), ``--idle-timeout``
+without a record; ``--num-records`` with no ``--duration`` gets perf-test's 10 s
+``--timeout`` by default, so a topic holding fewer records does not hang the run.
 """
 
 from __future__ import annotations
@@ -44,10 +50,14 @@ from kctl.stats.consume_summary import BacklogResult, ConsumeSummary
 from kctl.stats.summary import VerifyResult
 from kctl.topics import validate_topic_name
 
-__all__ = ["ConsumeOptions", "ConsumeOutcome", "ConsumePlan", "execute", "parse_start", "prepare"]
+__all__ = ["ConsumeOptions", "ConsumeOutcome", "ConsumePlan", "execute", "parse_start", "prepare",
+           "short_of_num_records"]
 
 #: How long a backlog may take to drain before the run gives up (and says so).
 BACKLOG_DRAIN_LIMIT_S = 600.0
+#: --idle-timeout when --num-records is the only stop (kafka-consumer-perf-test's --timeout
+#: default: 10000 ms between returned records).
+DEFAULT_IDLE_TIMEOUT_S = 10.0
 
 
 @dataclass(frozen=True)
@@ -170,12 +180,19 @@ def prepare(o: ConsumeOptions) -> ConsumePlan:
             start = StartPosition("committed")
     elif "group.id" in named:
         raise ConfigError("give the group as --group (assign mode takes no group.id)")
-    if o.backlog is not None and "auto.offset.reset" not in named and group:
-        settings.append(Setting("auto.offset.reset", "earliest", "--backlog"))
+    if group and o.start is None and "auto.offset.reset" not in named:
+        # --from's default: a partition without a committed offset starts at the beginning
+        # (kafka-consumer-perf-test's default too), not the Java client's latest. A
+        # consumer config's or -X's auto.offset.reset wins.
+        settings.append(Setting("auto.offset.reset", "earliest", "--backlog" if o.backlog is not None
+                                else "--from (default beginning)"))
     config = ConsumerConfig.from_settings(
         settings + [Setting("bootstrap.servers", o.bootstrap or "127.0.0.1:9092", "-b")])
     duration_s = parse_duration(o.duration, "--duration") if o.duration else None
     idle_s = parse_duration(o.idle_timeout, "--idle-timeout") if o.idle_timeout else None
+    if idle_s is None and o.num_records is not None and duration_s is None and o.backlog is None:
+        # Nothing else ends a run that may never see --num-records: perf-test's --timeout default.
+        idle_s = DEFAULT_IDLE_TIMEOUT_S
     if duration_s is None and o.num_records is None and o.backlog is None and idle_s is None:
         duration_s = 10.0
     warm_records, warm_s = parse_warmup(o.warmup)
@@ -341,3 +358,25 @@ def execute(plan: ConsumePlan, *, on_event: Callable[[str], None] = lambda _m: N
         return ConsumeOutcome(bootstrap, embedded, result, summary, checked)
 
 
+
+
+def short_of_num_records(plan: ConsumePlan, outcome: ConsumeOutcome) -> str | None:
+    """One line when the run ended before --num-records were read: how many of how many,
+    and what ended it (None when they were read, or none were asked)."""
+    asked = plan.num_records
+    read = outcome.summary.counts.records
+    if asked is None or read >= asked:
+        return None
+    run = outcome.summary.run
+    if outcome.result.interrupted:
+        why = "interrupted"
+    elif outcome.result.failures:
+        why = "a consumer failed"
+    elif plan.duration_s is not None and run.duration_s >= plan.duration_s:
+        why = f"--duration {plan.duration_s:g} s ended"
+    elif plan.idle_timeout_s is not None:
+        why = (f"no record for {plan.idle_timeout_s:g} s (--idle-timeout; --timeout in ms, "
+               "raise it to wait longer)")
+    else:
+        why = "the run ended"
+    return f"WARNING: read {read} of the {asked} records asked (--num-records): {why}"

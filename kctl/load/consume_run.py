@@ -8,6 +8,9 @@ publishes the common start and reads reports from then on in a thread, feeding
 tells every consumer the offset to read each partition to (a backlog's end, or the
 producers' acknowledged end); ``wait()`` returns once every consumer has finished
 (its stop condition, or ``stop()``). A consumer that fails stops the run with its error.
+Each ``ConsumerReady`` carries when that consumer began to subscribe or assign, and each
+report its time spent rejoining after the start: ``ConsumeResult.perf_test_times()`` is
+kafka-consumer-perf-test's clock from them (start before subscribing, rebalance time).
 
 ``kctl consume`` runs start, begin and wait in a row (``run()``); ``kctl produce
 --consume`` starts the consumers before the producers, begins them at the producers'
@@ -30,6 +33,7 @@ from kctl.consumer_config import ConsumerConfig
 from kctl.errors import KctlError
 from kctl.load.consume_worker import ConsumerGate, ConsumeWorkerSpec, StartPosition, Targets, run_consumer
 from kctl.stats.consume_aggregate import ConsumeStats
+from kctl.stats.consume_perf import PerfTestTimes
 from kctl.stats.consume_report import ClockOffset, ConsumerFailed, ConsumerInterval, ConsumerReady, SeenRun
 from kctl.stats.consume_summary import ConsumeSummary
 from kctl.stats.hlog import IntervalLogWriter
@@ -71,6 +75,17 @@ class ConsumeResult:
     failures: dict[int, str]
     interrupted: bool
     stats: ConsumeStats
+    setup_wall_ns: int = 0        # the earliest consumer's start of subscribing/assigning
+    rejoin_ns: int = 0            # the longest time one consumer spent rejoining after the start
+
+    def perf_test_times(self) -> PerfTestTimes:
+        """kafka-consumer-perf-test's clock for this run: its start taken before the
+        consumers subscribe, rebalance.time.ms the joining up to the common start (every
+        consumer assigned and at its positions) plus rejoining after it."""
+        s = self.summary.run
+        start_ms = self.setup_wall_ns // 1_000_000 if self.setup_wall_ns else s.start_unix_ms
+        reading_ms = self.stats.start_wall_ns // 1_000_000
+        return PerfTestTimes(start_ms, s.end_unix_ms, max(0, reading_ms - start_ms) + self.rejoin_ns // 1_000_000)
 
 
 class ConsumeRun:
@@ -103,6 +118,8 @@ class ConsumeRun:
         self._clocks: list[ClockOffset] = []
         self._early: list[Any] = []
         self._error: BaseException | None = None
+        self._setup_wall_ns = 0
+        self._rejoin_ns: dict[int, int] = {}
 
     # -- starting ------------------------------------------------------------------------------
     def start(self) -> None:
@@ -149,6 +166,8 @@ class ConsumeRun:
                 continue
             if isinstance(msg, ConsumerReady):
                 ready.add(msg.consumer)
+                if msg.setup_wall_ns:
+                    self._setup_wall_ns = min(self._setup_wall_ns or msg.setup_wall_ns, msg.setup_wall_ns)
                 if msg.clock is not None:
                     self._clocks.append(msg.clock)
             elif isinstance(msg, ConsumerFailed):
@@ -184,6 +203,8 @@ class ConsumeRun:
         if isinstance(msg, ConsumerReady):
             return
         closed = self.stats.add(msg)
+        if isinstance(msg, ConsumerInterval):
+            self._rejoin_ns[msg.consumer] = msg.rejoin_ns
         if isinstance(msg, ConsumerFailed):
             self._failures[msg.consumer] = msg.error
             self._finished.add(msg.consumer)
@@ -253,7 +274,8 @@ class ConsumeRun:
         summary = self.stats.summary()
         if self._own_hlog is not None:
             self._own_hlog.close()
-        return ConsumeResult(summary, self._seen, dict(self._failures), interrupted, self.stats)
+        return ConsumeResult(summary, self._seen, dict(self._failures), interrupted, self.stats,
+                             self._setup_wall_ns, max(self._rejoin_ns.values(), default=0))
 
     def _join(self) -> None:
         self._stop.set()

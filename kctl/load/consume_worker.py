@@ -115,12 +115,14 @@ class _Listener:
         c = self.worker.consumer
         if c.coordinator is not None and positions:
             c.coordinator.commit_async(positions, c.clock.now_ns())
+        self.worker.lose(partitions)
 
     def on_partitions_assigned(self, partitions) -> None:
         self.worker.assigned_once = True
+        self.worker.gain(partitions)
 
     def on_partitions_lost(self, partitions) -> None:
-        pass
+        self.worker.lose(partitions)
 
 
 class ConsumerWorker:
@@ -145,6 +147,23 @@ class ConsumerWorker:
         self._start_mono = 0
         self._interval_warmup = False
         self._last_record_mono = 0
+        self.setup_wall_ns = 0
+        self.owned: set = set()
+        self.rejoin_ns = 0                # after the start: every partition revoked until assigned
+        self._rejoin_from = 0             # monotonic ns the consumer last lost every partition
+
+    # -- rebalance time (kafka-consumer-perf-test's rebalance listener) -------------------------
+    def lose(self, partitions) -> None:
+        self.owned.difference_update(partitions)
+        if not self.owned:
+            self._rejoin_from = self.clock.now_ns()
+
+    def gain(self, partitions) -> None:
+        if not self.owned and self._rejoin_from and self._start_mono:
+            now = self.clock.now_ns()
+            self.rejoin_ns += max(0, now - max(self._rejoin_from, self._start_mono))
+        self._rejoin_from = 0
+        self.owned.update(partitions)
 
     # -- set-up ------------------------------------------------------------------------------
     def _position(self) -> None:
@@ -182,6 +201,7 @@ class ConsumerWorker:
 
     def setup(self, timeout_s: float = 60.0) -> None:
         c = self.consumer
+        self.setup_wall_ns = self.clock.wall_ns()
         c.partitions_for(self.spec.topic)
         self._position()
         deadline = time.monotonic() + timeout_s
@@ -303,12 +323,12 @@ class ConsumerWorker:
         start_wall = None
         if gate is not None:
             start_wall = gate.wait(spec.consumer, self.reports, self.stop, ready=ConsumerReady(
-                spec.consumer, self.clock_offset))
+                spec.consumer, self.clock_offset, self.setup_wall_ns))
             if start_wall is None:
                 self._finish()
                 return
         else:
-            self.reports.put(ConsumerReady(spec.consumer, self.clock_offset))
+            self.reports.put(ConsumerReady(spec.consumer, self.clock_offset, self.setup_wall_ns))
         c = self.consumer
         now_mono, now_wall = self.clock.now_ns(), self.clock.wall_ns()
         self._start_mono = now_mono + ((start_wall - now_wall) if start_wall else 0)
@@ -369,7 +389,7 @@ class ConsumerWorker:
             caught_up=bool(self.caught_up_wall_ns), caught_up_wall_ns=self.caught_up_wall_ns,
             first_record_wall_ns=self.first_record_wall_ns,
             seen=dict(self.seen) if final and self.spec.verify else None,
-            unidentified=self.unidentified, foreign=self.foreign))
+            unidentified=self.unidentified, foreign=self.foreign, rejoin_ns=self.rejoin_ns))
         self._interval_start = now_wall
         self._interval_warmup = self._in_warmup()
 

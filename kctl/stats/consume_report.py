@@ -78,6 +78,8 @@ class ConsumerInterval:
     seen: dict[int, list[SeenRun]] | None = None          # final report of a --verify run
     unidentified: int = 0                    # cumulative: records without a kctl identity
     foreign: int = 0                         # cumulative: records of another run (other tag)
+    rejoin_ns: int = 0                       # cumulative: time after the start spent rejoining
+                                             # (every partition revoked until assigned again)
 
     @property
     def duration_ns(self) -> int:
@@ -90,6 +92,7 @@ class ConsumerReady:
 
     consumer: int
     clock: ClockOffset | None = None
+    setup_wall_ns: int = 0                   # when it began to subscribe / assign (before joining)
 
 
 @dataclass(frozen=True, slots=True)

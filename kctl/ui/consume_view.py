@@ -19,6 +19,7 @@ from rich.table import Table
 from rich.text import Text
 
 from kctl.stats.consume_aggregate import ConsumeDashboard
+from kctl.stats.consume_perf import PerfTestTimes, perf_test_figures
 from kctl.stats.consume_report import ClockOffset
 from kctl.stats.consume_summary import ConsumeSummary
 from kctl.stats.latency import LatencyFigures
@@ -163,17 +164,17 @@ def _perf_time(ms: int) -> str:
     return datetime.fromtimestamp(ms / 1000).strftime("%Y-%m-%d %H:%M:%S:") + f"{ms % 1000:03d}"
 
 
-def perf_test_lines(summary: ConsumeSummary, *, rebalance_ms: float = 0.0) -> tuple[str, str]:
-    """kafka-consumer-perf-test's closing header and values (its column names and formats);
-    MB is keys + values in MiB as it counts them; fetch.* leave out the time before the
-    first record (joining, rebalance.time.ms)."""
+def perf_test_lines(summary: ConsumeSummary, times: PerfTestTimes | None = None) -> tuple[str, str]:
+    """kafka-consumer-perf-test's closing header and values (its column names and formats;
+    arithmetic in stats/consume_perf.py). ``times``: the run's perf-test clock (start before
+    the consumers subscribe, rebalance time); without, the measured run with no rebalance."""
     run, c = summary.run, summary.counts
-    mb = c.key_value_bytes / (1024 * 1024)
-    secs = max(run.duration_s, 1e-9)
-    fetch_s = max(secs - rebalance_ms / 1000, 1e-9)
+    if times is None:
+        times = PerfTestTimes(run.start_unix_ms, run.end_unix_ms, 0)
+    f = perf_test_figures(c.records, c.key_value_bytes, times)
     header = ("start.time, end.time, data.consumed.in.MB, MB.sec, data.consumed.in.nMsg, nMsg.sec, "
               "rebalance.time.ms, fetch.time.ms, fetch.MB.sec, fetch.nMsg.sec")
-    values = (f"{_perf_time(run.start_unix_ms)}, {_perf_time(run.end_unix_ms)}, {mb:.4f}, {mb / secs:.4f}, "
-              f"{c.records}, {c.records / secs:.4f}, {int(rebalance_ms)}, {int(fetch_s * 1000)}, "
-              f"{mb / fetch_s:.4f}, {c.records / fetch_s:.4f}")
+    values = (f"{_perf_time(f.start_ms)}, {_perf_time(f.end_ms)}, {f.mb:.4f}, {f.mb_per_s:.4f}, "
+              f"{f.records}, {f.records_per_s:.4f}, {f.rebalance_ms}, {f.fetch_ms}, "
+              f"{f.fetch_mb_per_s:.4f}, {f.fetch_records_per_s:.4f}")
     return header, values

@@ -194,3 +194,43 @@ def test_sigterm_stops_the_consumers_as_ctrl_c_does(broker, tmp_path, command):
         assert s.run.interrupted and doc["run"]["workers_failed"] == []
         assert s.counts.acked > 0 and s.unaccounted == 0
         assert doc["consume"]["run"]["consumers_failed"] == [] and doc["consume"]["run"]["interrupted"]
+
+
+def test_group_without_from_reads_from_the_beginning_stops_idle_and_times_the_join(broker, tmp_path):
+    """perf-test's defaults in a group run: partitions without a committed offset start at
+    the beginning (not the Java client's latest); a run short of --num-records ends after
+    --timeout without a record and says how many it read; rebalance.time.ms covers the
+    join (every JoinGroup answer held 1.5 s by the fault proxy) and the columns add up."""
+    kctl("produce", "-b", broker.bootstrap, "-t", "group-prefilled", "--partitions", "2",
+         "--num-records", "3000", "--workers", "1", "--quiet")
+    js = tmp_path / "g.json"
+    with InspectorProxy([broker.bootstrap]) as proxy:
+        proxy.set_faults(FaultPlan(delay_ms=1500, delay_apis=("JoinGroup",)))
+        t0 = time.monotonic()
+        run = kctl("consume", "-b", proxy.bootstrap, "-t", "group-prefilled", "--group", "kctl-prefilled",
+                   "--consumers", "2", "--num-records", "3500", "--timeout", "2000", "--quiet",
+                   "--json-out", str(js))
+        took = time.monotonic() - t0
+    s = json.loads(js.read_text())
+    assert s["counts"]["records"] == 3000, s["counts"]       # every record, from offset 0
+    assert s["config"]["consumer"]["auto.offset.reset"] == "earliest"
+    assert took < 60, took                                      # ended idle, did not hang
+    lines = run.stdout.strip().splitlines()
+    assert "WARNING: read 3000 of the 3500 records asked (--num-records): no record for 2 s" in lines[-3]
+    header, values = lines[-2], lines[-1]
+    assert header.startswith("start.time, end.time")
+    cols = [x.strip() for x in values.split(",")]
+
+    def ms(text: str) -> int:
+        day, hh, mm, ss, milli = text.replace(" ", ":").split(":")
+        return int(time.mktime(time.strptime(f"{day} {hh}:{mm}:{ss}", "%Y-%m-%d %H:%M:%S"))) * 1000 + int(milli)
+
+    start, end = ms(cols[0]), ms(cols[1])
+    rebalance, fetch = int(cols[6]), int(cols[7])
+    assert end - start - rebalance == fetch
+    assert rebalance >= 1500, cols                               # the held JoinGroup is in it
+    assert fetch >= 2000, cols                                   # the idle wait is fetching time
+    mb = float(cols[2])
+    assert float(cols[3]) == pytest.approx(mb / ((end - start) / 1000), abs=1e-3)
+    assert float(cols[5]) == pytest.approx(3000 / ((end - start) / 1000), rel=1e-3)
+    assert float(cols[9]) == pytest.approx(3000 / (fetch / 1000), rel=1e-3)
