@@ -257,7 +257,10 @@ def _read_partitions(jobs: queue.Queue, out: queue.Queue, topic: str, topic_id: 
                 offset = lo
                 idle_since = None
                 got = 0
+                found_at = time.monotonic()   # the last time a record of the run was read
                 while offset < hi or (want is not None and got < want):
+                    if offset >= hi and time.monotonic() - found_at >= EMPTY_WAIT_S:
+                        break   # past the end: others' records only, for a while (the rest is lost)
                     raw = admin.fetch_raw(client, topic, partition, offset, max_bytes=fetch_bytes,
                                           topic_id=topic_id, isolation_level=isolation_level)
                     batches, _ = scan_batches(raw.records)
@@ -272,7 +275,10 @@ def _read_partitions(jobs: queue.Queue, out: queue.Queue, topic: str, topic_id: 
                         continue
                     idle_since = None
                     if want is not None:
-                        got += _run_records(batches, tag, offset)
+                        n = _run_records(batches, tag, offset)
+                        got += n
+                        if n:
+                            found_at = time.monotonic()
                     out.put((partition, batches))
                     offset = batches[-1].next_offset
                 out.put((partition, None))
