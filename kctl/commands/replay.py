@@ -89,7 +89,8 @@ def replay(
         sys.exit(EXIT_INTERRUPTED)
     if outcome.verify is not None:
         v = outcome.verify
-        print(f"verify: {v.expected} acknowledged, {v.found} found, {v.lost} lost, "
+        what = "sent (acks=0)" if plan.config.acks == 0 else "acknowledged"  # acks=0: no offsets
+        print(f"verify: {v.expected} {what}, {v.found} found, {v.lost} lost, "
               f"{v.duplicated} duplicated, {v.reordered} reordered, {v.misplaced} misplaced")
         if not v.ok:
             sys.exit(1)

@@ -26,6 +26,7 @@ _METADATA = messages.message_class("MetadataRequest")
 _CREATE_TOPICS = messages.message_class("CreateTopicsRequest")
 _PRODUCE = messages.message_class("ProduceRequest")
 _FETCH = messages.message_class("FetchRequest")
+_LIST_OFFSETS = messages.message_class("ListOffsetsRequest")
 
 
 @dataclass(frozen=True, slots=True)
@@ -191,6 +192,32 @@ def fetch(client: BlockingClient, topic: str, partition: int, offset: int, *,
                     topic_id=topic_id)
     batches = decode_batches(raw.records)
     return FetchedPartition(raw.high_watermark, raw.log_start_offset, tuple(batches))
+
+
+def log_end_offsets(client: BlockingClient, topic: str, partitions: Iterable[int]) -> dict[int, int]:
+    """Each partition's log end offset (ListOffsets, latest, read_uncommitted) as the
+    broker at ``client`` answers it: ask each partition's leader."""
+    asked = sorted(set(partitions))
+    version = client.version_for(_LIST_OFFSETS())
+    req = requests.list_offsets(version, topic=topic, partitions=asked, timestamp=requests.LATEST_TIMESTAMP)
+    resp = client.request(req, version=version)
+    out: dict[int, int] = {}
+    for t in resp.topics:
+        for p in t.partitions:
+            if t.name != topic or p.partition_index not in asked:
+                continue
+            if p.error_code:
+                raise KctlError(f"ListOffsets for {topic}-{p.partition_index} on {client.address}: "
+                                f"{error_for(p.error_code).name}")
+            offset = p.offset
+            if (offset is None or offset < 0) and getattr(p, "old_style_offsets", None):
+                offset = p.old_style_offsets[0]
+            out[p.partition_index] = offset
+    missing = [p for p in asked if p not in out or out[p] is None or out[p] < 0]
+    if missing:
+        raise KctlError(f"ListOffsets on {client.address} gave no end offset for {topic} partition(s) "
+                        f"{', '.join(map(str, missing))}")
+    return out
 
 
 def read_partition(client: BlockingClient, topic: str, partition: int, *, start: int = 0,

@@ -34,7 +34,7 @@ from kctl.load.consume_verify import verify_against_acks
 from kctl.load.consume_worker import StartPosition
 from kctl.load.payload import MAX_MONOTONIC, KeySpec, PayloadSpec, make_pool, parse_keys
 from kctl.load.run import LoadResult, LoadRun, LoadSpec
-from kctl.load.verify import VerifyResult, verify
+from kctl.load.verify import VerifyResult, log_end_offsets, verify
 from kctl.load.worker_count import WorkerCount, default_workers, paced_workers
 from kctl.quantities import parse_duration, parse_warmup
 from kctl.topics import validate_topic_name
@@ -407,6 +407,9 @@ def execute(plan: ProducePlan, *, on_event: Callable[[str], None] = lambda _m: N
             if on_start is not None:
                 on_start(run)
 
+        # acks=0 acknowledges no offset: --verify reads from each partition's log end before the run.
+        since = log_end_offsets(bootstrap, spec.topic, security=security) \
+            if spec.verify and producer.acks == 0 else None
         # started() is called by the run once its stats exist (after the workers' common start).
         extra = {"close_hlog": False} if consume_run is not None else {}
         run = run_factory(spec, config_for_summary=summary_config, hdr_out=hdr_out, on_round=on_round,
@@ -436,7 +439,7 @@ def execute(plan: ProducePlan, *, on_event: Callable[[str], None] = lambda _m: N
         if spec.verify and not result.failures:
             on_event("verifying: reading the produced range back")
             checked = verify(bootstrap, spec.topic, spec.run_id, result.acked_runs, security=security,
-                             read_committed=spec.transaction_duration_ms is not None)
+                             read_committed=spec.transaction_duration_ms is not None, since=since)
         elif plan.options.verify and consumed is not None and not result.failures and not consumed.failures:
             on_event("verifying what the consumers read against the acknowledgements")
             checked = verify_against_acks(spec.run_id, result.acked_runs, consumed.seen)

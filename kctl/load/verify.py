@@ -4,7 +4,14 @@ How this works: workers report the ranges they had acknowledged, per
 partition, as runs of ``(offset, count, first_seq)``. The verifier reads each
 partition from the lowest acknowledged offset to the end of the highest run
 and identifies each record by its ``kctl`` identity header (run tag, worker,
-sequence; protocol/identity.py). Per worker it keeps one byte per sequence
+sequence; protocol/identity.py). With acks=0 a send completes at once with no
+offset (offset -1, as in the Java client): there is no acknowledged range, so
+the caller takes each partition's log end offset before the run (``since``,
+``log_end_offsets``) and the verifier reads from there to the log end after the
+run, and on while records of the run are still missing and the partition keeps
+growing (acks=0 writes may still be on their way), until nothing new came for
+``EMPTY_WAIT_S``. Records are then matched by identity alone: lost, duplicated
+and reordered are exact; nothing is misplaced (no offset was promised). Per worker it keeps one byte per sequence
 number (how many times it was expected, how many times it was found), so
 memory is one byte per record, not an object. It reports:
 
@@ -42,7 +49,7 @@ from kctl.protocol import messages, requests
 from kctl.protocol.identity import IDENTITY_SIZE, ScannedBatch, run_tag, scan_batches
 from kctl.stats.summary import VerifyResult
 
-__all__ = ["Verification", "VerifyResult", "verify"]
+__all__ = ["Verification", "VerifyResult", "log_end_offsets", "verify"]
 
 #: Bytes asked for per Fetch (per partition and per response).
 FETCH_BYTES = 32 * 1024 * 1024
@@ -51,6 +58,8 @@ READERS = 4
 #: How long a partition may return nothing before the verifier stops waiting for
 #: records not yet readable (acks=0 writes).
 EMPTY_WAIT_S = 5.0
+#: The open end of an acks=0 partition's range (read on while records are missing).
+UNBOUNDED = 2**63 - 1
 
 _LITTLE = sys.byteorder == "little"
 
@@ -157,8 +166,13 @@ class _Checker:
             off = first + i
             run = place.at(off)
             k = n - i if run is None else min(n - i, run[0] + run[1] - off)
-            if run is not None and self._stretch(stats, last_seq, run, off, k,
-                                                 tag_workers[i:i + k], seqs[i:i + k]):
+            if run is None:
+                # No offset promised here (acks=0, or a gap): the stretch is one
+                # worker's if its first record says so.
+                worker, s0 = tag_workers[i] & 0xFFFFFFFF, seqs[i]
+            else:
+                worker, s0 = run[2], run[3] + off - run[0]
+            if self._stretch(stats, last_seq, worker, s0, k, tag_workers[i:i + k], seqs[i:i + k]):
                 i += k
                 continue
             for j in range(i, i + k):
@@ -167,11 +181,8 @@ class _Checker:
                     self._one(stats, last_seq, place, first + j, tw & 0xFFFFFFFF, seqs[j])
             i += k
 
-    def _stretch(self, stats: dict[str, int], last_seq: dict[int, int],
-                 run: tuple[int, int, int, int], off: int, k: int, tag_workers: array,
-                 seqs: array) -> bool:
-        worker = run[2]
-        s0 = run[3] + off - run[0]
+    def _stretch(self, stats: dict[str, int], last_seq: dict[int, int], worker: int, s0: int,
+                 k: int, tag_workers: array, seqs: array) -> bool:
         if (tag_workers.count((self.tag << 32) | worker) != k or s0 < last_seq.get(worker, -1)
                 or seqs != array("Q", range(s0, s0 + k)) or not self.tally.find_run(worker, s0, k)):
             return False
@@ -209,16 +220,33 @@ def _leaders(client: BlockingClient, topic: str) -> tuple[dict[int, str], Any]:
     return {p.partition: brokers.get(p.leader, client.address) for p in info.partitions}, info.topic_id
 
 
+def _run_records(batches: Iterable[ScannedBatch], tag: bytes, lo: int) -> int:
+    """How many records at offsets ``lo`` and on carry the run tag ``tag``."""
+    tag32 = int.from_bytes(tag, sys.byteorder)
+    n = 0
+    for b in batches:
+        skip = max(0, lo - b.base_offset)
+        if b.identities is not None:
+            # The tag is the first of each identity's six 32-bit words.
+            n += array("I", b.identities[skip * IDENTITY_SIZE:])[0::6].count(tag32)
+        else:
+            n += sum(1 for off, ident in b.records if off >= lo and ident is not None and ident.run_tag == tag)
+    return n
+
+
 def _read_partitions(jobs: queue.Queue, out: queue.Queue, topic: str, topic_id: Any,
                      leaders: dict[int, str], connect: Any, fetch_bytes: int,
-                     isolation_level: int = requests.READ_UNCOMMITTED) -> None:
-    """A reader thread: takes (partition, lo, hi) jobs; puts (partition, batches) chunks,
-    then (partition, None) when the partition is done, or (partition, error)."""
+                     isolation_level: int = requests.READ_UNCOMMITTED, tag: bytes = b"") -> None:
+    """A reader thread: takes (partition, lo, hi, want) jobs; puts (partition, batches)
+    chunks, then (partition, None) when the partition is done, or (partition, error).
+    ``want`` (acks=0, None otherwise): the run's records sent to the partition; past
+    ``hi`` it reads on while fewer of the run's records (``tag``) were read and the
+    partition still grows."""
     clients: dict[str, BlockingClient] = {}
     try:
         while True:
             try:
-                partition, lo, hi = jobs.get_nowait()
+                partition, lo, hi, want = jobs.get_nowait()
             except queue.Empty:
                 return
             try:
@@ -228,7 +256,11 @@ def _read_partitions(jobs: queue.Queue, out: queue.Queue, topic: str, topic_id: 
                     client = clients[address] = connect(address)
                 offset = lo
                 idle_since = None
-                while offset < hi:
+                got = 0
+                found_at = time.monotonic()   # the last time a record of the run was read
+                while offset < hi or (want is not None and got < want):
+                    if offset >= hi and time.monotonic() - found_at >= EMPTY_WAIT_S:
+                        break   # past the end: others' records only, for a while (the rest is lost)
                     raw = admin.fetch_raw(client, topic, partition, offset, max_bytes=fetch_bytes,
                                           topic_id=topic_id, isolation_level=isolation_level)
                     batches, _ = scan_batches(raw.records)
@@ -237,11 +269,16 @@ def _read_partitions(jobs: queue.Queue, out: queue.Queue, topic: str, topic_id: 
                         # Nothing more yet: acks=0 records may still be on their way.
                         now = time.monotonic()
                         idle_since = idle_since or now
-                        if now - idle_since >= EMPTY_WAIT_S or raw.high_watermark >= hi:
+                        if now - idle_since >= EMPTY_WAIT_S or (want is None and raw.high_watermark >= hi):
                             break
                         time.sleep(0.01)
                         continue
                     idle_since = None
+                    if want is not None:
+                        n = _run_records(batches, tag, offset)
+                        got += n
+                        if n:
+                            found_at = time.monotonic()
                     out.put((partition, batches))
                     offset = batches[-1].next_offset
                 out.put((partition, None))
@@ -255,14 +292,18 @@ def _read_partitions(jobs: queue.Queue, out: queue.Queue, topic: str, topic_id: 
 class Verification:
     """The accounting of one verify, fed batch by batch: by ``verify`` (records read back
     from the broker) or by the consumer side (what ``kctl consume`` / ``produce --consume``
-    handed out). ``acked``: worker -> partition -> runs of (offset, count, first_seq)."""
+    handed out). ``acked``: worker -> partition -> runs of (offset, count, first_seq).
+    ``since`` (acks=0): partition -> its log end offset before the run; the records
+    acknowledged without an offset are looked for from there on."""
 
     def __init__(self, run_id: str, acked: Mapping[int, Mapping[int, Iterable[tuple[int, int, int]]]], *,
-                 max_examples: int = 10) -> None:
+                 max_examples: int = 10, since: Mapping[int, int] | None = None) -> None:
         self.tally = _Tally()
         where: dict[int, list[tuple[int, int, int, int]]] = {}
         self.ranges: dict[int, tuple[int, int]] = {}
         self.expected = 0
+        #: partition -> records acknowledged without an offset (acks=0)
+        self.unplaced: dict[int, int] = {}
         for worker, parts in acked.items():
             for partition, runs in parts.items():
                 placed = where.setdefault(partition, [])
@@ -270,10 +311,16 @@ class Verification:
                     self.tally.expect_run(worker, first_seq, count)
                     self.expected += count
                     if offset < 0:
-                        continue  # acknowledged without an offset: found anywhere is fine
+                        # acknowledged without an offset: found anywhere after ``since`` is fine
+                        self.unplaced[partition] = self.unplaced.get(partition, 0) + count
+                        continue
                     lo, hi = self.ranges.get(partition, (offset, offset + count))
                     self.ranges[partition] = (min(lo, offset), max(hi, offset + count))
                     placed.append((offset, count, worker, first_seq))
+        for partition in self.unplaced:
+            if since is not None and partition in since:
+                _, hi = self.ranges.get(partition, (since[partition], since[partition]))
+                self.ranges[partition] = (since[partition], max(hi, UNBOUNDED))
         self.placements = {p: _Placement(runs) for p, runs in where.items()}
         self.max_examples = max_examples
         self.checker = _Checker(run_tag(run_id), self.tally, max_examples)
@@ -289,6 +336,10 @@ class Verification:
         checker, tally, max_examples = self.checker, self.tally, self.max_examples
         for partition, (lo, hi) in self.ranges.items():
             checker.per_partition.setdefault(partition, {"expected": hi - lo, "found": 0, "reordered": 0})
+        for partition, count in self.unplaced.items():
+            # No range was acknowledged: expected is what was sent there.
+            checker.per_partition.setdefault(partition, {"expected": count, "found": 0, "reordered": 0})
+            checker.per_partition[partition]["expected"] = count
         lost = 0
         lost_examples: list[tuple[int, int]] = []
         for worker, exp in tally.expected.items():
@@ -304,17 +355,42 @@ class Verification:
                             dict(sorted(checker.per_partition.items())), read_s)
 
 
+def log_end_offsets(bootstrap: str, topic: str, *, security: Any = None) -> dict[int, int]:
+    """Every partition's log end offset, each asked of its leader: where an acks=0 run's
+    records start (``verify``'s ``since``), taken before the run."""
+    first = bootstrap.split(",")[0].strip()
+    with BlockingClient(first, client_id="kctl-verify", security=security) as client:
+        leaders, _ = _leaders(client, topic)
+    by_leader: dict[str, list[int]] = {}
+    for partition, address in leaders.items():
+        by_leader.setdefault(address, []).append(partition)
+    out: dict[int, int] = {}
+    for address, partitions in sorted(by_leader.items()):
+        with BlockingClient(address, client_id="kctl-verify", security=security) as client:
+            out.update(admin.log_end_offsets(client, topic, partitions))
+    return out
+
+
 def verify(bootstrap: str, topic: str, run_id: str,
            acked: Mapping[int, Mapping[int, Iterable[tuple[int, int, int]]]], *,
            security: Any = None, readers: int = READERS, fetch_bytes: int = FETCH_BYTES,
-           max_examples: int = 10, read_committed: bool = False) -> VerifyResult:
+           max_examples: int = 10, read_committed: bool = False,
+           since: Mapping[int, int] | None = None) -> VerifyResult:
     """``acked``: worker -> partition -> runs of (offset, count, first_seq).
     ``read_committed``: read as a read_committed consumer (a transactional run): up to
     the last stable offset.
+    ``since`` (acks=0): ``log_end_offsets`` taken before the run; records acknowledged
+    without an offset are read from there to the log end after the run (and on while
+    some are missing and the log grows).
     ``bootstrap``: any broker's ``host:port`` (the first of a list is used)."""
     started = time.monotonic()
-    v = Verification(run_id, acked, max_examples=max_examples)
+    v = Verification(run_id, acked, max_examples=max_examples, since=since)
     ranges = v.ranges
+    blind = sorted(p for p in v.unplaced if p not in ranges)
+    if blind:
+        raise KctlError(f"--verify: records of partition(s) {', '.join(map(str, blind))} of {topic!r} "
+                        "were acknowledged without an offset (acks=0) and the log end offsets "
+                        "before the run are unknown: nothing to read them back from")
 
     def connect(address: str) -> BlockingClient:
         client = BlockingClient(address, client_id="kctl-verify", security=security)
@@ -326,16 +402,20 @@ def verify(bootstrap: str, topic: str, run_id: str,
         with BlockingClient(first, client_id="kctl-verify", security=security) as client:
             leaders, tid = _leaders(client, topic)
             version = client.version_for(messages.message_class("FetchRequest")())
+        ends = log_end_offsets(bootstrap, topic, security=security) if v.unplaced else {}
         jobs: queue.Queue = queue.Queue()
         for partition, (lo, hi) in sorted(ranges.items()):
-            jobs.put((partition, lo, hi))
+            if partition in v.unplaced:
+                jobs.put((partition, lo, ends.get(partition, lo), v.unplaced[partition]))
+            else:
+                jobs.put((partition, lo, hi, None))
         out: queue.Queue = queue.Queue()
         by_id = tid if requests.names_topics_by_id(version) else None
         threads = [threading.Thread(target=_read_partitions, name=f"kctl-verify-{i}", daemon=True,
                                     args=(jobs, out, topic, by_id,
                                           leaders, connect, fetch_bytes,
                                           requests.READ_COMMITTED if read_committed
-                                          else requests.READ_UNCOMMITTED))
+                                          else requests.READ_UNCOMMITTED, run_tag(run_id)))
                    for i in range(max(1, min(readers, len(ranges))))]
         for t in threads:
             t.start()

@@ -28,7 +28,7 @@ from kctl.protocol.client_versions import TRANSACTION_V1_MAX_VERSIONS
 __all__ = [
     "Coordinator", "COORDINATOR_TRANSACTION", "COORDINATOR_GROUP", "Outgoing", "ProduceTopic",
     "add_partitions_to_txn", "can_bump_epoch", "create_topics", "end_txn", "fetch",
-    "find_coordinator", "init_producer_id", "metadata", "produce", "read_add_partitions_to_txn",
+    "find_coordinator", "init_producer_id", "LATEST_TIMESTAMP", "list_offsets", "metadata", "produce", "read_add_partitions_to_txn",
     "read_find_coordinator", "names_topics_by_id", "READ_COMMITTED", "READ_UNCOMMITTED",
 ]
 
@@ -51,6 +51,7 @@ _Fetch = messages.message_class("FetchRequest")
 _FindCoordinator = messages.message_class("FindCoordinatorRequest")
 _AddPartitions = messages.message_class("AddPartitionsToTxnRequest")
 _EndTxn = messages.message_class("EndTxnRequest")
+_ListOffsets = messages.message_class("ListOffsetsRequest")
 
 
 @dataclass(frozen=True, slots=True)
@@ -177,6 +178,24 @@ def fetch(version: int, *, topic: str, topic_id: uuid.UUID | None, partition: in
                                       partition_max_bytes=max_bytes)])],
         forgotten_topics_data=[], rack_id="")
     return Outgoing(body, version)
+
+
+# -- ListOffsets ---------------------------------------------------------------------------------
+LATEST_TIMESTAMP: Final = -1
+EARLIEST_TIMESTAMP: Final = -2
+
+
+def list_offsets(version: int, *, topic: str, partitions: Iterable[int], timestamp: int,
+                 isolation_level: int = READ_UNCOMMITTED, timeout_ms: int = 30_000) -> Any:
+    """ListOffsets of one topic's partitions at ``timestamp`` (``LATEST_TIMESTAMP``: the
+    log end offset with read_uncommitted). v0 answers in ``old_style_offsets``
+    (``max_num_offsets`` 1)."""
+    return _ListOffsets(
+        replica_id=-1, isolation_level=isolation_level if version >= 2 else 0, timeout_ms=timeout_ms,
+        topics=[_ListOffsets.ListOffsetsTopic(name=topic, partitions=[
+            _ListOffsets.ListOffsetsPartition(partition_index=p, current_leader_epoch=-1,
+                                              timestamp=timestamp, max_num_offsets=1)
+            for p in partitions])])
 
 
 # -- FindCoordinator -----------------------------------------------------------------------------
