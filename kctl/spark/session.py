@@ -34,12 +34,15 @@ than the cluster has slots: Spark would otherwise wait for slots that never come
 
 from __future__ import annotations
 
+import logging
 import os
 import re
+import signal
 import sys
 import threading
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any, TypeVar
 
 from kctl.errors import ConfigError, KctlError
@@ -132,8 +135,12 @@ def spark_session(master: str | None = None, *, app_name: str = "kctl",
         builder = builder.config("spark.driver.host", "127.0.0.1")
     if scratch is not None:
         builder = builder.config("spark.local.dir", scratch)
+    # py4j logs a Ctrl-C that lands inside one of its calls as an error with a traceback
+    # (then cleans up and the KeyboardInterrupt goes on): the stop is kctl's to report.
+    logging.getLogger().addFilter(_not_py4j_interrupt)
     try:
-        spark = builder.getOrCreate()
+        with _stops_held():
+            spark = builder.getOrCreate()
     except BaseException:
         if scratch is not None:
             import shutil
@@ -146,6 +153,35 @@ def spark_session(master: str | None = None, *, app_name: str = "kctl",
         atexit.register(_end_now, spark, scratch)
         _ends_at_exit = spark
     return spark
+
+
+@contextmanager
+def _stops_held() -> Iterator[None]:
+    """Ctrl-C and SIGTERM (where a handler makes it an exception: kctl's commands) are held
+    while the JVM and the SparkContext start, then delivered once they have, so the stop
+    goes the usual way (``KeyboardInterrupt``, the session ended at exit). Taken in the
+    middle, a stop cut py4j's calls to a half-started JVM: Java and py4j tracebacks on
+    stderr, and a JVM could outlive kctl. Main thread only (where handlers are set)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    held: list[int] = []
+    previous: dict[int, Any] = {}
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        handler = signal.getsignal(signum)
+        if callable(handler):               # not SIG_IGN / SIG_DFL: left as they are
+            previous[signum] = signal.signal(signum, lambda n, _frame: held.append(n))
+    try:
+        yield
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+        for signum in dict.fromkeys(held):
+            signal.raise_signal(signum)     # now, to the handler it was held from
+
+
+def _not_py4j_interrupt(record: Any) -> bool:
+    return record.getMessage() != "KeyboardInterrupt while sending command."
 
 
 #: The session this process ends at its exit (``end_at_exit``), if any.
@@ -184,7 +220,6 @@ def _end_now(spark: Any, scratch: str) -> None:
     ``SparkSession.stop()`` also waits up to a second for the Python accumulator server's
     polling loop, a thread that ends with this process anyway. Private handles: PySpark
     has no public one on the driver JVM's process."""
-    import logging
     import shutil
     # py4j logs a command that fails on a connection the JVM dropped as an error, with
     # its traceback, to the root logger (then returns an error to its caller, which
