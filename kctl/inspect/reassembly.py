@@ -408,13 +408,15 @@ class FrameSplitter:
     ``MAX_RESYNC_ATTEMPTS`` decodes, reading at most ``RESYNC_DECODE_FACTOR`` times the
     bytes scanned, are spent per resynchronisation; past that the direction is *skipped as
     undecodable*: one ``undecodable`` notice, its bytes dropped and counted, and a
-    ``skipped`` notice with the total when the stream ends.
+    ``skipped`` notice with the total when the stream ends. If an older candidate is still
+    incomplete when the budget runs out, it alone gets one last decode once whole.
     """
 
     __slots__ = ("conn", "direction", "max_frame_bytes", "_buf", "_buf_offset", "synced",
                  "_first_ts", "_resynced_next", "_candidate", "_prefilter", "_verify",
                  "max_resync_frame_bytes", "_scan", "_cands", "_skipped", "_skipped_at", "tls",
-                 "undecodable", "_dropped", "_lost_at", "_attempts", "_attempt_bytes", "_chunks")
+                 "undecodable", "_dropped", "_lost_at", "_attempts", "_attempt_bytes", "_chunks",
+                 "_last_chance")
 
     def __init__(self, conn: ConnectionId, direction: Direction, *, synced: bool,
                  max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES,
@@ -454,6 +456,9 @@ class FrameSplitter:
         self._lost_at = -1 if not synced else 0     # stream offset where the framing was lost
         self._attempts = 0                          # full decodes spent on this resync
         self._attempt_bytes = 0                     # and the bytes they read
+        # The budget ran out while an older candidate was still incomplete: that one alone is
+        # kept and decoded when whole (see _try_candidates).
+        self._last_chance = False
         # (stream offset, sequence number, carrier packet) of each chunk in _buf, in order;
         # the first one holds _buf[0]. Gives frames their ``seq`` and ``first_packet``.
         self._chunks: list[tuple[int, int, int]] = []
@@ -554,6 +559,7 @@ class FrameSplitter:
         self._lost_at = at
         self._attempts = 0
         self._attempt_bytes = 0
+        self._last_chance = False
 
     def _run(self, ts_ns: int, out: list[Frame | StreamNotice], packet: int = 0) -> None:
         buf = self._buf
@@ -626,7 +632,7 @@ class FrameSplitter:
                     scanned_to = j
                     break
                 (size,) = _I32.unpack_from(buf, j)
-                if size <= self.max_resync_frame_bytes:
+                if size <= self.max_resync_frame_bytes and not self._last_chance:
                     cands.append((j, size))
         i = self._scan = max(i, scanned_to) if found is None else scanned_to
         if found is None and cands:
@@ -641,6 +647,7 @@ class FrameSplitter:
             self._scan = 0
             self._attempts = 0
             self._attempt_bytes = 0
+            self._last_chance = False
             keep = found
         else:
             keep = min(cands[0][0] if cands else i, i)
@@ -667,8 +674,22 @@ class FrameSplitter:
             if ci + 4 + size > n:
                 still.append((ci, size))
                 continue
+            if self._last_chance:
+                if self._verify(bytes(self._buf[ci + 4:ci + 4 + size])):
+                    found = ci
+                    break
+                self.undecodable = True
+                return None
             if (self._attempts >= MAX_RESYNC_ATTEMPTS or self._attempt_bytes + size
                     > RESYNC_DECODE_FACTOR * scanned + _RESYNC_DECODE_SLACK):
+                if still:
+                    # An older candidate is still incomplete (a large frame whose true start
+                    # was found early, while small false ones in its data completed first):
+                    # it alone is kept and decoded once whole; one more decode of at most
+                    # max_resync_frame_bytes, so the work stays bounded.
+                    self._last_chance = True
+                    cands[:] = still[:1]
+                    return None
                 self.undecodable = True
                 return None
             self._attempts += 1

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import io
 import random
+import struct
 import time
 
 from hypothesis import given, settings
@@ -431,3 +432,32 @@ def test_unframed_packet_names_the_oldest_bytes_not_yet_in_a_frame():
     assert r.orient(segs[-1]) == (conn, "request")
     assert [f.first_packet for f in r.on_segment(segs[-1]) if isinstance(f, Frame)] == [len(segs)]
     assert r.unframed_packets() == {}
+
+
+def test_a_large_true_frame_outlasts_false_candidates_in_its_own_data():
+    """A response stream picked up at a large frame's first byte (a reader whose window
+    begins between a Fetch request and its 300 KB response): its record data holds many
+    '(size, awaited correlation id)' look-alikes that complete, and fail to decode, long
+    before the true frame is whole. Once the budget is spent the oldest open candidate (the
+    true start) is still decoded when whole, instead of the direction being given up."""
+    from kctl.inspect.reassembly import MAX_RESYNC_ATTEMPTS, response_prefilter
+    fake = struct.pack(">ii", 20, 4) + b"\x01" * 16
+    body = struct.pack(">i", 4) + (b"\x02" * 1000 + fake) * 200
+    first, second = struct.pack(">i", len(body)) + body, struct.pack(">iiH", 6, 5, 0)
+    tried: list[int] = []
+
+    def verify(data: bytes) -> bool:
+        tried.append(len(data))
+        return data in (body, second[4:])
+    conn = ConnectionId(Endpoint("a", 1), Endpoint("b", 9092))
+    sp = FrameSplitter(conn, "response", synced=False, verify=verify,
+                       candidate=lambda b, i: None if len(b) - i < 8 else
+                       struct.unpack_from(">i", b, i + 4)[0] in (4, 5),
+                       prefilter=response_prefilter(1 << 20))
+    stream, out = first + second, []
+    for i in range(0, len(stream), 65_000):
+        out += sp.feed(StreamData(i, stream[i:i + 65_000], i))
+    out += sp.finish(len(stream))
+    assert [f.data for f in out if isinstance(f, Frame)] == [body, second[4:]]
+    assert "undecodable" not in [n.kind for n in out if isinstance(n, StreamNotice)]
+    assert len(tried) <= MAX_RESYNC_ATTEMPTS + 1
