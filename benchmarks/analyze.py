@@ -17,7 +17,7 @@ Timed on that file, each as a subprocess, start-up included (interpreter, JVM, S
 and analyze local[1] and local[2] on the file's first 200 packets: Spark's start-up and
 fixed costs, printed for context (the targets are on the full timings).
 
-analyze uses its defaults (ranges for 2 tasks per task slot, 8 MiB lookback); decode its
+analyze uses its defaults (ranges for 2 tasks per task slot, 1 on one slot, 8 MiB lookback); decode its
 own. Targets: local[2] at least 1.5x local[1] (it scales with cores); local[1] at least
 0.5x decode --json (Spark's overhead is bounded). The requests tables of the three analyze
 runs are read back (pyarrow) and compared row for row; their frame counts against decode's.
@@ -167,7 +167,7 @@ def main() -> None:
         print(f"capture {path}: {mb:.0f} MB, {frames} Kafka frames (kctl decode --summary), "
               f"broker port {port}; best of {a.repeat}")
         print("settings: decode --json (one process, every frame as a JSON line to /dev/null); "
-              "analyze: defaults (2 tasks per task slot, 8 MiB lookback, Parquet + SQL summaries); "
+              "analyze: defaults (2 tasks per task slot, 1 on one slot, 8 MiB lookback, Parquet + SQL summaries); "
               "standalone: master + 2 workers x 1 core on this machine, capture as a file:// URI")
         print(f"{'run':<16} {'seconds':>8} {'MB/s':>7} {'frames/s':>9} {'tasks':>6} {'rows':>7} {'repaired':>8}")
         for name, t in times.items():

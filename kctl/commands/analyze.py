@@ -68,7 +68,7 @@ def analyze(
     leg: Optional[str] = typer.Option(None, "--leg", help="kctl inspect captures: client (default), "
                                       "upstream or both legs of the proxy."),
     split_mb: Optional[int] = typer.Option(None, "--split-mb", min=1,
-                                           help="Capture megabytes per task (default: 2 tasks per task slot, at least 4)."),
+                                           help="Capture megabytes per task (default: 2 tasks per task slot, 1 on a single slot; at least 4)."),
     bucket: str = typer.Option("1s", "--bucket", help="Length of a throughput bucket: 500ms, 1s, 1m."),
     top: int = typer.Option(10, "--top", help="Top clients shown."),
     json_out: bool = typer.Option(False, "--json", help="Print the summaries as one JSON object."),

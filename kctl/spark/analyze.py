@@ -4,7 +4,8 @@ How this works
 --------------
 1. Index (driver): each capture, a path or a URI (storage.py), is cut into ranges at
    packet boundaries (``kctl.inspect.ranges.index_capture``), about ``range_bytes`` each:
-   by default enough for ``TASKS_PER_SLOT`` tasks per task slot of the cluster, so one
+   by default enough for ``TASKS_PER_SLOT`` tasks per task slot of the cluster (one task
+   on a single slot, where more would only add their cost), so one
    long TCP connection keeps every core busy. Only the ranges (typed, picklable
    ``CaptureRange`` values) go to the tasks; each task opens its capture itself, at its
    window's byte offset.
@@ -139,8 +140,12 @@ def plan_ranges(files: Sequence[CaptureFile], *, range_bytes: int,
 
 
 def auto_range_bytes(files: Sequence[CaptureFile], slots: int) -> int:
+    """About ``TASKS_PER_SLOT`` ranges per slot; one slot takes one range: the extra tasks
+    only keep several slots busy to the end, and on one slot each would only add its cost
+    (analyze local[1] of a 232 MB capture 11.46 s -> 11.00 s, medians of 3)."""
     total = sum(f.size for f in files)
-    return max(MIN_RANGE_BYTES, math.ceil(total / max(1, slots * TASKS_PER_SLOT)))
+    tasks = slots * TASKS_PER_SLOT if slots > 1 else 1
+    return max(MIN_RANGE_BYTES, math.ceil(total / tasks))
 
 
 # -- tasks ----------------------------------------------------------------------------------------

@@ -234,3 +234,16 @@ def test_exit_now_leaves_sessions_it_does_not_end_alone():
     from kctl.spark.session import exit_now
     exit_now(None)
     exit_now(object())
+
+
+def test_automatic_ranges_two_per_slot_and_one_on_a_single_slot():
+    """Several slots: about TASKS_PER_SLOT ranges each, so a slow range does not leave the
+    others idle at the end; one slot: one range (more would only add their cost); never
+    below MIN_RANGE_BYTES."""
+    from kctl.spark.analyze import MIN_RANGE_BYTES, TASKS_PER_SLOT, auto_range_bytes
+    from kctl.spark.storage import CaptureFile
+    files = [CaptureFile("a", "a", 200 << 20), CaptureFile("b", "b", 40 << 20)]
+    assert auto_range_bytes(files, 1) == 240 << 20
+    assert auto_range_bytes(files, 2) == (240 << 20) // (2 * TASKS_PER_SLOT)
+    assert auto_range_bytes(files, 8) == (240 << 20) // (8 * TASKS_PER_SLOT)
+    assert auto_range_bytes([CaptureFile("c", "c", 1000)], 4) == MIN_RANGE_BYTES
