@@ -199,7 +199,7 @@ def log_end_offsets(client: BlockingClient, topic: str, partitions: Iterable[int
     broker at ``client`` answers it: ask each partition's leader."""
     asked = sorted(set(partitions))
     version = client.version_for(_LIST_OFFSETS())
-    req = requests.list_offsets(version, topic=topic, partitions=asked, timestamp=requests.LATEST_TIMESTAMP)
+    req = requests.list_offsets(version, {(topic, p): requests.LATEST_TIMESTAMP for p in asked})
     resp = client.request(req, version=version)
     out: dict[int, int] = {}
     for t in resp.topics:
@@ -209,11 +209,8 @@ def log_end_offsets(client: BlockingClient, topic: str, partitions: Iterable[int
             if p.error_code:
                 raise KctlError(f"ListOffsets for {topic}-{p.partition_index} on {client.address}: "
                                 f"{error_for(p.error_code).name}")
-            offset = p.offset
-            if (offset is None or offset < 0) and getattr(p, "old_style_offsets", None):
-                offset = p.old_style_offsets[0]
-            out[p.partition_index] = offset
-    missing = [p for p in asked if p not in out or out[p] is None or out[p] < 0]
+            out[p.partition_index] = requests.listed_offset(p)
+    missing = [p for p in asked if out.get(p, -1) < 0]
     if missing:
         raise KctlError(f"ListOffsets on {client.address} gave no end offset for {topic} partition(s) "
                         f"{', '.join(map(str, missing))}")

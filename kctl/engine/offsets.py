@@ -29,17 +29,15 @@ from kctl.engine.metadata import Metadata
 from kctl.engine.network import ClientRequest, ClientResponse, NetworkClient
 from kctl.engine.subscription import FetchPosition, FetchState, ResetKind, ResetRequest, SubscriptionState
 from kctl.errors import KctlError
-from kctl.protocol import messages, schema
+from kctl.protocol import schema
 from kctl.protocol.error_codes import error_for
+from kctl.protocol.requests import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, list_offsets, listed_offset
 
 __all__ = ["ListedOffset", "OffsetFetcher", "OffsetQuery", "EARLIEST_TIMESTAMP", "LATEST_TIMESTAMP"]
 
 log = logging.getLogger(__name__)
 
 LIST_OFFSETS = schema.API_BY_NAME["ListOffsets"].api_key
-_Request = messages.message_class("ListOffsetsRequest")
-EARLIEST_TIMESTAMP = -2
-LATEST_TIMESTAMP = -1
 #: Errors after which the leader may have moved (Java's InvalidMetadataException family).
 _RETRY_WITH_METADATA = frozenset({
     "NOT_LEADER_OR_FOLLOWER", "LEADER_NOT_AVAILABLE", "UNKNOWN_TOPIC_OR_PARTITION",
@@ -178,15 +176,11 @@ class OffsetFetcher:
         version = self.network.api_version(node, LIST_OFFSETS)
         if version is None:
             raise KctlError(f"broker {self.network.address(node)} has no ListOffsets version kctl speaks")
-        topics: dict[str, list] = {}
-        for tp, ts in stamps.items():
-            meta = self.metadata.partition_meta(tp)
-            topics.setdefault(tp.topic, []).append(_Request.ListOffsetsPartition(
-                partition_index=tp.partition, current_leader_epoch=meta.leader_epoch if meta else -1,
-                timestamp=ts, max_num_offsets=1))
-        body = _Request(replica_id=-1, isolation_level=int(self.config.isolation_level),
-                        topics=[_Request.ListOffsetsTopic(name=t, partitions=p) for t, p in topics.items()],
-                        timeout_ms=self.config.request_timeout_ms)
+        epochs = {tp: meta.leader_epoch for tp in stamps
+                  if (meta := self.metadata.partition_meta(tp)) is not None}
+        body = list_offsets(version, stamps, leader_epochs=epochs,
+                            isolation_level=int(self.config.isolation_level),
+                            timeout_ms=self.config.request_timeout_ms)
         self.network.send(ClientRequest(node, LIST_OFFSETS, body, callback=callback, created_ns=now_ns,
                                         user=list(stamps)), now_ns)
 
@@ -210,10 +204,7 @@ class OffsetFetcher:
                     self.metrics.errors_by_name[name] += 1
                     out[tp] = name
                     continue
-                offset = p.offset
-                if offset is None or (offset < 0 and p.old_style_offsets):
-                    offset = p.old_style_offsets[0] if p.old_style_offsets else -1
-                out[tp] = ListedOffset(offset, p.timestamp if p.timestamp is not None else -1,
+                out[tp] = ListedOffset(listed_offset(p), p.timestamp if p.timestamp is not None else -1,
                                        p.leader_epoch if p.leader_epoch is not None else -1)
         for tp in asked:
             out.setdefault(tp, "UNKNOWN_TOPIC_OR_PARTITION")   # left out of the answer

@@ -28,7 +28,8 @@ from kctl.protocol.client_versions import TRANSACTION_V1_MAX_VERSIONS
 __all__ = [
     "Coordinator", "COORDINATOR_TRANSACTION", "COORDINATOR_GROUP", "Outgoing", "ProduceTopic",
     "add_partitions_to_txn", "can_bump_epoch", "create_topics", "end_txn", "fetch",
-    "find_coordinator", "init_producer_id", "LATEST_TIMESTAMP", "list_offsets", "metadata", "produce", "read_add_partitions_to_txn",
+    "EARLIEST_TIMESTAMP", "find_coordinator", "init_producer_id", "LATEST_TIMESTAMP", "list_offsets",
+    "listed_offset", "metadata", "produce", "read_add_partitions_to_txn",
     "read_find_coordinator", "names_topics_by_id", "READ_COMMITTED", "READ_UNCOMMITTED",
 ]
 
@@ -185,17 +186,31 @@ LATEST_TIMESTAMP: Final = -1
 EARLIEST_TIMESTAMP: Final = -2
 
 
-def list_offsets(version: int, *, topic: str, partitions: Iterable[int], timestamp: int,
+def list_offsets(version: int, stamps: Mapping[tuple[str, int], int], *,
+                 leader_epochs: Mapping[tuple[str, int], int] | None = None,
                  isolation_level: int = READ_UNCOMMITTED, timeout_ms: int = 30_000) -> Any:
-    """ListOffsets of one topic's partitions at ``timestamp`` (``LATEST_TIMESTAMP``: the
-    log end offset with read_uncommitted). v0 answers in ``old_style_offsets``
-    (``max_num_offsets`` 1)."""
+    """ListOffsets of each (topic, partition) at its timestamp (``LATEST_TIMESTAMP``: the log
+    end offset, ``EARLIEST_TIMESTAMP``: the log start, else the first offset at or after that
+    time), with the partition's current leader epoch where known. v0 answers in
+    ``old_style_offsets`` (``max_num_offsets`` 1; ``listed_offset`` reads either)."""
+    topics: dict[str, list[Any]] = {}
+    for (topic, partition), timestamp in stamps.items():
+        epoch = leader_epochs.get((topic, partition), -1) if leader_epochs else -1
+        topics.setdefault(topic, []).append(_ListOffsets.ListOffsetsPartition(
+            partition_index=partition, current_leader_epoch=epoch, timestamp=timestamp,
+            max_num_offsets=1))
     return _ListOffsets(
         replica_id=-1, isolation_level=isolation_level if version >= 2 else 0, timeout_ms=timeout_ms,
-        topics=[_ListOffsets.ListOffsetsTopic(name=topic, partitions=[
-            _ListOffsets.ListOffsetsPartition(partition_index=p, current_leader_epoch=-1,
-                                              timestamp=timestamp, max_num_offsets=1)
-            for p in partitions])])
+        topics=[_ListOffsets.ListOffsetsTopic(name=t, partitions=ps) for t, ps in topics.items()])
+
+
+def listed_offset(answer: Any) -> int:
+    """A ListOffsets partition answer's offset: ``offset`` (v1+), else v0's first
+    ``old_style_offsets``; -1 when it names none."""
+    offset = answer.offset
+    if (offset is None or offset < 0) and answer.old_style_offsets:
+        return answer.old_style_offsets[0]
+    return -1 if offset is None else offset
 
 
 # -- FindCoordinator -----------------------------------------------------------------------------
