@@ -207,7 +207,7 @@ def _send_and_answer(h: Harness, rounds: int, down: int | None) -> Counter:
                 opened[tp.partition] += len(dq) - before.get(tp.partition, 0)
         h.clock.advance(ms=1)
         h.net.poll(0, h.clock.now_ns())
-        h.producer._step(0)
+        h.producer.poll(0)      # one turn: the fake clock stands still
         for r in h.net.pending("Produce"):
             if r.node != down:
                 h.net.respond(r, produce_body(r))
