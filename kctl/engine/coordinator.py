@@ -43,7 +43,7 @@ from kctl.engine.heartbeat import Heartbeat
 from kctl.engine.metadata import Metadata
 from kctl.engine.network import ClientRequest, ClientResponse, NetworkClient
 from kctl.errors import KctlError
-from kctl.protocol import messages, schema
+from kctl.protocol import messages, requests, schema
 from kctl.protocol.error_codes import error_for
 
 __all__ = ["COORDINATOR_ID_BASE", "Generation", "GroupCoordinator", "MemberState", "NO_GENERATION"]
@@ -56,7 +56,6 @@ SYNC_GROUP = schema.API_BY_NAME["SyncGroup"].api_key
 HEARTBEAT = schema.API_BY_NAME["Heartbeat"].api_key
 LEAVE_GROUP = schema.API_BY_NAME["LeaveGroup"].api_key
 
-_FindCoordinator = messages.message_class("FindCoordinatorRequest")
 _JoinGroup = messages.message_class("JoinGroupRequest")
 _SyncGroup = messages.message_class("SyncGroupRequest")
 _Heartbeat = messages.message_class("HeartbeatRequest")
@@ -242,16 +241,17 @@ class GroupCoordinator:
             return now_ns + 1000 * NS_PER_MS
         if now_ns < self._find_retry_ns:
             return self._find_retry_ns
-        node = self.network.least_loaded_node(now_ns)
+        node = self.network.least_loaded_node(now_ns, api_key=FIND_COORDINATOR)
         if node is None or not self.network.ready(node, now_ns):
             return now_ns + max(NS_PER_MS, self._backoff_ns // 10)
         version = self.network.api_version(node, FIND_COORDINATOR)
-        gid = self.group.group_id
-        body = (_FindCoordinator(key_type=0, coordinator_keys=[gid]) if version is not None and version >= 4
-                else _FindCoordinator(key=gid, key_type=0))
+        if version is None:         # no FindCoordinator version in common: try again later
+            self._find_retry_ns = now_ns + self._backoff_ns
+            return self._find_retry_ns
+        body = requests.find_coordinator(version, self.group.group_id, requests.COORDINATOR_GROUP)
         self._find_in_flight = True
-        self.network.send(ClientRequest(node, FIND_COORDINATOR, body, callback=self._on_find,
-                                        created_ns=now_ns), now_ns)
+        self.network.send(ClientRequest(node, FIND_COORDINATOR, body, api_version=version,
+                                        callback=self._on_find, created_ns=now_ns), now_ns)
         return now_ns + 1000 * NS_PER_MS
 
     def _on_find(self, resp: ClientResponse) -> None:
@@ -260,12 +260,8 @@ class GroupCoordinator:
         if resp.error is not None or resp.body is None:
             self._find_retry_ns = now + self._backoff_ns
             return
-        body = resp.body
-        if body.coordinators:
-            c = next((c for c in body.coordinators if c.key == self.group.group_id), body.coordinators[0])
-            code, node_id, host, port = c.error_code, c.node_id, c.host, c.port
-        else:
-            code, node_id, host, port = body.error_code, body.node_id, body.host, body.port
+        found = requests.read_find_coordinator(resp.body)
+        code, node_id, host, port = found.error_code, found.node_id, found.host, found.port
         if code:
             name = error_for(code).name
             self.metrics.errors_by_name[name] += 1

@@ -155,6 +155,46 @@ def test_not_coordinator_marks_the_coordinator_unknown():
     assert len(h.net.pending("FindCoordinator")) == 1
 
 
+def test_find_coordinator_at_an_old_version_asks_for_one_key():
+    """A broker before KIP-699 (FindCoordinator v3) gets the single-key layout, and its
+    answer's top-level fields name the coordinator."""
+    from kctl.engine.coordinator import FIND_COORDINATOR
+    h = ConsumerHarness(partitions=4, **GROUP)
+    h.net.versions[FIND_COORDINATOR] = 3
+    h.ready()
+    h.consumer.subscribe(["t"])
+    h.step()
+    req = h.net.pending("FindCoordinator")[0]
+    assert req.api_version == 3
+    assert (h.net.wire_bodies[req.correlation_id].key, h.net.wire_bodies[req.correlation_id].key_type) == ("g", 0)
+    h.net.respond(req, FindCoordinatorResponse(throttle_time_ms=0, error_code=0, node_id=0,
+                                               host="127.0.0.1", port=9000, coordinators=[]))
+    h.net.poll(0, h.clock.now_ns())
+    assert h.consumer.coordinator.coordinator == COORD
+
+
+def test_find_coordinator_skips_a_node_without_the_api_and_waits_when_none_has_it():
+    """Java's leastLoadedNode with an API: a node that offers no FindCoordinator version kctl
+    speaks is passed over; with none left the consumer waits and asks again (no failed encode)."""
+    from kctl.engine.coordinator import FIND_COORDINATOR
+    h = ConsumerHarness(partitions=4, nodes=(0, 1), **GROUP)
+    h.net.node_versions[0] = {k: v for k, v in h.net.versions.items() if k != FIND_COORDINATOR}
+    h.ready()
+    h.consumer.subscribe(["t"])
+    h.step()
+    assert [r.node for r in h.net.pending("FindCoordinator")] == [1]
+    h2 = ConsumerHarness(partitions=4, **GROUP)
+    del h2.net.versions[FIND_COORDINATOR]
+    h2.ready()
+    h2.consumer.subscribe(["t"])
+    for _ in range(5):
+        h2.step(ms=200)
+    assert h2.net.pending("FindCoordinator") == []
+    h2.net.versions[FIND_COORDINATOR] = 4
+    h2.step(ms=1000)
+    assert len(h2.net.pending("FindCoordinator")) == 1
+
+
 def test_session_timeout_without_heartbeat_answers_drops_the_coordinator():
     h = harness()
     h.consumer.subscribe(["t"])
