@@ -241,13 +241,17 @@ class GroupCoordinator:
             return now_ns + 1000 * NS_PER_MS
         if now_ns < self._find_retry_ns:
             return self._find_retry_ns
+        # A node that offers FindCoordinator; if no node known does, one that will say so.
         node = self.network.least_loaded_node(now_ns, api_key=FIND_COORDINATOR)
+        if node is None:
+            node = self.network.least_loaded_node(now_ns)
         if node is None or not self.network.ready(node, now_ns):
             return now_ns + max(NS_PER_MS, self._backoff_ns // 10)
         version = self.network.api_version(node, FIND_COORDINATOR)
-        if version is None:         # no FindCoordinator version in common: try again later
-            self._find_retry_ns = now_ns + self._backoff_ns
-            return self._find_retry_ns
+        if version is None:         # Java: UnsupportedVersionException, fatal to the consumer
+            self.fatal_error = KctlError(f"group {self.group.group_id!r}: broker {node} offers no "
+                                         "FindCoordinator version kctl speaks")
+            return now_ns + 1000 * NS_PER_MS
         body = requests.find_coordinator(version, self.group.group_id, requests.COORDINATOR_GROUP)
         self._find_in_flight = True
         self.network.send(ClientRequest(node, FIND_COORDINATOR, body, api_version=version,

@@ -26,6 +26,26 @@ def test_idempotent_producer_gets_an_id_before_producing():
     assert [x.offset for x in handles] == [100, 101, 102]
 
 
+def test_producer_id_is_asked_of_a_node_that_offers_init_producer_id():
+    """A node without InitProducerId at a version kctl speaks (a mixed-version cluster) is
+    passed over for one that has it; Java's leastLoadedNode does not look, and the request
+    fails there with UnsupportedVersionException. With no such node, the error is fatal."""
+    from kctl.engine.sender import INIT_PRODUCER_ID
+    h = Harness(nodes=(0, 1))
+    h.net.node_versions[1] = {k: v for k, v in h.net.versions.items() if k != INIT_PRODUCER_ID}
+    h.step()
+    h.answer_metadata()
+    assert [r.node for r in h.net.requests("InitProducerId")] == [0]
+    h.answer_init(producer_id=7)
+    assert h.producer.idempotence.producer_id == 7
+    alone = Harness()
+    del alone.net.versions[INIT_PRODUCER_ID]
+    alone.step()
+    alone.answer_metadata()
+    assert not alone.net.requests("InitProducerId")
+    assert alone.producer.idempotence.fatal_error == "UNSUPPORTED_VERSION"
+
+
 def test_linger_holds_a_small_batch_then_sends_it():
     h = Harness(**{"enable.idempotence": "false", "acks": "1", "linger.ms": "20"})
     h.start()
