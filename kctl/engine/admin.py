@@ -172,8 +172,9 @@ def fetch_raw(client: BlockingClient, topic: str, partition: int, offset: int, *
     version = client.version_for(_FETCH())
     if topic_id is None and requests.names_topics_by_id(version):
         topic_id = _topic_id(client, topic)
-    out = requests.fetch(version, topic=topic, topic_id=topic_id, partition=partition, offset=offset,
-                         max_bytes=max_bytes, max_wait_ms=max_wait_ms, isolation_level=isolation_level)
+    out = requests.fetch(version, [requests.FetchPartition(topic, partition, offset, max_bytes)],
+                         max_bytes=max_bytes, max_wait_ms=max_wait_ms, isolation_level=isolation_level,
+                         topic_ids={topic: topic_id} if topic_id is not None else None)
     resp = client.request(out.body, version=out.version)
     if resp.error_code:
         raise broker_error(resp.error_code)

@@ -51,7 +51,6 @@ Time is passed in; the network client's callbacks bring the answers.
 from __future__ import annotations
 
 import logging
-import uuid
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -65,7 +64,7 @@ from kctl.engine.network import ClientRequest, ClientResponse, NetworkClient
 from kctl.engine.subscription import (
     FetchPosition, FetchState, OffsetOutOfRangeError, SubscriptionState)
 from kctl.errors import BrokerError, DecodeError, KctlError
-from kctl.protocol import messages, schema
+from kctl.protocol import requests, schema
 from kctl.protocol.error_codes import broker_error, error_for
 from kctl.protocol.identity import IDENTITY_SIZE
 from kctl.protocol.record_scan import ScannedBatch, scan_fetched
@@ -76,10 +75,6 @@ __all__ = ["CompletedFetch", "ConsumedBatch", "Fetcher"]
 log = logging.getLogger(__name__)
 
 FETCH = schema.API_BY_NAME["Fetch"].api_key
-_FetchRequest = messages.message_class("FetchRequest")
-_ZERO_UUID = uuid.UUID(int=0)
-#: Fetch versions from which topics are named by id only.
-TOPIC_ID_MIN_VERSION = 13
 
 #: Errors after which the leader may have moved: refresh metadata and fetch again.
 LEADERSHIP_ERRORS = frozenset({
@@ -207,34 +202,21 @@ class Fetcher:
         version = self.network.api_version(node, FETCH)
         if version is None:
             raise KctlError(f"broker {self.network.address(node)} has no Fetch version kctl speaks")
-        ids = self.metadata.topic_ids
-        if version >= TOPIC_ID_MIN_VERSION and any(s.tp.topic not in ids for s, _ in states):
-            version = TOPIC_ID_MIN_VERSION - 1
-        by_id = version >= TOPIC_ID_MIN_VERSION
-        topics: dict[str, list] = {}
         requested: dict[TopicPartition, int] = {}
+        wants = []
         for s, offset in states:
             meta = self.metadata.partition_meta(s.tp)
             requested[s.tp] = offset
-            topics.setdefault(s.tp.topic, []).append(_FetchRequest.FetchPartition(
-                partition=s.tp.partition, current_leader_epoch=meta.leader_epoch if meta else -1,
-                fetch_offset=offset, last_fetched_epoch=-1, log_start_offset=-1,
-                partition_max_bytes=cfg.max_partition_bytes))
-        body = _FetchRequest(
-            replica_id=-1, max_wait_ms=cfg.max_wait_ms, min_bytes=cfg.min_bytes,
-            max_bytes=cfg.max_bytes, isolation_level=int(cfg.isolation_level), session_id=0,
-            session_epoch=-1, rack_id=cfg.client_rack,
-            topics=[_FetchRequest.FetchTopic(topic="" if by_id else t,
-                                             topic_id=ids.get(t, _ZERO_UUID) if by_id else _ZERO_UUID,
-                                             partitions=parts)
-                    for t, parts in topics.items()])
-        if version >= 15:
-            body.replica_state = _FetchRequest.ReplicaState(replica_id=-1, replica_epoch=-1)
+            wants.append(requests.FetchPartition(s.tp.topic, s.tp.partition, offset, cfg.max_partition_bytes,
+                                                 meta.leader_epoch if meta else -1))
+        out = requests.fetch(version, wants, max_wait_ms=cfg.max_wait_ms, min_bytes=cfg.min_bytes,
+                             max_bytes=cfg.max_bytes, isolation_level=int(cfg.isolation_level),
+                             rack_id=cfg.client_rack, topic_ids=self.metadata.topic_ids)
         self._pending_nodes.add(node)
         self.metrics.fetch_requests += 1
         # A Fetch may wait fetch.max.wait.ms at the broker before it answers: the timeout
         # covers that wait on top of request.timeout.ms (Java adds it too).
-        self.network.send(ClientRequest(node, FETCH, body, api_version=version, callback=self._on_fetch,
+        self.network.send(ClientRequest(node, FETCH, out.body, api_version=out.version, callback=self._on_fetch,
                                         user=requested, created_ns=now_ns,
                                         request_timeout_ms=cfg.request_timeout_ms + cfg.max_wait_ms),
                           now_ns)

@@ -26,7 +26,8 @@ from kctl.protocol import messages
 from kctl.protocol.client_versions import TRANSACTION_V1_MAX_VERSIONS
 
 __all__ = [
-    "Coordinator", "COORDINATOR_TRANSACTION", "COORDINATOR_GROUP", "Outgoing", "ProduceTopic",
+    "Coordinator", "COORDINATOR_TRANSACTION", "COORDINATOR_GROUP", "FetchPartition", "Outgoing",
+    "ProduceTopic",
     "add_partitions_to_txn", "can_bump_epoch", "create_topics", "end_txn", "fetch",
     "EARLIEST_TIMESTAMP", "find_coordinator", "init_producer_id", "LATEST_TIMESTAMP", "list_offsets",
     "listed_offset", "metadata", "produce", "read_add_partitions_to_txn",
@@ -161,23 +162,42 @@ READ_UNCOMMITTED: Final = 0
 READ_COMMITTED: Final = 1
 
 
-def fetch(version: int, *, topic: str, topic_id: uuid.UUID | None, partition: int, offset: int,
-          max_bytes: int, max_wait_ms: int, isolation_level: int = READ_UNCOMMITTED) -> Outgoing:
-    """A Fetch of one partition from ``offset`` (no fetch session). v13+ names the
-    topic by id: without it, v12. Isolation levels exist from v4; below, every read
-    is uncommitted (a broker that old has no transactions)."""
+class FetchPartition(NamedTuple):
+    """One partition of a Fetch: read ``topic``/``partition`` from ``offset``, at most
+    ``max_bytes`` of it; ``leader_epoch`` is the leader epoch the client knows (KIP-320,
+    checked by the broker; -1: none)."""
+
+    topic: str
+    partition: int
+    offset: int
+    max_bytes: int
+    leader_epoch: int = -1
+
+
+def fetch(version: int, partitions: Sequence[FetchPartition], *, max_wait_ms: int, max_bytes: int,
+          min_bytes: int = 1, isolation_level: int = READ_UNCOMMITTED, rack_id: str = "",
+          topic_ids: Mapping[str, uuid.UUID] | None = None) -> Outgoing:
+    """A Fetch outside any fetch session (session 0, epoch -1: the broker forgets it).
+    v13+ names topics by id (``topic_ids``): with a topic's id unknown, v12. Isolation
+    levels exist from v4; below, every read is uncommitted (a broker that old has no
+    transactions). v15+ carries the replica id in ReplicaState (-1: a consumer)."""
+    ids = topic_ids or {}
     by_id = version >= _TOPIC_IDS_FROM
-    if by_id and topic_id in (None, ZERO_UUID):
+    if by_id and any(ids.get(p.topic, ZERO_UUID) == ZERO_UUID for p in partitions):
         version, by_id = _TOPIC_IDS_FROM - 1, False
+    topics: dict[str, list[Any]] = {}
+    for p in partitions:
+        topics.setdefault(p.topic, []).append(_Fetch.FetchPartition(
+            partition=p.partition, current_leader_epoch=p.leader_epoch, fetch_offset=p.offset,
+            last_fetched_epoch=-1, log_start_offset=-1, partition_max_bytes=p.max_bytes))
     body = _Fetch(
-        replica_id=-1, max_wait_ms=max_wait_ms, min_bytes=1, max_bytes=max_bytes,
+        replica_id=-1, max_wait_ms=max_wait_ms, min_bytes=min_bytes, max_bytes=max_bytes,
         isolation_level=isolation_level if version >= 4 else 0, session_id=0, session_epoch=-1,
-        topics=[_Fetch.FetchTopic(topic="" if by_id else topic,
-                                  topic_id=topic_id if by_id else ZERO_UUID,
-                                  partitions=[_Fetch.FetchPartition(
-                                      partition=partition, fetch_offset=offset,
-                                      partition_max_bytes=max_bytes)])],
-        forgotten_topics_data=[], rack_id="")
+        topics=[_Fetch.FetchTopic(topic="" if by_id else t, topic_id=ids[t] if by_id else ZERO_UUID,
+                                  partitions=parts) for t, parts in topics.items()],
+        forgotten_topics_data=[], rack_id=rack_id)
+    if version >= 15:
+        body.replica_state = _Fetch.ReplicaState(replica_id=-1, replica_epoch=-1)
     return Outgoing(body, version)
 
 

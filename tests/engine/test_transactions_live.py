@@ -113,10 +113,9 @@ def test_read_committed_consumer_skips_aborted_records(broker):
     if seen != committed and any(v.startswith(b"a") for v in seen):
         with BlockingClient(broker.bootstrap) as c:
             version = c.version_for(admin._FETCH())
-            out = requests.fetch(version, topic=topic, topic_id=admin._topic_id(c, topic)
-                                 if requests.names_topics_by_id(version) else None,
-                                 partition=0, offset=0, max_bytes=1 << 20, max_wait_ms=100,
-                                 isolation_level=requests.READ_COMMITTED)
+            ids = {topic: admin._topic_id(c, topic)} if requests.names_topics_by_id(version) else None
+            out = requests.fetch(version, [requests.FetchPartition(topic, 0, 0, 1 << 20)], max_bytes=1 << 20,
+                                 max_wait_ms=100, isolation_level=requests.READ_COMMITTED, topic_ids=ids)
             p = c.request(out.body, version=out.version).responses[0].partitions[0]
         if not p.aborted_transactions:
             pytest.skip(TANSU_NO_ABORTED_INDEX)

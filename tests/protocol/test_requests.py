@@ -98,9 +98,35 @@ def test_end_txn(version):
 
 @pytest.mark.parametrize("version", versions("Fetch"))
 def test_fetch(version):
-    out = requests.fetch(version, topic="t", topic_id=TOPIC_ID, partition=1, offset=9, max_bytes=100,
-                         max_wait_ms=5, isolation_level=requests.READ_COMMITTED)
+    wants = [requests.FetchPartition("t", 1, 9, 100, leader_epoch=4), requests.FetchPartition("u", 0, 3, 50),
+             requests.FetchPartition("t", 2, 7, 100)]
+    out = requests.fetch(version, wants, max_bytes=1000, max_wait_ms=5, min_bytes=2,
+                         isolation_level=requests.READ_COMMITTED, rack_id="r1",
+                         topic_ids={"t": TOPIC_ID, "u": uuid.UUID(int=7)})
+    assert out.version == version
     got = round_trip("Fetch", out.version, out.body)
-    (t,) = got.topics
-    assert t.partitions[0].fetch_offset == 9
+    by_id = version >= 13
+    assert [(t.topic_id if by_id else t.topic, [(p.partition, p.fetch_offset, p.partition_max_bytes)
+                                                for p in t.partitions]) for t in got.topics] == [
+        (TOPIC_ID if by_id else "t", [(1, 9, 100), (2, 7, 100)]),
+        (uuid.UUID(int=7) if by_id else "u", [(0, 3, 50)])]
+    assert (got.max_wait_ms, got.min_bytes) == (5, 2)
+    if version >= 3:
+        assert got.max_bytes == 1000
+    if version >= 9:
+        assert got.topics[0].partitions[0].current_leader_epoch == 4
+    if version >= 11:
+        assert got.rack_id == "r1"
+    if version >= 15:
+        assert got.replica_state.replica_id == -1
+    else:
+        assert got.replica_id == -1
     assert got.isolation_level == (1 if out.version >= 4 else 0)
+
+
+@pytest.mark.parametrize("version", [v for v in versions("Fetch") if v >= 13])
+def test_fetch_without_a_topic_id_names_topics_at_v12(version):
+    out = requests.fetch(version, [requests.FetchPartition("t", 0, 0, 10), requests.FetchPartition("u", 0, 0, 10)],
+                         max_bytes=10, max_wait_ms=1, topic_ids={"t": TOPIC_ID})
+    assert out.version == 12
+    assert [t.topic for t in round_trip("Fetch", 12, out.body).topics] == ["t", "u"]
