@@ -35,7 +35,7 @@ def consume(
     num_records: Optional[int] = typer.Option(None, "--num-records", "--messages", help="Stop after this many records over all consumers (perf-test: --messages)."),
     idle_timeout: Optional[str] = typer.Option(None, "--idle-timeout", help="Stop after this long without a record: 10s (perf-test's --timeout; the default with --num-records and no --duration)."),
     timeout_ms: Optional[int] = typer.Option(None, "--timeout", help="perf-test's spelling of --idle-timeout, in ms."),
-    warmup: Optional[str] = typer.Option(None, "--warmup", help="A time excluded from the results (5s)."),
+    warmup: Optional[str] = typer.Option(None, "--warmup", help="A time excluded from the results (5s): its records are not counted, and the summary's rates and the perf-test line cover only the time after it (start.time = the warm-up's end, rebalance.time.ms the rejoining after it)."),
     interval: str = typer.Option("1s", "--interval", help="Time between interval reports."),
     verify: bool = typer.Option(False, "--verify", help="Check what was read: against the backlog's acknowledgements with --backlog, else each producer worker's sequence numbers (lost, duplicated, reordered)."),
     backlog: Optional[int] = typer.Option(None, "--backlog", help="Write N records first (kctl produce's load path), then measure how long the consumers take to read them all (OMB's backlog test)."),

@@ -151,7 +151,8 @@ class ConsumerWorker:
         self._last_record_mono = 0
         self.setup_wall_ns = 0
         self.owned: set = set()
-        self.rejoin_ns = 0                # after the start: every partition revoked until assigned
+        self.rejoin_ns = 0                # after the measured start (the start, past any warm-up):
+                                          # every partition revoked until assigned
         self._rejoin_from = 0             # monotonic ns the consumer last lost every partition
 
     # -- rebalance time (kafka-consumer-perf-test's rebalance listener) -------------------------
@@ -162,8 +163,11 @@ class ConsumerWorker:
 
     def gain(self, partitions) -> None:
         if not self.owned and self._rejoin_from and self._start_mono:
+            # Only the part inside the measured window: a warm-up's rejoining is left out
+            # with its records (the perf-test line then covers the time after the warm-up).
             now = self.clock.now_ns()
-            self.rejoin_ns += max(0, now - max(self._rejoin_from, self._start_mono))
+            measured_from = self._start_mono + self.spec.warmup_ns
+            self.rejoin_ns += max(0, now - max(self._rejoin_from, measured_from))
         self._rejoin_from = 0
         self.owned.update(partitions)
 

@@ -242,6 +242,12 @@ class ConsumeStats:
         with self._lock:
             return min(self._first_record.values()) if self._first_record else None
 
+    @property
+    def measured_start_wall_ns(self) -> int | None:
+        """Where the measured window starts (the earliest report after the warm-up), if any."""
+        with self._lock:
+            return self._measured_start if self._measured_start < 1 << 62 else None
+
     def e2e_histograms(self) -> dict[str, HdrHistogram]:
         with self._lock:
             return dict(self._cumulative)

@@ -63,3 +63,23 @@ def test_the_final_report_ends_before_closing(monkeypatch):
     assert final.final and closed
     assert final.end_wall_ns == stop_at                  # before the close, not after
     assert closed[0] - final.end_wall_ns == 3 * S
+
+
+def test_rebalance_time_counts_only_after_the_warmup():
+    """A warm-up's records are left out of the counts, so its time is left out of the
+    perf-test window too, rejoining included: a rejoin that began in the warm-up counts
+    from the warm-up's end; one after it counts whole."""
+    w, clock, _ = _worker(warmup_ns=2 * S)
+    w._start_mono = clock.now_ns()                  # the common start
+    tp = TopicPartition("t", 0)
+    w.gain([tp])                                    # first assignment: before the start, no rejoin
+    clock.advance(S)
+    w.lose([tp])                                    # 1 s in: revoked (inside the warm-up)
+    clock.advance(3 * S)
+    w.gain([tp])                                    # 4 s in: back; 2 s of it after the warm-up
+    assert w.rejoin_ns == 2 * S
+    clock.advance(S)
+    w.lose([tp])
+    clock.advance(S // 2)
+    w.gain([tp])                                    # wholly after the warm-up
+    assert w.rejoin_ns == 2 * S + S // 2
