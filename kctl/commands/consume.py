@@ -26,7 +26,7 @@ def consume(
     topic: str = typer.Option("kctl-perf", "-t", "--topic", help="Topic to read."),
     group: Optional[str] = typer.Option(None, "--group", help="Consume as this consumer group (JoinGroup/SyncGroup/Heartbeat, commits); default: assign mode, no group."),
     consumers: Optional[int] = typer.Option(None, "--consumers", help="Consumer processes (default: cores - 1 when the broker is on this host, else one per core; assign mode: at most one per partition)."),
-    start: Optional[str] = typer.Option(None, "--from", help="beginning (default), end, an offset, or a time: ISO 8601, @<unix ms>, -5m. With --group: where partitions without a committed offset start (beginning|end; beginning unless -X/--consumer-config set auto.offset.reset)."),
+    start: Optional[str] = typer.Option(None, "--from", help="beginning (default), end, an offset, or a time: ISO 8601, @<unix ms>, -5m. With --group the positions are the group's committed offsets (committed, the default) and this says where partitions without one start: beginning|end (committed: beginning unless -X/--consumer-config set auto.offset.reset; the Java client's own default, latest, is --from end)."),
     from_latest: bool = typer.Option(False, "--from-latest", help="perf-test's spelling of --from end."),
     isolation_level: Optional[str] = typer.Option(None, "--isolation-level", help="read_uncommitted (default) or read_committed (aborted transactions are skipped)."),
     properties: list[str] = typer.Option([], "-X", help="Consumer property name=value (Kafka's names: fetch.min.bytes, fetch.max.wait.ms, max.partition.fetch.bytes, ...; repeatable)."),
