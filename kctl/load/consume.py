@@ -14,8 +14,11 @@ through ``on_round`` / ``on_event`` / ``on_start``.
 (``2024-05-01T12:00:00Z``), ``@<unix ms>`` or ``-<duration>`` (``-5m``: five minutes
 ago). In group mode positions are the group's committed offsets; ``--from beginning|end``
 then says where a partition without one starts (``auto.offset.reset``): ``beginning``
-without ``--from`` (perf-test's default), unless a consumer config or ``-X`` sets
-``auto.offset.reset`` (``--from committed``: the Java client's default, latest).
+without ``--from`` or with ``--from committed`` (the same thing spelled out; perf-test's
+default, which sets earliest unless --from-latest), unless a consumer config or ``-X`` sets
+``auto.offset.reset``. The Java client's own default, latest, is not taken silently: one
+rule for a group whatever the spelling, and ``--from end`` or ``-X auto.offset.reset=latest``
+asks for it.
 
 Stops: ``--duration``, ``--num-records`` (over all consumers), ``--idle-timeout``
 without a record; ``--num-records`` with no ``--duration`` gets perf-test's 10 s
@@ -158,6 +161,7 @@ def prepare(o: ConsumeOptions) -> ConsumePlan:
         raise ConfigError("--backlog starts where the backlog starts: drop --from")
     group = o.group is not None
     start = parse_start(o.start, group=group)
+    committed_only = start.kind == "committed"     # no --from with --group, or --from committed
     settings: list[Setting] = []
     for f in o.consumer_config:
         settings.extend(load_properties_file(f))
@@ -180,12 +184,13 @@ def prepare(o: ConsumeOptions) -> ConsumePlan:
             start = StartPosition("committed")
     elif "group.id" in named:
         raise ConfigError("give the group as --group (assign mode takes no group.id)")
-    if group and o.start is None and "auto.offset.reset" not in named:
-        # --from's default: a partition without a committed offset starts at the beginning
-        # (kafka-consumer-perf-test's default too), not the Java client's latest. A
-        # consumer config's or -X's auto.offset.reset wins.
+    if committed_only and "auto.offset.reset" not in named:
+        # No --from, or --from committed: a partition without a committed offset starts at
+        # the beginning (kafka-consumer-perf-test's default too), not the Java client's
+        # latest. A consumer config's or -X's auto.offset.reset wins.
         settings.append(Setting("auto.offset.reset", "earliest", "--backlog" if o.backlog is not None
-                                else "--from (default beginning)"))
+                                else "--from (default beginning)" if o.start is None
+                                else "--from committed (default beginning)"))
     config = ConsumerConfig.from_settings(
         settings + [Setting("bootstrap.servers", o.bootstrap or "127.0.0.1:9092", "-b")])
     duration_s = parse_duration(o.duration, "--duration") if o.duration else None

@@ -76,13 +76,23 @@ class ConsumeResult:
     interrupted: bool
     stats: ConsumeStats
     setup_wall_ns: int = 0        # the earliest consumer's start of subscribing/assigning
-    rejoin_ns: int = 0            # the longest time one consumer spent rejoining after the start
+    rejoin_ns: int = 0            # the longest time one consumer spent rejoining after the
+                                  # measured start (the start, past any warm-up)
+    warmup_ns: int = 0            # --warmup
 
     def perf_test_times(self) -> PerfTestTimes:
         """kafka-consumer-perf-test's clock for this run: its start taken before the
         consumers subscribe, rebalance.time.ms the joining up to the common start (every
-        consumer assigned and at its positions) plus rejoining after it."""
+        consumer assigned and at its positions) plus rejoining after it.
+
+        With a warm-up the counts leave its records out, so the time does too: the window
+        is the measured one (the summary's), from the warm-up's end (the consumers' first
+        report after it) to the end, rebalance.time.ms the rejoining inside it."""
         s = self.summary.run
+        if self.warmup_ns:
+            measured = self.stats.measured_start_wall_ns
+            start_ms = measured // 1_000_000 if measured is not None else s.end_unix_ms
+            return PerfTestTimes(start_ms, s.end_unix_ms, self.rejoin_ns // 1_000_000)
         start_ms = self.setup_wall_ns // 1_000_000 if self.setup_wall_ns else s.start_unix_ms
         reading_ms = self.stats.start_wall_ns // 1_000_000
         return PerfTestTimes(start_ms, s.end_unix_ms, max(0, reading_ms - start_ms) + self.rejoin_ns // 1_000_000)
@@ -275,7 +285,8 @@ class ConsumeRun:
         if self._own_hlog is not None:
             self._own_hlog.close()
         return ConsumeResult(summary, self._seen, dict(self._failures), interrupted, self.stats,
-                             self._setup_wall_ns, max(self._rejoin_ns.values(), default=0))
+                             self._setup_wall_ns, max(self._rejoin_ns.values(), default=0),
+                             int(self.spec.warmup_s * 1e9))
 
     def _join(self) -> None:
         self._stop.set()

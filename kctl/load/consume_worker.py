@@ -23,7 +23,9 @@ end offsets); the consumer is *caught up* once every assigned partition's positi
 reached its target. It stops on ``stop``, at the end of its duration, after
 ``max_records`` over the run (a shared counter), after ``idle_timeout`` without
 records, or once caught up when told to (``stop_when_caught_up``). Closing commits
-(``enable.auto.commit``) and leaves the group.
+(``enable.auto.commit``) and leaves the group; the final report's interval ends before
+closing (the run's end, as kafka-consumer-perf-test takes its end time before close), its
+counters are read after.
 
 In group mode the rebalance listener commits the positions of revoked partitions
 before they move (``commit_async``; the next join waits for it), as a careful
@@ -149,7 +151,8 @@ class ConsumerWorker:
         self._last_record_mono = 0
         self.setup_wall_ns = 0
         self.owned: set = set()
-        self.rejoin_ns = 0                # after the start: every partition revoked until assigned
+        self.rejoin_ns = 0                # after the measured start (the start, past any warm-up):
+                                          # every partition revoked until assigned
         self._rejoin_from = 0             # monotonic ns the consumer last lost every partition
 
     # -- rebalance time (kafka-consumer-perf-test's rebalance listener) -------------------------
@@ -160,8 +163,11 @@ class ConsumerWorker:
 
     def gain(self, partitions) -> None:
         if not self.owned and self._rejoin_from and self._start_mono:
+            # Only the part inside the measured window: a warm-up's rejoining is left out
+            # with its records (the perf-test line then covers the time after the warm-up).
             now = self.clock.now_ns()
-            self.rejoin_ns += max(0, now - max(self._rejoin_from, self._start_mono))
+            measured_from = self._start_mono + self.spec.warmup_ns
+            self.rejoin_ns += max(0, now - max(self._rejoin_from, measured_from))
         self._rejoin_from = 0
         self.owned.update(partitions)
 
@@ -374,14 +380,19 @@ class ConsumerWorker:
     def _finish(self) -> None:
         # The partitions as they stood before closing: a group member's close revokes them.
         progress = self._progress()
+        # The run ends when reading stops, before closing (its commit and LeaveGroup), as
+        # kafka-consumer-perf-test takes its end time before consumer.close().
+        end_wall = self.clock.wall_ns()
         try:
             self.consumer.close()
         finally:
             gc.unfreeze()
-            self._report(final=True, progress=progress)
+            self._report(final=True, progress=progress, end_wall_ns=end_wall)
 
-    def _report(self, *, final: bool, progress: tuple[PartitionProgress, ...] | None = None) -> None:
-        now_wall = self.clock.wall_ns()
+    def _report(self, *, final: bool, progress: tuple[PartitionProgress, ...] | None = None,
+                end_wall_ns: int | None = None) -> None:
+        """``end_wall_ns``: the interval's end when not now (the final report: before closing)."""
+        now_wall = self.clock.wall_ns() if end_wall_ns is None else end_wall_ns
         self.reports.put(ConsumerInterval(
             consumer=self.spec.consumer, start_wall_ns=self._interval_start, end_wall_ns=now_wall,
             histograms=self.e2e.encode_interval(), metrics=self.consumer.metrics.snapshot(),

@@ -37,7 +37,7 @@ from kctl.stats.aggregate import closable_round, combine_counters
 from kctl.stats.consume_report import ClockOffset, ConsumerFailed, ConsumerInterval, PartitionProgress
 from kctl.stats.consume_summary import (
     ConsumeCounts, ConsumeRates, ConsumeRunInfo, ConsumeSummary, LagPoint, PartitionState)
-from kctl.stats.e2e import E2E, E2E_NEGATIVE, merged, new_e2e_histogram, signed_figures, to_microseconds
+from kctl.stats.e2e import E2E, E2E_NEGATIVE, merged, new_e2e_histogram, signed_figures
 from kctl.stats.hlog import IntervalLogWriter
 from kctl.stats.latency import LatencyFigures, decode_histogram
 
@@ -189,12 +189,12 @@ class ConsumeStats:
         self._closed_upto = max(self._closed_upto, r)
         self._intervals += 1
         if not rnd.warmup_only and self.hlog is not None:
+            # The histograms the figures come from, as they are (µs, as the other clocks').
             pos = rnd.measured.get(E2E)
             neg = rnd.measured.get(E2E_NEGATIVE)
-            self.hlog.output(E2E, rnd.start_ns, rnd.end_ns, to_microseconds(pos) if pos is not None
-                             else to_microseconds(new_e2e_histogram()))
+            self.hlog.output(E2E, rnd.start_ns, rnd.end_ns, pos if pos is not None else new_e2e_histogram())
             if neg is not None:
-                self.hlog.output(E2E_NEGATIVE, rnd.start_ns, rnd.end_ns, to_microseconds(neg))
+                self.hlog.output(E2E_NEGATIVE, rnd.start_ns, rnd.end_ns, neg)
         rate = mbps = fetch = 0.0
         records = responses = 0
         for recs, kv, resp, dur in rnd.per_consumer.values():
@@ -241,6 +241,12 @@ class ConsumeStats:
     def first_record_at(self) -> int | None:
         with self._lock:
             return min(self._first_record.values()) if self._first_record else None
+
+    @property
+    def measured_start_wall_ns(self) -> int | None:
+        """Where the measured window starts (the earliest report after the warm-up), if any."""
+        with self._lock:
+            return self._measured_start if self._measured_start < 1 << 62 else None
 
     def e2e_histograms(self) -> dict[str, HdrHistogram]:
         with self._lock:

@@ -1,11 +1,13 @@
 """kafka-consumer-perf-test's closing figures, from kctl's own clock.
 
-ConsumerPerformance takes its start before it subscribes; ``rebalance.time.ms`` is the
+ConsumerPerformance takes its start before it subscribes and its end before it closes
+the consumer (kctl: when the last consumer stopped reading); ``rebalance.time.ms`` is the
 time spent joining (start, or losing every partition, until partitions are assigned);
 ``fetch.time.ms`` = end - start - rebalance.time.ms; ``MB.sec`` and ``nMsg.sec`` are over
 the whole elapsed time, ``fetch.MB.sec`` and ``fetch.nMsg.sec`` over fetch.time.ms. All
 in whole milliseconds, as there, so the printed columns add up: start + rebalance +
-fetch == end. MB is keys + values in MiB.
+fetch == end. MB is keys + values in MiB. (perf-test has no warm-up; with kctl's
+``--warmup`` the times given here are the measured window's, load/consume_run.py.)
 """
 
 from __future__ import annotations

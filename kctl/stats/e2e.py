@@ -9,27 +9,31 @@ clock (coordinated omission is not hidden). A consumer takes the moment it hande
 batch out (``ConsumedBatch.consumed_ns``, monotonic, turned into Unix epoch ns with the
 consumer's clock offset taken once at start) and records, for every record,
 
-    e2e = consume time - intended send time          (integer nanoseconds)
+    e2e = consume time - intended send time          (taken in nanoseconds)
 
-Resolution: values are NANOSECONDS end to end: the difference is taken in ns and the
-histograms count ns (1 ns .. 1 hour, 3 significant digits, so every value is known to
-0.1 %, and to the ns below 2 µs). OpenMessaging Benchmark's figure, by contrast, comes
-from millisecond record timestamps.
+Unit: the difference is taken in ns and recorded in whole MICROseconds (truncated toward
+zero), into histograms of the producer clocks' layout (``new_histogram``: 1 µs .. 1 hour,
+3 significant digits, so a value is known to the µs below 2 ms and to 0.1 % above).
+The printed figures, the summary and the ``.hlog`` all come from these same histograms,
+so an HdrHistogram tool reading the log (tag ``e2e``) gets exactly the printed
+percentiles and max (HdrHistogram's percentile rule: the highest equivalent value of
+the value at rank max(1, round(p/100 * count))), as for the producer's clocks.
+OpenMessaging Benchmark's figure, by contrast, comes from millisecond record timestamps.
 
 Negative values happen when producer and consumer clocks differ (two hosts): they are
 never clamped. A negative value's magnitude goes into a second histogram
-(``e2e_negative``); figures are computed over the signed values (``signed_figures``:
-the k-th smallest of all values, negatives first) and say how many were negative
-(``LatencyFigures.negative``) and the smallest (``min_ms``). The clock offset between
-the hosts is estimated and reported separately (load/clock_sync.py).
+(``e2e_negative``); a value above -1 µs is 0. Figures are then computed over the signed
+values (``signed_figures``: the k-th smallest of all values, negatives first, with the
+same rank rule) and say how many were negative (``LatencyFigures.negative``) and the
+smallest (``min_ms``). The clock offset between the hosts is estimated and reported
+separately (load/clock_sync.py).
 
 Cost: one ``struct`` unpack per batch (the identities' columns) and about 0.2 µs per
 record in the loop below (no object per record); a batch whose identities were not
 scannable goes record by record through ``record``.
 
-In the ``.hlog`` (tags ``e2e`` and, when there are negatives, ``e2e_negative``) values
-are written in microseconds like the other clocks (``to_microseconds``), so one log has
-one unit.
+In the ``.hlog`` the tags are ``e2e`` and, when there are negatives, ``e2e_negative``
+(magnitudes), in microseconds like the other clocks: one log has one unit.
 """
 
 from __future__ import annotations
@@ -44,6 +48,7 @@ from kctl.stats.latency import (
     _HALF_MAG,
     _SUB_BITS,
     _SUB_MASK,
+    HIGHEST_US,
     PERCENTILES,
     HistogramSink,
     LatencyFigures,
@@ -52,24 +57,17 @@ from kctl.stats.latency import (
     new_histogram,
 )
 
-__all__ = ["E2E", "E2E_CLOCKS", "E2E_NEGATIVE", "E2eRecorder", "HIGHEST_NS", "new_e2e_histogram",
-           "signed_figures", "to_microseconds"]
+__all__ = ["E2E", "E2E_CLOCKS", "E2E_NEGATIVE", "E2eRecorder", "new_e2e_histogram", "signed_figures"]
 
 E2E = "e2e"
 E2E_NEGATIVE = "e2e_negative"
 E2E_CLOCKS = (E2E, E2E_NEGATIVE)
-HIGHEST_NS = 3_600_000_000_000       # one hour
 _COLUMNS: dict[int, struct.Struct] = {}
 
 
 def new_e2e_histogram() -> HdrHistogram:
-    """An empty e2e histogram: nanoseconds, 1 ns .. 1 hour, 3 significant digits."""
-    return HdrHistogram(1, HIGHEST_NS, 3)
-
-
-def _ns_sink() -> HistogramSink:
-    """A sink recording nanoseconds (the same counts-index arithmetic as the µs clocks)."""
-    return HistogramSink(new_e2e_histogram(), HIGHEST_NS)
+    """An empty e2e histogram: the producer clocks' layout (µs, 1 µs .. 1 hour, 3 digits)."""
+    return new_histogram()
 
 
 class E2eRecorder:
@@ -81,8 +79,8 @@ class E2eRecorder:
         self.negative = 0        # cumulative: values below zero
         self.clamped = 0         # cumulative: magnitudes above an hour, recorded as an hour
         self.recorded = 0        # cumulative
-        self._pos = _ns_sink()
-        self._neg = _ns_sink()
+        self._pos = HistogramSink()
+        self._neg = HistogramSink()
 
     def record_identities(self, consume_wall_ns: int, identities: bytes, count: int,
                           run_tag: bytes | None = None) -> int:
@@ -102,20 +100,21 @@ class E2eRecorder:
         self.record_many(consume_wall_ns, (intended_ns,))
 
     def record_many(self, now: int, intended) -> None:
-        """``now`` minus each intended send time (all Unix epoch ns)."""
+        """``now`` minus each intended send time (all Unix epoch ns), recorded in µs."""
         pos, neg = self._pos, self._neg
         pcounts, ncounts = pos.counts, neg.counts
         negative = clamped = 0
         for t in intended:
             v = now - t
-            if v >= 0:
+            if v > -1000:               # truncated toward zero: -999 ns .. 999 ns is 0 µs
+                v = v // 1000 if v > 0 else 0
                 sink, counts = pos, pcounts
             else:
-                v = -v
+                v = -v // 1000
                 negative += 1
                 sink, counts = neg, ncounts
-            if v > HIGHEST_NS:
-                v = HIGHEST_NS
+            if v > HIGHEST_US:
+                v = HIGHEST_US
                 clamped += 1
             b = (v | _SUB_MASK).bit_length() - _SUB_BITS
             counts[((b + 1) << _HALF_MAG) + (v >> b) - _HALF] += 1
@@ -130,7 +129,7 @@ class E2eRecorder:
 
     def interval(self) -> dict[str, HdrHistogram]:
         out = {E2E: self._pos.finish(), E2E_NEGATIVE: self._neg.finish()}
-        self._pos, self._neg = _ns_sink(), _ns_sink()
+        self._pos, self._neg = HistogramSink(), HistogramSink()
         return out
 
     def encode_interval(self) -> dict[str, bytes]:
@@ -155,45 +154,35 @@ def _value_at_rank(h: HdrHistogram, rank: int, *, highest: bool) -> int:
 
 def signed_figures(pos: HdrHistogram | None, neg: HdrHistogram | None) -> LatencyFigures:
     """Figures over the signed values: ``pos`` holds the values >= 0, ``neg`` the
-    magnitudes of the negative ones (both in ns)."""
+    magnitudes of the negative ones (both in µs). Without negatives these are exactly
+    what an HdrHistogram reader computes from ``pos`` (``LatencyFigures.from_histogram``)."""
     p = pos.get_total_count() if pos is not None else 0
     q = neg.get_total_count() if neg is not None else 0
     n = p + q
     if not n:
         return LatencyFigures(0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0, negative=0, min_ms=0.0)
     if not q:
-        f = LatencyFigures.from_histogram(pos, unit_ns=1)
+        f = LatencyFigures.from_histogram(pos)
         return LatencyFigures(f.p50_ms, f.p90_ms, f.p95_ms, f.p99_ms, f.p999_ms, f.p9999_ms, f.max_ms,
-                              f.mean_ms, f.count, negative=0, min_ms=pos.get_min_value() / 1e6)
+                              f.mean_ms, f.count, negative=0, min_ms=pos.get_min_value() / 1e3)
 
     def at(percentile: float) -> float:
-        # HdrHistogram's rank for a percentile: at least 1, rounded half up.
-        k = max(1, int(percentile / 100.0 * n + 0.5))
+        k = _rank(percentile, n)
         if k <= q:   # among the negatives: the (q - k + 1)-th smallest magnitude, negated
-            return -_value_at_rank(neg, q - k + 1, highest=False) / 1e6
-        return _value_at_rank(pos, k - q, highest=True) / 1e6
+            return -_value_at_rank(neg, q - k + 1, highest=False) / 1e3
+        return _value_at_rank(pos, k - q, highest=True) / 1e3
 
     vals = [at(pc) for _, pc in PERCENTILES]
-    mean = ((histogram_mean(pos) * p if p else 0.0) - histogram_mean(neg) * q) / n / 1e6
-    max_ms = pos.get_max_value() / 1e6 if p else -neg.get_min_value() / 1e6
+    mean = ((histogram_mean(pos) * p if p else 0.0) - histogram_mean(neg) * q) / n / 1e3
+    max_ms = pos.get_max_value() / 1e3 if p else -neg.get_min_value() / 1e3
     return LatencyFigures(*vals, max_ms=max_ms, mean_ms=mean, count=n, negative=q,
-                          min_ms=-neg.get_max_value() / 1e6)
+                          min_ms=-neg.get_max_value() / 1e3)
 
 
-def to_microseconds(h: HdrHistogram) -> HdrHistogram:
-    """A ns histogram as one in µs of kctl's usual layout (for the .hlog): each recorded
-    value's bucket moves with its count; one pass over the counts."""
-    out = new_histogram()
-    if not h.get_total_count():
-        return out
-    counts = h.counts
-    last = h.get_counts_array_index(h.get_max_value())
-    value_at = h.get_value_from_index
-    for i in range(last + 1):
-        c = counts[i]
-        if c:
-            out.record_value(max(1, value_at(i) // 1000), c)
-    return out
+def _rank(percentile: float, count: int) -> int:
+    """HdrHistogram's rank for a percentile, hdrh's expression to the last float
+    operation (``get_target_count_at_percentile``): at least 1, rounded half up."""
+    return max(int(min(percentile, 100.0) * count / 100 + 0.5), 1)
 
 
 def merged(into: dict[str, HdrHistogram], hists: Mapping[str, HdrHistogram]) -> None:

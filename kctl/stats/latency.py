@@ -123,11 +123,12 @@ class LatencyFigures:
     min_ms: float | None = None
 
     @classmethod
-    def from_histogram(cls, h: HdrHistogram | None, unit_ns: int = 1000) -> LatencyFigures:
-        """``unit_ns``: what one histogram unit is (1000: µs, the three producer clocks)."""
+    def from_histogram(cls, h: HdrHistogram | None) -> LatencyFigures:
+        """From a histogram in µs (every clock's, e2e's too): hdrh's percentiles, so a
+        reader of the .hlog gets the same figures."""
         if h is None or not h.get_total_count():
             return EMPTY_FIGURES
-        per_ms = 1_000_000 / unit_ns
+        per_ms = 1000
         pct = h.get_percentile_to_value_dict([p for _, p in PERCENTILES])
         vals = [pct[p] / per_ms for _, p in PERCENTILES]
         return cls(*vals, max_ms=h.get_max_value() / per_ms,
@@ -166,7 +167,7 @@ EMPTY_FIGURES = LatencyFigures(0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0)
 class HistogramSink:
     """One clock's interval histogram, recorded into directly (``h``: an empty histogram
     of unit magnitude 0 and 3 significant digits, values up to ``highest``; by default
-    a latency clock's, in µs; stats/e2e.py records nanoseconds into its own).
+    a latency clock's, in µs; stats/e2e.py records e2e into two of them).
 
     hdrh's ``record_value`` costs about 1 µs in Python (five method calls per value);
     this computes the counts index inline for kctl's fixed layout (unit magnitude 0,

@@ -27,7 +27,7 @@ from kctl.stats.latency import LatencyFigures
 __all__ = ["ConsumeDashboardView", "clock_text", "e2e_cells", "perf_test_lines", "plain_line",
            "summary_renderable"]
 
-E2E_HELP = "consume time - intended send time (identity header), ns clocks; negatives counted, never clamped"
+E2E_HELP = "consume time - intended send time (identity header), in µs as the .hlog; negatives counted, never clamped"
 
 
 def _ms(v: float) -> str:

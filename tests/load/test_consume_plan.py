@@ -18,6 +18,10 @@ def test_a_group_without_from_starts_uncommitted_partitions_at_the_beginning(tmp
     assert _reset(group="g") == "earliest"
     assert _reset(group="g", start="beginning") == "earliest"
     assert _reset(group="g", start="end") == "latest"
+    # --from committed is the default spelled out: the same rule, as --help says (it fell
+    # back to the Java client's latest, silently skipping an uncommitted partition's records).
+    assert _reset(group="g", start="committed") == "earliest"
+    assert _reset(group="g", start="committed", properties=("auto.offset.reset=latest",)) == "latest"
     # The user's auto.offset.reset wins over --from's default, from -X or a consumer config file.
     assert _reset(group="g", properties=("auto.offset.reset=latest",)) == "latest"
     f = tmp_path / "c.properties"

@@ -4,11 +4,17 @@ when every consumer reported, the lag timeline, the backlog's caught-up time."""
 
 from __future__ import annotations
 
+import random
+
+from hdrh.histogram import HdrHistogram
+from hdrh.log import HistogramLogReader
+
 from kctl.engine.consumer_metrics import ConsumerMetricsSnapshot
 from kctl.stats.consume_aggregate import ConsumeStats
 from kctl.stats.consume_report import ConsumerFailed, ConsumerInterval, PartitionProgress
-from kctl.stats.e2e import E2eRecorder
+from kctl.stats.e2e import E2eRecorder, signed_figures
 from kctl.stats.hlog import IntervalLogWriter, read_interval_log
+from kctl.stats.latency import PERCENTILES, new_histogram
 
 S = 1_000_000_000
 T0 = 1_800_000_000 * S
@@ -69,3 +75,55 @@ def test_caught_up_is_when_the_last_consumer_caught_up():
     assert st.caught_up_at() is None
     st.add(_interval(1, 0, 10, caught_up_at=T0 + 3 * S // 4))
     assert st.caught_up_at() == T0 + 3 * S // 4
+
+
+def _read_hlog_with_hdrh(path) -> dict[str, HdrHistogram]:
+    """The log as an HdrHistogram tool sees it: hdrh's own reader, intervals added per tag."""
+    reader = HistogramLogReader(str(path), new_histogram())
+    out: dict[str, HdrHistogram] = {}
+    while (h := reader.get_next_interval_histogram()) is not None:
+        out.setdefault(h.get_tag(), new_histogram()).add(h)
+    reader.close()
+    return out
+
+
+def test_the_hlog_gives_exactly_the_printed_e2e_figures(tmp_path):
+    """Read back with hdrh, the e2e tag gives the summary's (and so the printed)
+    percentiles and max to the last digit: same histogram, same unit, same rule. (The
+    log once held a µs copy of ns histograms: 133.119 ms read where 133.169 was printed.)"""
+    path = tmp_path / "e2e.hlog"
+    rng = random.Random(5)
+    log = IntervalLogWriter.open(path, T0)
+    st = ConsumeStats(consumers=2, start_wall_ns=T0, hlog=log)
+    for k in range(3):
+        for c in range(2):
+            ms = [rng.uniform(120.0, 140.0) for _ in range(400)] + [rng.uniform(0.2, 2.5) for _ in range(50)]
+            st.add(_interval(c, k, 450 * (k + 1), e2e=ms, final=k == 2))
+    s = st.summary()
+    log.close()
+    hist = _read_hlog_with_hdrh(path)
+    assert set(hist) == {"e2e"}
+    e2e = s.latency["e2e"]
+    h = hist["e2e"]
+    assert h.get_total_count() == e2e.count == 2700
+    for key, pc in PERCENTILES:
+        assert h.get_value_at_percentile(pc) / 1000 == getattr(e2e, f"{key}_ms"), key
+    assert h.get_max_value() / 1000 == e2e.max_ms
+    assert h.get_min_value() / 1000 == e2e.min_ms
+    # The printed line shows these figures (3 decimals: exact in ms for whole µs).
+    assert f"{e2e.p50_ms:.3f}" == f"{h.get_value_at_percentile(50) / 1000:.3f}"
+
+
+def test_with_negative_values_the_hlog_holds_the_signed_figures(tmp_path):
+    """Negatives go to the tag e2e_negative (magnitudes): the two tags read back give the
+    printed signed figures through the same rule."""
+    path = tmp_path / "neg.hlog"
+    log = IntervalLogWriter.open(path, T0)
+    st = ConsumeStats(consumers=1, start_wall_ns=T0, hlog=log)
+    st.add(_interval(0, 0, 100, e2e=[-3.3333] * 30 + [1.7777] * 70, final=True))
+    s = st.summary()
+    log.close()
+    hist = _read_hlog_with_hdrh(path)
+    assert set(hist) == {"e2e", "e2e_negative"}
+    assert signed_figures(hist["e2e"], hist["e2e_negative"]) == s.latency["e2e"]
+    assert s.latency["e2e"].negative == 30 and s.latency["e2e"].p50_ms == 1.777

@@ -44,3 +44,38 @@ def test_values_line_prints_the_figures_in_perf_tests_formats():
     assert cols[0].endswith(":40:000") and cols[1].endswith(":05:000")   # the perf-test start, the end
     _, plain = perf_test_lines(s)    # no perf-test clock: the measured run, no rebalance
     assert [x.strip() for x in plain.split(",")][6:8] == ["0", "2000"]
+
+
+def test_with_a_warmup_the_perf_test_window_is_the_measured_one():
+    """--warmup leaves the warm-up's records out of the counts: the perf-test line's time
+    starts at the warm-up's end too (not before subscribing), so its rates are the
+    measured window's records over the measured window's time."""
+    from kctl.engine.consumer_metrics import ConsumerMetricsSnapshot
+    from kctl.load.consume_run import ConsumeResult
+    from kctl.stats.consume_aggregate import ConsumeStats
+    from kctl.stats.consume_report import ConsumerInterval
+
+    sec = 1_000_000_000
+    t0 = 1_800_000_000 * sec
+
+    def interval(k: int, records: int, *, warmup: bool, final: bool = False) -> ConsumerInterval:
+        m = ConsumerMetricsSnapshot(records_consumed=records, key_value_bytes=100 * records)
+        return ConsumerInterval(0, t0 + k * sec, t0 + (k + 1) * sec, {}, m, warmup=warmup, final=final)
+
+    st = ConsumeStats(consumers=1, start_wall_ns=t0)
+    st.add(interval(0, 5000, warmup=True))             # 2 s of warm-up, 9000 records
+    st.add(interval(1, 9000, warmup=True))
+    st.add(interval(2, 10_000, warmup=False))          # then 2 s measured, 2000 records
+    st.add(interval(3, 11_000, warmup=False, final=True))
+    summary = st.summary()
+    result = ConsumeResult(summary, {}, {}, False, st, setup_wall_ns=t0 - 3 * sec, rejoin_ns=0,
+                           warmup_ns=2 * sec)
+    times = result.perf_test_times()
+    assert times.start_ms == (t0 + 2 * sec) // 1_000_000    # the warm-up's end, not set-up
+    assert times.end_ms == (t0 + 4 * sec) // 1_000_000 and times.rebalance_ms == 0
+    f = perf_test_figures(summary.counts.records, summary.counts.key_value_bytes, times)
+    assert f.records == 2000 and f.records_per_s == 1000.0 == summary.rates.records_per_s
+    assert f.fetch_ms == 2000 and f.fetch_records_per_s == 1000.0
+    # Without a warm-up: Java's window, from before subscribing (joining = rebalance time).
+    plain = ConsumeResult(summary, {}, {}, False, st, setup_wall_ns=t0 - 3 * sec).perf_test_times()
+    assert plain.start_ms == (t0 - 3 * sec) // 1_000_000 and plain.rebalance_ms == 3000

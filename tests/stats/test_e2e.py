@@ -1,6 +1,6 @@
-"""The e2e clock (stats/e2e.py): ns resolution, negatives counted and kept signed (never
-clamped), the recorder's bucket arithmetic against hdrh's own record_value, the run-tag
-filter, and the .hlog's microsecond form."""
+"""The e2e clock (stats/e2e.py): µs resolution (the .hlog's unit), negatives counted and
+kept signed (never clamped), the recorder's bucket arithmetic against hdrh's own
+record_value, the run-tag filter, and the signed figures' percentile rule against hdrh's."""
 
 from __future__ import annotations
 
@@ -10,33 +10,38 @@ import struct
 import pytest
 
 from kctl.protocol.identity import IDENTITY
-from kctl.stats.e2e import (E2E, E2E_NEGATIVE, E2eRecorder, new_e2e_histogram, signed_figures,
-                            to_microseconds)
+from kctl.stats.e2e import E2E, E2E_NEGATIVE, E2eRecorder, new_e2e_histogram, signed_figures
+from kctl.stats.latency import PERCENTILES
 
 NOW = 1_800_000_000_000_000_000     # a wall clock in ns
 
 
 def test_recorder_buckets_match_hdrhistogram():
     rng = random.Random(7)
-    values = [rng.choice((rng.randrange(1, 5000), rng.randrange(1, 10**9), rng.randrange(1, 3 * 10**12)))
-              for _ in range(5000)]
+    values = [rng.choice((rng.randrange(0, 5000), rng.randrange(1, 10**9), rng.randrange(1, 3 * 10**12)))
+              for _ in range(5000)]       # ns
     rec = E2eRecorder()
     rec.record_many(NOW, [NOW - v for v in values])
     got = rec.interval()[E2E]
     oracle = new_e2e_histogram()
     for v in values:
-        oracle.record_value(v)
+        oracle.record_value(v // 1000)    # whole µs
     assert list(got.counts) == list(oracle.counts)
     assert (got.get_total_count(), got.get_min_value(), got.get_max_value()) == \
         (oracle.get_total_count(), oracle.get_min_value(), oracle.get_max_value())
 
 
-def test_nanosecond_resolution():
+def test_microsecond_resolution_truncated_toward_zero():
     rec = E2eRecorder()
-    rec.record_many(NOW, [NOW - 1234] * 10)         # 1.234 µs, exact below 2 µs
+    rec.record_many(NOW, [NOW - 1_234_567] * 10)    # 1.234567 ms: 1234 µs, exact below 2 ms
     f = signed_figures(rec.interval()[E2E], None)
-    assert f.p50_ms == f.max_ms == pytest.approx(0.001234, abs=1e-9)
-    assert f.negative == 0 and f.min_ms == pytest.approx(0.001234, abs=1e-9)
+    assert f.p50_ms == f.max_ms == f.min_ms == 1.234
+    assert f.negative == 0
+    rec.record_many(NOW, [NOW - 999, NOW + 999, NOW + 1000])   # +-999 ns are 0 µs; -1 µs is negative
+    h = rec.interval()
+    assert h[E2E].get_total_count() == 2 and h[E2E].get_max_value() == 0
+    assert h[E2E_NEGATIVE].get_total_count() == 1 and h[E2E_NEGATIVE].get_max_value() == 1
+    assert rec.negative == 1
 
 
 def test_negatives_are_counted_and_kept_signed():
@@ -68,11 +73,29 @@ def test_only_the_runs_records_with_a_run_tag():
     assert struct.calcsize(">4sIQq") == IDENTITY.size == 24
 
 
-def test_hlog_form_is_microseconds():
-    h = new_e2e_histogram()
-    h.record_value(2_500_000, 3)       # 2.5 ms
-    h.record_value(700, 1)             # 0.7 µs: at least 1 µs in the log
-    us = to_microseconds(h)
-    assert us.get_total_count() == 4
-    assert us.get_max_value() == pytest.approx(2500, rel=1e-3)
-    assert us.get_min_value() == 1
+def test_signed_figures_use_hdrhistograms_rank_rule():
+    """With negatives, the k-th smallest signed value for k = hdrh's target count (the
+    same float expression: 99.9 * n / 100 and 99.9 / 100 * n round differently for some n);
+    without, hdrh's own get_value_at_percentile."""
+    rng = random.Random(3)
+    for n in (1, 3, 7, 13, 1000, 1001, 4567):
+        values = [rng.randrange(-5_000_000, 50_000_000) for _ in range(n)]   # ns
+        rec = E2eRecorder()
+        rec.record_many(NOW, [NOW - v for v in values])
+        h = rec.interval()
+        f = signed_figures(h[E2E], h[E2E_NEGATIVE])
+        # The oracle: every value's bucket edge (as the histograms hold them), sorted.
+        signed = sorted(
+            [h[E2E].get_highest_equivalent_value(int(v) // 1000) for v in values if v > -1000]
+            + [-h[E2E_NEGATIVE].get_lowest_equivalent_value(-int(v) // 1000) for v in values if v <= -1000])
+        ranks = new_e2e_histogram()
+        ranks.record_value(1, n)          # hdrh's own rank for n values
+        for key, pc in PERCENTILES:
+            k = ranks.get_target_count_at_percentile(pc)
+            assert getattr(f, f"{key}_ms") == signed[k - 1] / 1e3, (n, key)
+        pos_only = new_e2e_histogram()
+        for v in values:
+            pos_only.record_value(abs(v) // 1000)
+        g = signed_figures(pos_only, None)
+        for key, pc in PERCENTILES:
+            assert getattr(g, f"{key}_ms") == pos_only.get_value_at_percentile(pc) / 1e3

@@ -1,0 +1,85 @@
+"""One consumer process's loop pieces (load/consume_worker.py) with a fake clock: the run's
+end is taken before closing (kafka-consumer-perf-test's end time), rebalance time counted
+as ConsumerPerformance's listener counts it."""
+
+from __future__ import annotations
+
+import queue
+import threading
+
+from kctl.config import Setting
+from kctl.consumer_config import ConsumerConfig
+from kctl.engine.batch import TopicPartition
+from kctl.load.consume_worker import ConsumerWorker, ConsumeWorkerSpec, StartPosition
+
+S = 1_000_000_000
+WALL0 = 1_800_000_000 * S
+
+
+class FakeClock:
+    """Monotonic and wall time advanced together, by hand."""
+
+    def __init__(self) -> None:
+        self.mono = 5 * S
+
+    def now_ns(self) -> int:
+        return self.mono
+
+    def wall_ns(self) -> int:
+        return WALL0 + self.mono
+
+    def wall_ms(self) -> int:
+        return self.wall_ns() // 1_000_000
+
+    def advance(self, ns: int) -> None:
+        self.mono += ns
+
+
+def _worker(**spec) -> tuple[ConsumerWorker, FakeClock, queue.Queue]:
+    config = ConsumerConfig.from_settings([Setting("bootstrap.servers", "127.0.0.1:9", "-b")])
+    reports: queue.Queue = queue.Queue()
+    w = ConsumerWorker(ConsumeWorkerSpec(0, config, "t", (0,), StartPosition("beginning"), **spec),
+                       reports, threading.Event())
+    clock = FakeClock()
+    w.clock = clock
+    return w, clock, reports
+
+
+def test_the_final_report_ends_before_closing(monkeypatch):
+    """ConsumerPerformance takes endMs after its loop and before consumer.close(): closing
+    (the commit, LeaveGroup) is not run time. The final report's interval ends there; its
+    counters are read after the close (a commit on close is still counted)."""
+    w, clock, reports = _worker()
+    closed = []
+
+    def slow_close(timeout_s: float = 30.0) -> None:
+        clock.advance(3 * S)                  # a commit and a LeaveGroup that take 3 s
+        closed.append(clock.wall_ns())
+
+    monkeypatch.setattr(w.consumer, "close", slow_close)
+    stop_at = clock.wall_ns()
+    w._finish()
+    final = reports.get_nowait()
+    assert final.final and closed
+    assert final.end_wall_ns == stop_at                  # before the close, not after
+    assert closed[0] - final.end_wall_ns == 3 * S
+
+
+def test_rebalance_time_counts_only_after_the_warmup():
+    """A warm-up's records are left out of the counts, so its time is left out of the
+    perf-test window too, rejoining included: a rejoin that began in the warm-up counts
+    from the warm-up's end; one after it counts whole."""
+    w, clock, _ = _worker(warmup_ns=2 * S)
+    w._start_mono = clock.now_ns()                  # the common start
+    tp = TopicPartition("t", 0)
+    w.gain([tp])                                    # first assignment: before the start, no rejoin
+    clock.advance(S)
+    w.lose([tp])                                    # 1 s in: revoked (inside the warm-up)
+    clock.advance(3 * S)
+    w.gain([tp])                                    # 4 s in: back; 2 s of it after the warm-up
+    assert w.rejoin_ns == 2 * S
+    clock.advance(S)
+    w.lose([tp])
+    clock.advance(S // 2)
+    w.gain([tp])                                    # wholly after the warm-up
+    assert w.rejoin_ns == 2 * S + S // 2
