@@ -24,7 +24,11 @@ them), and the process exits without the interpreter's teardown (0.15-0.2 s more
 
 ``run_job(spark, fn)`` runs an action in a thread under a job group; the
 calling thread waits, and a KeyboardInterrupt cancels the group (so Spark
-kills the tasks) before it is re-raised. A job failure comes back as a
+kills the tasks) before it is re-raised, as ``JobInterrupted``. With ``on_stop``
+(the load jobs: kctl/spark/load.py) a stop first calls it (the tasks are told to
+finish) and waits up to ``stop_wait_s`` for the action to end on its own; only a job
+still running then (or a second stop) is cancelled. ``JobInterrupted.completed`` says
+which, with the action's value when it ended. A job failure comes back as a
 ``SparkJobError`` whose message is the task's own error when the task raised a
 ``TaskError`` (the line marked ``kctl-task-error:``), not the JVM stack.
 
@@ -55,6 +59,18 @@ _TASK_ERROR = re.compile(re.escape(TASK_ERROR_MARK) + r" ?(.*)")
 
 class SparkJobError(KctlError):
     """A Spark job failed; the message is the failing task's error."""
+
+
+class JobInterrupted(KeyboardInterrupt):
+    """A stop (Ctrl-C, SIGTERM) while ``run_job`` waited. ``completed``: the action still
+    ended on its own within the stop's wait, and ``value`` is what it returned; otherwise
+    the job group was cancelled (its tasks killed) and ``value`` is None. A
+    ``KeyboardInterrupt``, so callers that only stop go on catching that."""
+
+    def __init__(self, completed: bool, value: Any = None) -> None:
+        super().__init__()
+        self.completed = completed
+        self.value = value
 
 
 class TaskError(RuntimeError):
@@ -350,13 +366,20 @@ def job_error_message(exc: BaseException) -> str:
 
 
 def run_job(spark: Any, action: Callable[[], T], *, description: str = "kctl",
-            on_wait: Callable[[], None] | None = None) -> T:
+            on_wait: Callable[[], None] | None = None,
+            on_stop: Callable[[], None] | None = None, stop_wait_s: float = 0.0) -> T:
     """Runs ``action`` (which triggers Spark jobs) in a thread under a job group;
-    Ctrl-C in the calling thread cancels the group. ``on_wait`` is called about
-    every 0.05 s while the job runs (the caller's chance to render progress)."""
+    Ctrl-C in the calling thread cancels the group and raises ``JobInterrupted``.
+    ``on_wait`` is called about every 0.05 s while the job runs (the caller's chance
+    to render progress, and to take reports while the stop is waited for). With
+    ``on_stop``, a stop calls it, then waits up to ``stop_wait_s`` for the action to
+    end by itself before cancelling; a second stop cancels at once."""
     sc = spark.sparkContext
     group = f"kctl-{uuid.uuid4().hex[:8]}"
     box: dict[str, Any] = {}
+    # Waited on instead of Thread.join: a KeyboardInterrupt inside join (Python 3.11) can
+    # mark a thread that still runs as stopped, so the stop's wait would end at once.
+    done = threading.Event()
 
     def target() -> None:
         try:
@@ -364,22 +387,42 @@ def run_job(spark: Any, action: Callable[[], T], *, description: str = "kctl",
             box["value"] = action()
         except BaseException as e:  # noqa: BLE001 - handed to the waiting thread
             box["error"] = e
+        finally:
+            done.set()
 
     from pyspark import InheritableThread
     t = InheritableThread(target=target, name="kctl-spark-job", daemon=True)
     t.start()
     try:
-        while t.is_alive():
-            t.join(0.05)
+        while not done.wait(0.05):
             if on_wait is not None:
                 on_wait()
     except KeyboardInterrupt:
+        if on_stop is not None:
+            _wait_after_stop(done, on_stop, on_wait, stop_wait_s)
+            if done.is_set() and "value" in box:
+                raise JobInterrupted(True, box["value"]) from None
         sc.cancelJobGroup(group)
-        t.join(30)
-        raise
+        done.wait(30)
+        raise JobInterrupted(False) from None
     if "error" in box:
         e = box["error"]
         if isinstance(e, KctlError):
             raise e
         raise SparkJobError(job_error_message(e)) from e
     return box["value"]
+
+
+def _wait_after_stop(done: threading.Event, on_stop: Callable[[], None],
+                     on_wait: Callable[[], None] | None, stop_wait_s: float) -> None:
+    """The stop's wait: ``on_stop``, then until the job's thread is ``done``,
+    ``stop_wait_s`` passes or a second stop (Ctrl-C, SIGTERM) comes."""
+    import time
+    try:
+        on_stop()
+        deadline = time.monotonic() + stop_wait_s
+        while not done.wait(0.05) and time.monotonic() < deadline:
+            if on_wait is not None:
+                on_wait()
+    except KeyboardInterrupt:
+        pass                    # a second stop: the job is cancelled now
