@@ -41,15 +41,14 @@ from __future__ import annotations
 import logging
 import os
 import re
-import signal
 import sys
 import threading
 import uuid
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from typing import Any, TypeVar
 
 from kctl.errors import ConfigError, KctlError
+from kctl.load.stop import stops_held
 
 T = TypeVar("T")
 DEFAULT_MASTER = "local[*]"
@@ -155,7 +154,10 @@ def spark_session(master: str | None = None, *, app_name: str = "kctl",
     # (then cleans up and the KeyboardInterrupt goes on): the stop is kctl's to report.
     logging.getLogger().addFilter(_not_py4j_interrupt)
     try:
-        with _stops_held():
+        # Taken in the middle, a stop cut py4j's calls to a half-started JVM: Java and py4j
+        # tracebacks on stderr, and a JVM could outlive kctl. Held, it goes the usual way
+        # (KeyboardInterrupt, the session ended at exit) once the JVM and context are up.
+        with stops_held():
             spark = builder.getOrCreate()
     except BaseException:
         if scratch is not None:
@@ -169,31 +171,6 @@ def spark_session(master: str | None = None, *, app_name: str = "kctl",
         atexit.register(_end_now, spark, scratch)
         _ends_at_exit = spark
     return spark
-
-
-@contextmanager
-def _stops_held() -> Iterator[None]:
-    """Ctrl-C and SIGTERM (where a handler makes it an exception: kctl's commands) are held
-    while the JVM and the SparkContext start, then delivered once they have, so the stop
-    goes the usual way (``KeyboardInterrupt``, the session ended at exit). Taken in the
-    middle, a stop cut py4j's calls to a half-started JVM: Java and py4j tracebacks on
-    stderr, and a JVM could outlive kctl. Main thread only (where handlers are set)."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    held: list[int] = []
-    previous: dict[int, Any] = {}
-    for signum in (signal.SIGINT, signal.SIGTERM):
-        handler = signal.getsignal(signum)
-        if callable(handler):               # not SIG_IGN / SIG_DFL: left as they are
-            previous[signum] = signal.signal(signum, lambda n, _frame: held.append(n))
-    try:
-        yield
-    finally:
-        for signum, handler in previous.items():
-            signal.signal(signum, handler)
-        for signum in dict.fromkeys(held):
-            signal.raise_signal(signum)     # now, to the handler it was held from
 
 
 def _not_py4j_interrupt(record: Any) -> bool:
