@@ -131,25 +131,31 @@ def spark_session(master: str | None = None, *, app_name: str = "kctl",
         scratch = tempfile.mkdtemp(prefix="kctl-spark-")
         java_opts += f" -Djava.io.tmpdir={scratch}"
     driver_opts = f"{java_opts} {archive}".strip()
-    builder = (SparkSession.builder.master(master).appName(app_name)
-               .config("spark.ui.enabled", "false")
-               .config("spark.ui.showConsoleProgress", "false")
-               .config("spark.task.maxFailures", "1")
-               .config("spark.stage.maxConsecutiveAttempts", "1")
-               # A barrier stage with too few slots fails after 3 checks, 1 s apart,
-               # instead of Spark's default 40 x 15 s of silence.
-               .config("spark.scheduler.barrier.maxConcurrentTasksCheck.interval", "1s")
-               .config("spark.scheduler.barrier.maxConcurrentTasksCheck.maxFailures", "3")
-               .config("spark.sql.execution.arrow.pyspark.enabled", "true")
-               .config("spark.sql.shuffle.partitions", "8")
-               .config("spark.driver.extraJavaOptions", driver_opts)
-               .config("spark.executor.extraJavaOptions", java_opts))
+    options = {
+        "spark.master": master,
+        "spark.app.name": app_name,
+        "spark.ui.enabled": "false",
+        "spark.ui.showConsoleProgress": "false",
+        "spark.task.maxFailures": "1",
+        "spark.stage.maxConsecutiveAttempts": "1",
+        # A barrier stage with too few slots fails after 3 checks, 1 s apart,
+        # instead of Spark's default 40 x 15 s of silence.
+        "spark.scheduler.barrier.maxConcurrentTasksCheck.interval": "1s",
+        "spark.scheduler.barrier.maxConcurrentTasksCheck.maxFailures": "3",
+        "spark.sql.execution.arrow.pyspark.enabled": "true",
+        "spark.sql.shuffle.partitions": "8",
+        "spark.driver.extraJavaOptions": driver_opts,
+        "spark.executor.extraJavaOptions": java_opts,
+    }
     if loopback:
         # The driver, the master and the executors are on this host: the executors reach
         # the driver on loopback, whatever the host name resolves to.
-        builder = builder.config("spark.driver.host", "127.0.0.1")
+        options["spark.driver.host"] = "127.0.0.1"
     if scratch is not None:
-        builder = builder.config("spark.local.dir", scratch)
+        options["spark.local.dir"] = scratch
+    builder = SparkSession.builder
+    for key, value in options.items():
+        builder = builder.config(key, value)
     # py4j logs a Ctrl-C that lands inside one of its calls as an error with a traceback
     # (then cleans up and the KeyboardInterrupt goes on): the stop is kctl's to report.
     logging.getLogger().addFilter(_not_py4j_interrupt)
@@ -158,6 +164,7 @@ def spark_session(master: str | None = None, *, app_name: str = "kctl",
         # tracebacks on stderr, and a JVM could outlive kctl. Held, it goes the usual way
         # (KeyboardInterrupt, the session ended at exit) once the JVM and context are up.
         with stops_held():
+            _launch_driver_jvm(options)
             spark = builder.getOrCreate()
     except BaseException:
         if scratch is not None:
@@ -171,6 +178,60 @@ def spark_session(master: str | None = None, *, app_name: str = "kctl",
         atexit.register(_end_now, spark, scratch)
         _ends_at_exit = spark
     return spark
+
+
+#: The line every driver JVM of Spark 4 prints first on stderr: Spark's launcher adds
+#: ``--add-modules=jdk.incubator.vector`` to the driver's command line (JavaModuleOptions,
+#: with no way to leave it out), for the BLAS of MLlib (dev.ludovic.netlib's VectorBLAS, the
+#: only user of the module in Spark's jars), which kctl never calls. The module stays (an
+#: MLlib user of the same session keeps it); only the line is not passed on.
+JVM_INCUBATOR_WARNING = b"WARNING: Using incubator modules: jdk.incubator.vector"
+
+
+def _launch_driver_jvm(options: dict[str, str]) -> None:
+    """Starts the driver JVM as pyspark would (its ``launch_gateway``, with these settings
+    as ``--conf``), but with its stderr on a pipe that ``forward_jvm_stderr`` passes on to
+    this process's stderr, all but ``JVM_INCUBATOR_WARNING``; the SparkContext then takes
+    this JVM (pyspark keeps the gateway of the process in ``SparkContext._gateway``, and
+    launches one only when it has none: a private handle, with no public one). Nothing is
+    launched when the process has a JVM already (a session made before, pyspark's shell)."""
+    from pyspark import SparkConf, SparkContext
+    from pyspark.java_gateway import launch_gateway
+    if SparkContext._gateway is not None or "PYSPARK_GATEWAY_PORT" in os.environ:  # noqa: SLF001
+        return
+    conf = SparkConf()
+    for key, value in options.items():
+        conf.set(key, value)
+    # The pipe is read from before the launch: a JVM that fails to start says why there.
+    read_fd, write_fd = os.pipe()
+    threading.Thread(target=forward_jvm_stderr, args=(os.fdopen(read_fd, "rb"),),
+                     name="kctl-jvm-stderr", daemon=True).start()
+    try:
+        gateway = launch_gateway(conf, popen_kwargs={"stderr": write_fd})
+    finally:
+        os.close(write_fd)              # the JVM has its own; the reader ends when it exits
+    with SparkContext._lock:                                        # noqa: SLF001
+        SparkContext._gateway = gateway                             # noqa: SLF001
+        SparkContext._jvm = gateway.jvm                             # noqa: SLF001
+
+
+def forward_jvm_stderr(stream: Any, out_fd: int = 2) -> None:
+    """The driver JVM's stderr (and its children's: Spark's Python workers, log4j), line by
+    line to ``out_fd`` (this process's stderr, where the JVM wrote before), less
+    ``JVM_INCUBATOR_WARNING``. Reads to the end even when ``out_fd`` fails, so the JVM never
+    blocks on a full pipe. Lines the JVM writes after this process has exited are lost (a
+    daemon thread): at error level, the JVM's shutdown writes none."""
+    writable = True
+    with stream:
+        for line in iter(stream.readline, b""):
+            if not writable or line.rstrip(b"\r\n") == JVM_INCUBATOR_WARNING:
+                continue
+            view = memoryview(line)
+            try:
+                while view:
+                    view = view[os.write(out_fd, view):]
+            except OSError:
+                writable = False                # stderr closed: drain, pass nothing on
 
 
 def _not_py4j_interrupt(record: Any) -> bool:

@@ -183,6 +183,7 @@ def test_a_stop_ends_the_tasks_with_their_final_reports(broker, tmp_path, signam
     err = run.stderr
     assert status == 130, err
     assert "Traceback" not in err and "kctl: error" not in err, err
+    assert "jdk.incubator.vector" not in err     # the driver JVM's start-up warning is not passed on
     s = RunSummary.from_json(json.loads(js.read_text()))
     c = s.counts
     assert s.run.interrupted and c.acked > 0 and c.failed == 0
@@ -218,3 +219,27 @@ def test_tasks_that_do_not_hear_the_stop_are_cancelled_after_the_bound(spark, br
     assert 7.0 < time.monotonic() - t < 30     # waited for the bound (grace + margin), then cancelled
     assert result.interrupted and not result.failures
     assert result.summary.counts.acked > 0 and result.summary.spark is None   # no task returned
+
+
+def test_the_driver_jvms_stderr_is_passed_on_but_the_incubator_warning():
+    """Every line the driver JVM writes reaches kctl's stderr as it was, in order, except
+    Spark 4's start-up 'Using incubator modules' warning; a partial last line too."""
+    import os
+    import threading
+
+    from kctl.spark.session import forward_jvm_stderr
+    jvm_r, jvm_w = os.pipe()
+    out_r, out_w = os.pipe()
+    t = threading.Thread(target=forward_jvm_stderr, args=(os.fdopen(jvm_r, "rb"), out_w))
+    t.start()
+    os.write(jvm_w, b"WARNING: Using incubator modules: jdk.incubator.vector\n"
+                    b"12:00:01 ERROR TaskSetManager: Task 0 in stage 1.0 failed\n"
+                    b"WARNING: Using incubator modules: jdk.incubator.foreign\n"
+                    b"no newline at the end")
+    os.close(jvm_w)
+    t.join(10)
+    os.close(out_w)
+    with os.fdopen(out_r, "rb") as f:
+        assert f.read() == (b"12:00:01 ERROR TaskSetManager: Task 0 in stage 1.0 failed\n"
+                            b"WARNING: Using incubator modules: jdk.incubator.foreign\n"
+                            b"no newline at the end")
