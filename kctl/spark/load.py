@@ -43,23 +43,21 @@ report, and the tasks return as usual. The driver waits for the job up to
 scheduled = acked + failed + abandoned holds as in a local run. Only a job still running
 then (a task that never reached the listener, or slots that never came), or a second
 stop, is cancelled: the summary then covers the reports received, and the records the
-cancelled tasks had in flight have no verdict (``RunSummary.unaccounted``). The task
-also takes a SIGINT or SIGTERM of its own (a terminal's Ctrl-C reaches every process of
-its group, Spark's Python workers too) as that stop.
+cancelled tasks had in flight have no verdict (``RunSummary.unaccounted``). A terminal's
+Ctrl-C does not reach the tasks themselves: pyspark's daemon puts Spark's Python workers
+in a process group of their own, and the JVM ignores SIGINT.
 """
 
 from __future__ import annotations
 
 import pickle
 import queue
-import signal
 import socket
 import struct
 import threading
 import time
 import traceback
 from collections.abc import Callable, Iterable, Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -141,25 +139,6 @@ class TaskReports:
                 self._sock = None
 
 
-@contextmanager
-def signals_as_stop(stop: threading.Event) -> Iterator[None]:
-    """Within a task: SIGINT and SIGTERM set ``stop`` instead of ending the task (pyspark
-    gives its Python workers Python's SIGINT handler, so a terminal's Ctrl-C, which reaches
-    every process of its group, raised ``KeyboardInterrupt`` in the middle of the worker's
-    loop). The previous handlers come back afterwards: Spark reuses its Python workers.
-    Only in the main thread, where the task runs (signal handlers are set there)."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    previous = {signum: signal.signal(signum, lambda _n, _f: stop.set())
-                for signum in (signal.SIGINT, signal.SIGTERM)}
-    try:
-        yield
-    finally:
-        for signum, handler in previous.items():
-            signal.signal(signum, handler)
-
-
 @dataclass(frozen=True, slots=True)
 class TaskStart:
     """When one load task started, wall clock ns: ``launched`` (Spark ran it), ``agreed``
@@ -196,10 +175,9 @@ def run_worker_task(spec: WorkerSpec, listener: tuple[str, int] | None,
     # Connected before the start is agreed, so that a stop during the agreement is heard.
     reports = TaskReports(spec.worker, listener)
     try:
-        with signals_as_stop(reports.stop):
-            start = agree_start(start_delay_s)
-            spec = replace(spec, start_wall_ns=start)
-            Worker(spec, reports, reports.stop).run()
+        start = agree_start(start_delay_s)
+        spec = replace(spec, start_wall_ns=start)
+        Worker(spec, reports, reports.stop).run()
     except KctlError as e:
         raise TaskError(f"task {spec.worker} failed: {e}") from None
     except BaseException as e:  # noqa: BLE001 - the task's own error must reach the driver

@@ -151,10 +151,13 @@ def test_distributed_run_over_tls(spark, tmp_path):
     assert outcome.verify is not None and outcome.verify.ok and outcome.verify.found == acked
 
 
-@pytest.mark.parametrize("signame", ["SIGINT", "SIGTERM"])
-def test_a_stop_ends_the_tasks_with_their_final_reports(broker, tmp_path, signame):
-    """Ctrl-C or SIGTERM to kctl mid-run (``produce --spark`` on local[2], two tasks): the
-    driver tells the tasks to stop over their report connections; each task's worker ends
+@pytest.mark.parametrize("signame,to_group", [("SIGINT", True), ("SIGTERM", False)],
+                         ids=["ctrl-c-to-the-group", "sigterm-to-kctl"])
+def test_a_stop_ends_the_tasks_with_their_final_reports(broker, tmp_path, signame, to_group):
+    """Ctrl-C (SIGINT to the whole process group, as a terminal sends it: kctl and Spark's
+    JVM, which ignores it) or SIGTERM to kctl alone mid-run (``produce --spark`` on local[2],
+    two tasks): the driver tells the tasks to stop over their report connections; each
+    task's worker ends
     its schedule as a local worker does (due records never handed over and in-flight ones
     past the grace abandoned, with the reason) and makes its final report, then the job is
     done. The summary balances (scheduled = acked + failed + abandoned), exit 130, nothing
@@ -166,7 +169,7 @@ def test_a_stop_ends_the_tasks_with_their_final_reports(broker, tmp_path, signam
 
     from kctl.stats.summary import RunSummary
     from tests.spark.conftest import _need_spark
-    from tests.stop_signal import KctlProcess, group_gone
+    from tests.stop_signal import KctlProcess, session_gone
 
     _need_spark()
     js = tmp_path / "s.json"
@@ -177,7 +180,7 @@ def test_a_stop_ends_the_tasks_with_their_final_reports(broker, tmp_path, signam
     try:
         run.wait_for(lambda line: line.strip() != "", timeout_s=180)    # an interval line
         time.sleep(1.0)
-        status = run.stop(getattr(signal, signame))
+        status = run.stop(getattr(signal, signame), to_group=to_group)
     finally:
         run.kill_group()
     err = run.stderr
@@ -190,7 +193,8 @@ def test_a_stop_ends_the_tasks_with_their_final_reports(broker, tmp_path, signam
     assert s.unaccounted == 0, f"scheduled {c.scheduled} != acked {c.acked} + failed {c.failed} " \
                                f"+ abandoned {c.abandoned}"
     assert c.abandoned == sum(c.abandoned_by_reason.values())
-    assert group_gone(run.pgid, 30), "a process of the run outlived kctl"
+    # Spark's JVM, pyspark's daemon and its Python workers (a process group of their own).
+    assert session_gone(run.pgid, 30), "a process of the run outlived kctl"
 
 
 def test_tasks_that_do_not_hear_the_stop_are_cancelled_after_the_bound(spark, broker, monkeypatch):

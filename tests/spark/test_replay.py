@@ -50,7 +50,7 @@ def test_sigterm_stops_the_replay_as_ctrl_c_does(broker, tmp_path):
     workers outlive kctl (before, SIGTERM killed the Python driver alone)."""
     from tests.spark.conftest import _need_spark
     from kctl.stats.summary import RunSummary
-    from tests.stop_signal import KctlProcess, group_gone
+    from tests.stop_signal import KctlProcess, group_gone, session_gone
 
     _need_spark()
     path = tmp_path / "rows.json"
@@ -68,4 +68,4 @@ def test_sigterm_stops_the_replay_as_ctrl_c_does(broker, tmp_path):
     assert "no verdict" not in run.stderr and "jdk.incubator.vector" not in run.stderr
     s = RunSummary.from_json(json.loads(js.read_text()))
     assert s.run.interrupted and 0 < s.counts.acked < 30_000 and s.unaccounted == 0
-    assert group_gone(run.pgid, 30), "a Spark process outlived kctl replay"
+    assert group_gone(run.pgid, 30) and session_gone(run.pgid, 30), "a Spark process outlived kctl replay"
