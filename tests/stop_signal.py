@@ -3,7 +3,8 @@ for the end-to-end SIGTERM tests of every command kind (produce, consume, produc
 bench, replay, inspect; the broker's is in tests/test_broker.py).
 
 ``KctlProcess`` runs ``python -m kctl ...`` in a session of its own (so its process group
-holds kctl and every process it spawns, and nothing else), reads its stdout and stderr in
+holds kctl and every process it spawns, and nothing else, but for those that make a group
+of their own: ``session_gone`` sees them too), reads its stdout and stderr in
 threads so the test can wait for a line showing the run is under way, then signals the
 kctl process alone (as ``kill PID`` does). ``group_gone`` says whether every process of the
 group has ended: worker processes, Spark's JVM and its Python workers, proxy processors.
@@ -49,9 +50,13 @@ class KctlProcess:
             assert time.monotonic() < deadline, f"no such line on std{stream} in {timeout_s:g} s:\n{self.stderr}"
             time.sleep(0.05)
 
-    def stop(self, signum: int = signal.SIGTERM, timeout_s: float = 60.0) -> int:
-        """Sends ``signum`` to kctl alone and waits for it to end; its exit status."""
-        self.proc.send_signal(signum)
+    def stop(self, signum: int = signal.SIGTERM, timeout_s: float = 60.0, *, to_group: bool = False) -> int:
+        """Sends ``signum`` to kctl alone (``to_group``: to every process of its group, as a
+        terminal's Ctrl-C does) and waits for it to end; its exit status."""
+        if to_group:
+            os.killpg(self.pgid, signum)
+        else:
+            self.proc.send_signal(signum)
         try:
             self.proc.wait(timeout_s)
         finally:
@@ -90,3 +95,26 @@ def group_gone(pgid: int, timeout_s: float = 10.0) -> bool:
             return True
         time.sleep(0.05)
     return False
+
+
+def session_gone(sid: int, timeout_s: float = 10.0) -> bool:
+    """Whether every process of session ``sid`` has ended within ``timeout_s``: also those in
+    a process group of their own, such as pyspark's daemon and its Python workers, which
+    ``group_gone`` does not see (the session is kctl's: ``KctlProcess`` starts one)."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        alive = []
+        for pid in filter(str.isdigit, os.listdir("/proc")):
+            try:
+                with open(f"/proc/{pid}/stat") as f:
+                    stat = f.read()
+            except OSError:
+                continue
+            fields = stat[stat.rindex(")") + 2:].split()
+            if fields[0] != "Z" and int(fields[3]) == sid:
+                alive.append(pid)
+        if not alive:
+            return True
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.05)

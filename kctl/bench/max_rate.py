@@ -164,11 +164,15 @@ class MaxRateResult:
     steps: tuple[StepResult, ...]
     converged: bool                 # False: stopped by max_steps or the rate bounds
     note: str = ""
+    #: Ctrl-C or SIGTERM ended the search: ``steps`` are those completed (the step under
+    #: way is left out, ``note`` names it), ``found_rate`` the best passing rate so far
+    interrupted: bool = False
 
     def to_json(self) -> dict[str, Any]:
         return {"schema": "kctl.bench.max_rate/1", "slo": [s.text() for s in self.slos],
                 "found_rate": self.found_rate, "failed_rate": self.failed_rate, "converged": self.converged,
-                "note": self.note, "shortfall": SHORTFALL, "steps": [s.to_json() for s in self.steps]}
+                "note": self.note, "interrupted": self.interrupted, "shortfall": SHORTFALL,
+                "steps": [s.to_json() for s in self.steps]}
 
 
 class RateSearch:
@@ -195,6 +199,7 @@ class RateSearch:
         self.steps: list[StepResult] = []
         self._next: float | None = step_rate(start_rate)
         self.note = ""
+        self.stopped = False                # by stop(): Ctrl-C or SIGTERM
 
     def next_rate(self) -> float | None:
         """The next step's target rate, or ``None`` when the search is over."""
@@ -247,16 +252,29 @@ class RateSearch:
         return (self.low is not None and self.high is not None
                 and (self.high - self.low <= self.precision * self.low or self.high - self.low <= 1))
 
+    def stop(self, note: str) -> None:
+        """Ends the search before its next step (Ctrl-C, SIGTERM), saying why in ``note``."""
+        self._next = None
+        self.note = note
+        self.stopped = True
+
     def result(self, slos: Sequence[Slo]) -> MaxRateResult:
-        return MaxRateResult(tuple(slos), self.low, self.high, tuple(self.steps), self.converged, self.note)
+        return MaxRateResult(tuple(slos), self.low, self.high, tuple(self.steps), self.converged, self.note,
+                             interrupted=self.stopped)
 
 
 def search(start_rate: float, slos: Sequence[Slo], run: Callable[[int, float], StepResult], *,
            on_step: Callable[[StepResult], None] = lambda _s: None, **kwargs: Any) -> MaxRateResult:
-    """Runs the search: ``run(step_number, target_rate)`` runs and judges one step."""
+    """Runs the search: ``run(step_number, target_rate)`` runs and judges one step. A stop
+    (``KeyboardInterrupt`` out of ``run``) ends it with the steps completed so far."""
     s = RateSearch(start_rate, **kwargs)
     while (rate := s.next_rate()) is not None:
-        step = run(len(s.steps) + 1, rate)
+        number = len(s.steps) + 1
+        try:
+            step = run(number, rate)
+        except KeyboardInterrupt:
+            s.stop(f"interrupted: step {number} ({rate:,.0f}/s) was cut short and is left out")
+            break
         s.on_step(step)
         on_step(step)
     return s.result(slos)

@@ -32,8 +32,8 @@ from kctl.stats.hlog import LoggedInterval, read_interval_log
 from kctl.stats.latency import EMPTY_FIGURES, decode_histogram, encode_histogram, new_histogram
 from kctl.stats.summary import RunSummary
 
-__all__ = ["METRICS", "RESULTS_SCHEMA", "BenchResults", "best_cells", "CellResult", "Metric", "RepResult",
-           "Stat", "load_run", "merge_intervals", "metrics_from_summary", "timeline_from_intervals"]
+__all__ = ["METRICS", "RESULTS_SCHEMA", "BenchResults", "best_cells", "CellResult", "Interruption",
+           "Metric", "RepResult", "Stat", "load_run", "merge_intervals", "metrics_from_summary", "timeline_from_intervals"]
 
 RESULTS_SCHEMA = "kctl.bench.results/1"
 
@@ -161,6 +161,23 @@ class CellResult:
                    hlog=d.get("hlog"))
 
 
+@dataclass(frozen=True)
+class Interruption:
+    """Where a bench run stopped by Ctrl-C or SIGTERM was cut short: the run under way then
+    (``"rep/cell"``; left out of the results, since its figures cover part of a repetition,
+    or None when the stop came between runs) and the runs never started."""
+
+    cut_short: str | None
+    not_run: tuple[str, ...]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"cut_short": self.cut_short, "not_run": list(self.not_run)}
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> Interruption:
+        return cls(d.get("cut_short"), tuple(d.get("not_run") or ()))
+
+
 @dataclass
 class BenchResults:
     cells: list[CellResult]
@@ -168,22 +185,29 @@ class BenchResults:
     environment: dict[str, Any] = field(default_factory=dict)
     started: str | None = None
     ended: str | None = None
-    #: interleaving actually used: ["rep/cell", ...]
+    #: interleaving actually used: ["rep/cell", ...], the completed runs
     order: list[str] = field(default_factory=list)
+    #: set when Ctrl-C or SIGTERM stopped the run: ``cells`` hold the completed runs only
+    #: (a cell none of whose runs completed is left out)
+    interrupted: Interruption | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {"schema": RESULTS_SCHEMA, "started": self.started, "ended": self.ended,
                 "workload": self.workload, "environment": self.environment,
-                "order": self.order, "cells": [c.to_dict() for c in self.cells]}
+                "order": self.order,
+                "interrupted": self.interrupted.to_dict() if self.interrupted else None,
+                "cells": [c.to_dict() for c in self.cells]}
 
     def write(self, path: str | Path) -> None:
         Path(path).write_text(json.dumps(self.to_dict(), indent=1) + "\n", encoding="utf-8")
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> BenchResults:
+        interrupted = d.get("interrupted")
         return cls([CellResult.from_dict(c) for c in d.get("cells") or []], dict(d.get("workload") or {}),
                    dict(d.get("environment") or {}), d.get("started"), d.get("ended"),
-                   list(d.get("order") or []))
+                   list(d.get("order") or []),
+                   Interruption.from_dict(interrupted) if interrupted else None)
 
 
 # -- figures from a produce summary or from interval logs ---------------------------------------

@@ -10,6 +10,12 @@ at later offsets, so runs never share an offset range). Each run is an ordinary
 own interval log; after the last repetition the runner writes one interval log per cell
 (every repetition's intervals, on the wall clock) and merges the histograms.
 
+A stop (Ctrl-C, SIGTERM) ends the matrix, not the results: the run under way stops as a
+``kctl produce`` run does and is left out (its figures cover part of a repetition), the
+runs not yet started are not started, and ``run()`` returns what the completed runs
+measured, with ``BenchResults.interrupted`` saying which run was cut short and which never
+ran. The command writes the table and ``--out`` from them, then exits 130.
+
 The runner never renders: it reports through ``on_event(message)`` and
 ``on_run(cell, repetition, RepResult)``.
 """
@@ -32,6 +38,7 @@ from kctl.bench.max_rate import MaxRateResult, Slo, StepResult, judge_step, sear
 from kctl.bench.results import (
     BenchResults,
     CellResult,
+    Interruption,
     RepResult,
     merge_intervals,
     metrics_from_summary,
@@ -109,12 +116,13 @@ class BenchRunner:
             tmp = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="kctl-bench-")))
             reps: dict[str, list[RepResult]] = {c.name: [] for c in self.cells}
             intervals: dict[str, list[LoggedInterval]] = {c.name: [] for c in self.cells}
-            order = []
-            total = w.repetitions * len(self.cells)
-            for r in range(1, w.repetitions + 1):
-                for cell in self.cells:
-                    order.append(f"{r}/{cell.name}")
-                    self.on_event(f"[{len(order)}/{total}] repetition {r}, cell {cell.label}: "
+            order: list[str] = []
+            runs = [(r, cell) for r in range(1, w.repetitions + 1) for cell in self.cells]
+            interrupted = None
+            for i, (r, cell) in enumerate(runs):
+                key = f"{r}/{cell.name}"
+                try:
+                    self.on_event(f"[{i + 1}/{len(runs)}] repetition {r}, cell {cell.label}: "
                                   f"topic {w.topic}-{cell.name}")
                     hlog = tmp / f"{cell.name}-{r}.hlog"
                     outcome = execute(plans[cell.name], hdr_out=str(hlog))
@@ -125,14 +133,22 @@ class BenchRunner:
                         raise KctlError(f"cell {cell.label}, repetition {r}: worker {worker} failed: "
                                         f"{err.splitlines()[0]}")
                     ivs = read_interval_log(hlog)
-                    intervals[cell.name].extend(ivs)
                     rep = RepResult(r, metrics_from_summary(outcome.summary),
                                     timeline_from_intervals(ivs),
                                     summary=outcome.summary, topic=f"{w.topic}-{cell.name}")
+                    intervals[cell.name].extend(ivs)
                     reps[cell.name].append(rep)
+                    order.append(key)
                     self.on_run(cell, r, rep)
+                except KeyboardInterrupt:
+                    # The stop ends the matrix; what the completed runs measured is kept.
+                    interrupted = Interruption(None if order and order[-1] == key else key,
+                                               tuple(f"{r2}/{c2.name}" for r2, c2 in runs[i + 1:]))
+                    break
         cells = []
         for cell in self.cells:
+            if not reps[cell.name]:
+                continue                # stopped before any of its runs completed
             ivs = intervals[cell.name]
             merged = merge_intervals(ivs)
             hlog_name = None
@@ -143,7 +159,7 @@ class BenchRunner:
                                     reps[cell.name], {str(t): h for t, h in merged.items()},
                                     hlog=hlog_name))
         return BenchResults(cells, w.to_dict(), environment(bootstrap, embedded), started,
-                            _now_iso(), order)
+                            _now_iso(), order, interrupted)
 
 
 def _write_cell_log(path: Path, cell: Cell, intervals: list[LoggedInterval]) -> None:

@@ -17,10 +17,12 @@ from kctl.bench.max_rate import parse_precision, parse_slo
 from kctl.bench.runner import BenchRunner, find_max_rate
 from kctl.bench.workload import Workload, load_workload, parse_matrix_option
 from kctl.commands._gate import run_gate
+from kctl.commands._stop import EXIT_INTERRUPTED
 from kctl.config import parse_assignment
 from kctl.errors import ConfigError
 from kctl.quantities import parse_duration, parse_rate, parse_warmup
-from kctl.ui.bench_view import comparison_table, max_rate_line, max_rate_table, run_line
+from kctl.ui.bench_view import (comparison_table, interrupted_line, max_rate_line, max_rate_table,
+                                run_line)
 from kctl.ui.console import stderr_console, stdout_console
 
 
@@ -54,7 +56,9 @@ def bench(
 
     A workload runs under every combination of producer settings (cells, interleaved
     repetitions); with --find-max-rate --slo 'p99<50ms' a bracketing search over
-    fixed-rate steps finds the highest rate at which every bound holds."""
+    fixed-rate steps finds the highest rate at which every bound holds. Ctrl-C or SIGTERM
+    ends the matrix: the table and --out hold the runs completed so far (the run under way
+    is left out and named), exit 130."""
     t0 = time.monotonic()
     base = load_workload(workload_file) if workload_file else Workload()
     extra = tuple((s.name, str(s.value)) for s in (parse_assignment(x, "-X") for x in properties))
@@ -109,14 +113,20 @@ def bench(
     on_event(f"{len(cells)} cell(s) x {workload.repetitions} repetition(s), interleaved; "
              f"{workload.duration} each after {workload.warmup or 'no'} warm-up")
     results = runner.run()
-    out.print(comparison_table(results.cells))
-    if out_dir is not None:
+    if results.cells:
+        out.print(comparison_table(results.cells))
+    if out_dir is not None and results.cells:
         out_dir.mkdir(parents=True, exist_ok=True)
         results.write(out_dir / "results.json")
         paths = write_charts(results.cells, out_dir, best=best_cells(results.cells),
                              workload={**results.workload, "environment": results.environment})
         on_event(f"wrote {out_dir / 'results.json'}, {len(results.cells)} interval log(s) in "
                  f"{out_dir / 'hlog'}, " + ", ".join(str(p) for p in paths))
+    if results.interrupted is not None:
+        # What the completed runs measured is written; the gate is not judged on part of a
+        # matrix; the status says the bench was cut short (cli.py: 'kctl: interrupted').
+        err.print(interrupted_line(results, baseline is not None), highlight=False)
+        raise typer.Exit(EXIT_INTERRUPTED)
     if baseline is not None:
         ok = run_gate(results.cells, baseline, max_regression, junit_xml, out,
                       elapsed_s=time.monotonic() - t0)
@@ -150,6 +160,8 @@ def _find_max_rate(workload: Workload, slo_texts: list[str], *, rate: str | None
         chart = write_max_rate_chart(result, out_dir)
         on_event(f"wrote {out_dir / 'max-rate.json'}, {chart}")
     print(max_rate_line(result), flush=True)
+    if result.interrupted:
+        raise typer.Exit(EXIT_INTERRUPTED)      # cli.py: 'kctl: interrupted'
     if result.found_rate is None:
         raise typer.Exit(1)
 

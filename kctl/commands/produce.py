@@ -17,7 +17,8 @@ from kctl.load.produce import ProduceOptions, execute, prepare
 from kctl.quantities import parse_byte_rate, parse_duration, parse_rate
 from kctl.ui.console import stderr_console, stdout_console
 from kctl.ui.produce_view import (
-    ProduceDashboard, clock_line, plain_line, spark_start_line, summary_line, summary_renderable,
+    ProduceDashboard, clock_line, no_verdict_line, plain_line, spark_start_line, summary_line,
+    summary_renderable,
 )
 
 #: kafka-producer-perf-test takes several properties after one flag (argparse nargs="+").
@@ -202,6 +203,8 @@ def produce(
     if outcome.result.interrupted:
         # The summary (and --json-out, --hdr-out) are written; the status says the run was cut short.
         err.print("interrupted: the schedule was stopped early; the summary covers what ran")
+        if summary.unaccounted:
+            err.print(no_verdict_line(summary.unaccounted))
         sys.exit(EXIT_INTERRUPTED)
     failures = outcome.result.failures
     if failures:

@@ -44,7 +44,8 @@ def replay(
     from kctl.spark.replay import read_dataset, records_frame, replay_run_factory
     from kctl.spark.session import available_slots, spark_session
     from kctl.ui.console import stderr_console
-    from kctl.ui.produce_view import clock_line, plain_line, spark_start_line, summary_line
+    from kctl.ui.produce_view import (clock_line, no_verdict_line, plain_line, spark_start_line,
+                                      summary_line)
     err = stderr_console()
     # Every value is checked before Spark starts.
     validate_topic_name(topic)
@@ -84,8 +85,10 @@ def replay(
     print(clock_line(summary))
     print(summary_line(summary), flush=True)
     if outcome.result.interrupted:
-        # As kctl produce: the summary is written (the job group was cancelled), then 130.
-        err.print("interrupted: the Spark job was cancelled; the summary covers what ran")
+        # As kctl produce: the tasks were stopped and the summary is written, then 130.
+        err.print("interrupted: the Spark tasks were stopped; the summary covers what ran")
+        if summary.unaccounted:
+            err.print(no_verdict_line(summary.unaccounted))
         sys.exit(EXIT_INTERRUPTED)
     if outcome.verify is not None:
         v = outcome.verify

@@ -30,6 +30,7 @@ from kctl.errors import KctlError
 from kctl.load.payload import KeySpec, PayloadPool
 from kctl.load.priority import yield_to_load
 from kctl.load.schedule import split, window_ns
+from kctl.load.stop import stops_held
 from kctl.load.worker import StartGate, WorkerSpec, run_worker
 from kctl.stats.aggregate import RunStats
 from kctl.stats.hlog import IntervalLogWriter
@@ -145,12 +146,13 @@ class LoadRun:
         stop = ctx.Event()
         gate = StartGate(ctx.Event(), ctx.Value("q", 0))
         procs = []
-        for ws in worker_specs(spec):
-            proc = ctx.Process(target=run_worker, args=(ws, reports, stop, gate),
-                               name=f"kctl-worker-{ws.worker}", daemon=True)
-            proc.start()
-            procs.append(proc)
         try:
+            with stops_held():      # a stop is delivered once every worker is spawned
+                for ws in worker_specs(spec):
+                    proc = ctx.Process(target=run_worker, args=(ws, reports, stop, gate),
+                                       name=f"kctl-worker-{ws.worker}", daemon=True)
+                    proc.start()
+                    procs.append(proc)
             early = self._await_ready(reports, procs)
         except BaseException:
             stop.set()

@@ -14,10 +14,13 @@ ends it, in order; the parent's last resort, past the stop and its grace, is SIG
 from __future__ import annotations
 
 import signal
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from types import FrameType
 from typing import Any
 
-__all__ = ["WorkerStop", "install_worker_stop"]
+__all__ = ["WorkerStop", "install_worker_stop", "stops_held"]
 
 
 class WorkerStop:
@@ -41,3 +44,29 @@ def install_worker_stop(event: Any) -> WorkerStop:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, stop.on_sigterm)
     return stop
+
+
+@contextmanager
+def stops_held() -> Iterator[None]:
+    """In the parent, around a step a stop must not cut in the middle: Ctrl-C and SIGTERM
+    (where a handler makes it an exception: kctl's commands) are held, then delivered to
+    their handler at the end of the block. Used while a worker process is spawned (a stop
+    while its pickled spec was being written left the child a truncated pickle: a
+    traceback on stderr) and while Spark's JVM starts (spark/session.py). Main thread
+    only (where handlers are set)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    held: list[int] = []
+    previous: dict[int, Any] = {}
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        handler = signal.getsignal(signum)
+        if callable(handler):               # not SIG_IGN / SIG_DFL: left as they are
+            previous[signum] = signal.signal(signum, lambda n, _frame: held.append(n))
+    try:
+        yield
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+        for signum in dict.fromkeys(held):
+            signal.raise_signal(signum)     # now, to the handler it was held from

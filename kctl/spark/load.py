@@ -31,8 +31,21 @@ add, never averaged percentiles) as a local run.
 
 A task whose worker fails raises ``TaskError``: the job fails, Spark kills the
 other tasks of the stage, and the run fails with that task's error (no partial
-result). Ctrl-C cancels the job group; the summary covers the reports received
-so far and the result is marked interrupted.
+result).
+
+A stop (Ctrl-C, SIGTERM: ``KeyboardInterrupt`` on the driver) takes the path a local
+worker's stop takes: the driver writes ``STOP`` on every task's report connection (a
+task that connects later is told at once), each task's worker ends its schedule as a
+local worker does on its stop event (records due but never handed over abandoned with
+their reason, in-flight ones given ``stop_grace_s``, then abandoned) and makes its final
+report, and the tasks return as usual. The driver waits for the job up to
+``stop_grace_s + STOP_MARGIN_S``; the returned reports are then the record of truth, so
+scheduled = acked + failed + abandoned holds as in a local run. Only a job still running
+then (a task that never reached the listener, or slots that never came), or a second
+stop, is cancelled: the summary then covers the reports received, and the records the
+cancelled tasks had in flight have no verdict (``RunSummary.unaccounted``). A terminal's
+Ctrl-C does not reach the tasks themselves: pyspark's daemon puts Spark's Python workers
+in a process group of their own, and the JVM ignores SIGINT.
 """
 
 from __future__ import annotations
@@ -51,7 +64,8 @@ from typing import Any
 from kctl.errors import KctlError
 from kctl.load.run import LoadResult, LoadSpec, worker_specs
 from kctl.load.worker import Worker, WorkerSpec
-from kctl.spark.session import TaskError, check_barrier_slots, run_job, spark_session
+from kctl.spark.session import (JobInterrupted, TaskError, check_barrier_slots, run_job,
+                                spark_session)
 from kctl.stats.aggregate import RunStats
 from kctl.stats.hlog import IntervalLogWriter
 from kctl.stats.report import WorkerFailed, WorkerInterval
@@ -59,6 +73,11 @@ from kctl.stats.summary import SparkStarts, TaskStartFigures
 
 #: Tasks start this long after the last of them is ready (producer metadata, connections).
 START_DELAY_S = 1.0
+#: After the stop grace of the tasks' workers, how much longer the driver waits for the
+#: stopped job to end before cancelling it (a local run's parent waits as long).
+STOP_MARGIN_S = 10.0
+#: What the driver writes on a task's report connection to stop its worker.
+STOP = b"S"
 _LEN = struct.Struct(">I")
 
 # -- in the task ---------------------------------------------------------------------------------
@@ -66,17 +85,37 @@ _LEN = struct.Struct(">I")
 
 class TaskReports:
     """The worker's ``reports`` queue inside a task: keeps every report and, when a
-    driver listener is given, posts each one there as well (best effort)."""
+    driver listener is given, posts each one there as well (best effort). The same
+    connection carries the driver's ``STOP``, which sets ``stop`` (the worker's stop
+    event)."""
 
     def __init__(self, worker: int, listener: tuple[str, int] | None) -> None:
         self.worker = worker
         self.items: list[tuple[int, int, WorkerInterval | WorkerFailed]] = []
+        self.stop = threading.Event()
         self._sock: socket.socket | None = None
         if listener is not None:
             try:
                 self._sock = socket.create_connection(listener, timeout=2.0)
             except OSError:
                 self._sock = None
+        if self._sock is not None:
+            threading.Thread(target=self._await_stop, args=(self._sock,),
+                             name="kctl-task-stop", daemon=True).start()
+
+    def _await_stop(self, sock: socket.socket) -> None:
+        """Until the driver's ``STOP`` (then the stop event is set) or the connection ends."""
+        while True:
+            try:
+                data = sock.recv(1)
+            except TimeoutError:
+                continue
+            except OSError:
+                return
+            if data == STOP:
+                self.stop.set()
+            if not data or data == STOP:
+                return
 
     def put(self, msg: WorkerInterval | WorkerFailed) -> None:
         item = (self.worker, len(self.items), msg)
@@ -90,6 +129,10 @@ class TaskReports:
 
     def close(self) -> None:
         if self._sock is not None:
+            try:
+                self._sock.shutdown(socket.SHUT_RDWR)      # wakes the stop reader too
+            except OSError:
+                pass
             try:
                 self._sock.close()
             finally:
@@ -129,11 +172,12 @@ def run_worker_task(spec: WorkerSpec, listener: tuple[str, int] | None,
     """One barrier task: the worker loop at the agreed start; returns its reports and,
     last, its ``TaskStart``."""
     launched = time.time_ns()
-    start = agree_start(start_delay_s)
-    spec = replace(spec, start_wall_ns=start)
+    # Connected before the start is agreed, so that a stop during the agreement is heard.
     reports = TaskReports(spec.worker, listener)
     try:
-        Worker(spec, reports, threading.Event()).run()
+        start = agree_start(start_delay_s)
+        spec = replace(spec, start_wall_ns=start)
+        Worker(spec, reports, reports.stop).run()
     except KctlError as e:
         raise TaskError(f"task {spec.worker} failed: {e}") from None
     except BaseException as e:  # noqa: BLE001 - the task's own error must reach the driver
@@ -174,13 +218,17 @@ def _load_partition(specs: list[WorkerSpec], listener: tuple[str, int] | None,
 
 
 class ReportListener:
-    """A TCP listener on the driver that receives tasks' reports as they are made."""
+    """A TCP listener on the driver that receives tasks' reports as they are made, and
+    tells the tasks to stop (``stop_tasks``) over the same connections."""
 
     def __init__(self, bind_host: str, advertised_host: str) -> None:
         self._server = socket.create_server((bind_host, 0))
         self.address = (advertised_host, self._server.getsockname()[1])
         self.messages: queue.Queue = queue.Queue()
         self._closed = False
+        self._lock = threading.Lock()
+        self._conns: list[socket.socket] = []
+        self._stopping = False
         self._thread = threading.Thread(target=self._accept, name="kctl-spark-reports", daemon=True)
         self._thread.start()
 
@@ -190,7 +238,18 @@ class ReportListener:
                 conn, _ = self._server.accept()
             except OSError:
                 return
+            with self._lock:
+                self._conns.append(conn)
+                if self._stopping:
+                    _send_stop(conn)
             threading.Thread(target=self._read, args=(conn,), daemon=True).start()
+
+    def stop_tasks(self) -> None:
+        """Every task connected now, or that connects from now on, is told to stop."""
+        with self._lock:
+            self._stopping = True
+            for conn in self._conns:
+                _send_stop(conn)
 
     def _read(self, conn: socket.socket) -> None:
         with conn:
@@ -208,6 +267,13 @@ class ReportListener:
     def close(self) -> None:
         self._closed = True
         self._server.close()
+
+
+def _send_stop(conn: socket.socket) -> None:
+    try:
+        conn.sendall(STOP)
+    except OSError:
+        pass                    # the task is gone already (its reports are in)
 
 
 class ReportMerger:
@@ -291,9 +357,11 @@ def run_reports_job(spark: Any, spec: LoadSpec, job: Callable[[tuple[str, int] |
                     on_round: Callable[[RunStats, int], None] | None, live: bool, owner: Any,
                     description: str) -> LoadResult:
     """Runs a job whose tasks return ``(worker, index, report)`` items and merges them
-    with ``RunStats`` (shared by ``produce --spark`` and ``replay``)."""
-    listener = _listener_for(spark) if live else None
-    state: dict[str, Any] = {"stats": None, "merger": None, "hlog": None}
+    with ``RunStats`` (shared by ``produce --spark`` and ``replay``). ``live``: reports
+    are merged as they arrive (interval lines); the listener is there either way, as
+    the tasks' stop channel."""
+    listener = _listener_for(spark)
+    state: dict[str, Any] = {"stats": None, "merger": None, "hlog": None, "stopped": False}
     pending: list[tuple[int, int, Any]] = []
 
     def ensure_stats(start_wall_ns: int) -> ReportMerger:
@@ -305,7 +373,8 @@ def run_reports_job(spark: Any, spec: LoadSpec, job: Callable[[tuple[str, int] |
                              num_records=spec.num_records, hlog=hlog,
                              workers_reason=spec.workers_reason,
                              transactional=spec.transaction_duration_ms is not None)
-            state.update(stats=stats, hlog=hlog, merger=ReportMerger(stats, on_round))
+            state.update(stats=stats, hlog=hlog,
+                         merger=ReportMerger(stats, None if state["stopped"] else on_round))
             owner.stats = stats
             if getattr(owner, "on_start", None) is not None:
                 owner.on_start(owner)   # e.g. the live dashboard, now that there are stats
@@ -328,8 +397,8 @@ def run_reports_job(spark: Any, spec: LoadSpec, job: Callable[[tuple[str, int] |
                 pending.clear()
             state["merger"].add(worker, index, msg)
 
-    def drain_live() -> None:
-        if listener is None:
+    def drain_live(always: bool = False) -> None:
+        if listener is None or not (live or always):
             return
         items = []
         while True:
@@ -339,17 +408,35 @@ def run_reports_job(spark: Any, spec: LoadSpec, job: Callable[[tuple[str, int] |
                 break
         feed(items)
 
-    interrupted = False
-    try:
-        results = run_job(spark, lambda: job(listener.address if listener else None),
-                          description=description, on_wait=drain_live)
+    def stop_tasks() -> None:
+        # As in a local run, no interval lines after the stop: the summary follows.
+        state["stopped"] = True
+        if state["merger"] is not None:
+            state["merger"].on_round = None
+        assert listener is not None
+        listener.stop_tasks()
+
+    def take_results(results: list[tuple[int, int, Any]]) -> None:
         time.sleep(0.05)
         drain_live()
         # The returned reports are the record of truth: add what did not arrive live.
         feed(sorted(results, key=lambda r: (r[0], r[1])))
+
+    interrupted = False
+    try:
+        take_results(run_job(spark, lambda: job(listener.address if listener else None),
+                             description=description, on_wait=drain_live,
+                             on_stop=stop_tasks if listener is not None else None,
+                             stop_wait_s=spec.stop_grace_s + STOP_MARGIN_S))
+    except JobInterrupted as stop:
+        interrupted = True
+        if stop.completed:
+            take_results(stop.value)    # the tasks stopped and made their final reports
+        else:
+            drain_live(always=True)     # cancelled: what the tasks reported live
     except KeyboardInterrupt:
         interrupted = True
-        drain_live()
+        drain_live(always=True)
     except BaseException:
         if state["hlog"] is not None:
             state["hlog"].close()

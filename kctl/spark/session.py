@@ -24,7 +24,11 @@ them), and the process exits without the interpreter's teardown (0.15-0.2 s more
 
 ``run_job(spark, fn)`` runs an action in a thread under a job group; the
 calling thread waits, and a KeyboardInterrupt cancels the group (so Spark
-kills the tasks) before it is re-raised. A job failure comes back as a
+kills the tasks) before it is re-raised, as ``JobInterrupted``. With ``on_stop``
+(the load jobs: kctl/spark/load.py) a stop first calls it (the tasks are told to
+finish) and waits up to ``stop_wait_s`` for the action to end on its own; only a job
+still running then (or a second stop) is cancelled. ``JobInterrupted.completed`` says
+which, with the action's value when it ended. A job failure comes back as a
 ``SparkJobError`` whose message is the task's own error when the task raised a
 ``TaskError`` (the line marked ``kctl-task-error:``), not the JVM stack.
 
@@ -37,15 +41,14 @@ from __future__ import annotations
 import logging
 import os
 import re
-import signal
 import sys
 import threading
 import uuid
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from typing import Any, TypeVar
 
 from kctl.errors import ConfigError, KctlError
+from kctl.load.stop import stops_held
 
 T = TypeVar("T")
 DEFAULT_MASTER = "local[*]"
@@ -55,6 +58,18 @@ _TASK_ERROR = re.compile(re.escape(TASK_ERROR_MARK) + r" ?(.*)")
 
 class SparkJobError(KctlError):
     """A Spark job failed; the message is the failing task's error."""
+
+
+class JobInterrupted(KeyboardInterrupt):
+    """A stop (Ctrl-C, SIGTERM) while ``run_job`` waited. ``completed``: the action still
+    ended on its own within the stop's wait, and ``value`` is what it returned; otherwise
+    the job group was cancelled (its tasks killed) and ``value`` is None. A
+    ``KeyboardInterrupt``, so callers that only stop go on catching that."""
+
+    def __init__(self, completed: bool, value: Any = None) -> None:
+        super().__init__()
+        self.completed = completed
+        self.value = value
 
 
 class TaskError(RuntimeError):
@@ -116,30 +131,40 @@ def spark_session(master: str | None = None, *, app_name: str = "kctl",
         scratch = tempfile.mkdtemp(prefix="kctl-spark-")
         java_opts += f" -Djava.io.tmpdir={scratch}"
     driver_opts = f"{java_opts} {archive}".strip()
-    builder = (SparkSession.builder.master(master).appName(app_name)
-               .config("spark.ui.enabled", "false")
-               .config("spark.ui.showConsoleProgress", "false")
-               .config("spark.task.maxFailures", "1")
-               .config("spark.stage.maxConsecutiveAttempts", "1")
-               # A barrier stage with too few slots fails after 3 checks, 1 s apart,
-               # instead of Spark's default 40 x 15 s of silence.
-               .config("spark.scheduler.barrier.maxConcurrentTasksCheck.interval", "1s")
-               .config("spark.scheduler.barrier.maxConcurrentTasksCheck.maxFailures", "3")
-               .config("spark.sql.execution.arrow.pyspark.enabled", "true")
-               .config("spark.sql.shuffle.partitions", "8")
-               .config("spark.driver.extraJavaOptions", driver_opts)
-               .config("spark.executor.extraJavaOptions", java_opts))
+    options = {
+        "spark.master": master,
+        "spark.app.name": app_name,
+        "spark.ui.enabled": "false",
+        "spark.ui.showConsoleProgress": "false",
+        "spark.task.maxFailures": "1",
+        "spark.stage.maxConsecutiveAttempts": "1",
+        # A barrier stage with too few slots fails after 3 checks, 1 s apart,
+        # instead of Spark's default 40 x 15 s of silence.
+        "spark.scheduler.barrier.maxConcurrentTasksCheck.interval": "1s",
+        "spark.scheduler.barrier.maxConcurrentTasksCheck.maxFailures": "3",
+        "spark.sql.execution.arrow.pyspark.enabled": "true",
+        "spark.sql.shuffle.partitions": "8",
+        "spark.driver.extraJavaOptions": driver_opts,
+        "spark.executor.extraJavaOptions": java_opts,
+    }
     if loopback:
         # The driver, the master and the executors are on this host: the executors reach
         # the driver on loopback, whatever the host name resolves to.
-        builder = builder.config("spark.driver.host", "127.0.0.1")
+        options["spark.driver.host"] = "127.0.0.1"
     if scratch is not None:
-        builder = builder.config("spark.local.dir", scratch)
+        options["spark.local.dir"] = scratch
+    builder = SparkSession.builder
+    for key, value in options.items():
+        builder = builder.config(key, value)
     # py4j logs a Ctrl-C that lands inside one of its calls as an error with a traceback
     # (then cleans up and the KeyboardInterrupt goes on): the stop is kctl's to report.
     logging.getLogger().addFilter(_not_py4j_interrupt)
     try:
-        with _stops_held():
+        # Taken in the middle, a stop cut py4j's calls to a half-started JVM: Java and py4j
+        # tracebacks on stderr, and a JVM could outlive kctl. Held, it goes the usual way
+        # (KeyboardInterrupt, the session ended at exit) once the JVM and context are up.
+        with stops_held():
+            _launch_driver_jvm(options)
             spark = builder.getOrCreate()
     except BaseException:
         if scratch is not None:
@@ -155,29 +180,58 @@ def spark_session(master: str | None = None, *, app_name: str = "kctl",
     return spark
 
 
-@contextmanager
-def _stops_held() -> Iterator[None]:
-    """Ctrl-C and SIGTERM (where a handler makes it an exception: kctl's commands) are held
-    while the JVM and the SparkContext start, then delivered once they have, so the stop
-    goes the usual way (``KeyboardInterrupt``, the session ended at exit). Taken in the
-    middle, a stop cut py4j's calls to a half-started JVM: Java and py4j tracebacks on
-    stderr, and a JVM could outlive kctl. Main thread only (where handlers are set)."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
+#: The line every driver JVM of Spark 4 prints first on stderr: Spark's launcher adds
+#: ``--add-modules=jdk.incubator.vector`` to the driver's command line (JavaModuleOptions,
+#: with no way to leave it out), for the BLAS of MLlib (dev.ludovic.netlib's VectorBLAS, the
+#: only user of the module in Spark's jars), which kctl never calls. The module stays (an
+#: MLlib user of the same session keeps it); only the line is not passed on.
+JVM_INCUBATOR_WARNING = b"WARNING: Using incubator modules: jdk.incubator.vector"
+
+
+def _launch_driver_jvm(options: dict[str, str]) -> None:
+    """Starts the driver JVM as pyspark would (its ``launch_gateway``, with these settings
+    as ``--conf``), but with its stderr on a pipe that ``forward_jvm_stderr`` passes on to
+    this process's stderr, all but ``JVM_INCUBATOR_WARNING``; the SparkContext then takes
+    this JVM (pyspark keeps the gateway of the process in ``SparkContext._gateway``, and
+    launches one only when it has none: a private handle, with no public one). Nothing is
+    launched when the process has a JVM already (a session made before, pyspark's shell)."""
+    from pyspark import SparkConf, SparkContext
+    from pyspark.java_gateway import launch_gateway
+    if SparkContext._gateway is not None or "PYSPARK_GATEWAY_PORT" in os.environ:  # noqa: SLF001
         return
-    held: list[int] = []
-    previous: dict[int, Any] = {}
-    for signum in (signal.SIGINT, signal.SIGTERM):
-        handler = signal.getsignal(signum)
-        if callable(handler):               # not SIG_IGN / SIG_DFL: left as they are
-            previous[signum] = signal.signal(signum, lambda n, _frame: held.append(n))
+    conf = SparkConf()
+    for key, value in options.items():
+        conf.set(key, value)
+    # The pipe is read from before the launch: a JVM that fails to start says why there.
+    read_fd, write_fd = os.pipe()
+    threading.Thread(target=forward_jvm_stderr, args=(os.fdopen(read_fd, "rb"),),
+                     name="kctl-jvm-stderr", daemon=True).start()
     try:
-        yield
+        gateway = launch_gateway(conf, popen_kwargs={"stderr": write_fd})
     finally:
-        for signum, handler in previous.items():
-            signal.signal(signum, handler)
-        for signum in dict.fromkeys(held):
-            signal.raise_signal(signum)     # now, to the handler it was held from
+        os.close(write_fd)              # the JVM has its own; the reader ends when it exits
+    with SparkContext._lock:                                        # noqa: SLF001
+        SparkContext._gateway = gateway                             # noqa: SLF001
+        SparkContext._jvm = gateway.jvm                             # noqa: SLF001
+
+
+def forward_jvm_stderr(stream: Any, out_fd: int = 2) -> None:
+    """The driver JVM's stderr (and its children's: Spark's Python workers, log4j), line by
+    line to ``out_fd`` (this process's stderr, where the JVM wrote before), less
+    ``JVM_INCUBATOR_WARNING``. Reads to the end even when ``out_fd`` fails, so the JVM never
+    blocks on a full pipe. Lines the JVM writes after this process has exited are lost (a
+    daemon thread): at error level, the JVM's shutdown writes none."""
+    writable = True
+    with stream:
+        for line in iter(stream.readline, b""):
+            if not writable or line.rstrip(b"\r\n") == JVM_INCUBATOR_WARNING:
+                continue
+            view = memoryview(line)
+            try:
+                while view:
+                    view = view[os.write(out_fd, view):]
+            except OSError:
+                writable = False                # stderr closed: drain, pass nothing on
 
 
 def _not_py4j_interrupt(record: Any) -> bool:
@@ -350,13 +404,20 @@ def job_error_message(exc: BaseException) -> str:
 
 
 def run_job(spark: Any, action: Callable[[], T], *, description: str = "kctl",
-            on_wait: Callable[[], None] | None = None) -> T:
+            on_wait: Callable[[], None] | None = None,
+            on_stop: Callable[[], None] | None = None, stop_wait_s: float = 0.0) -> T:
     """Runs ``action`` (which triggers Spark jobs) in a thread under a job group;
-    Ctrl-C in the calling thread cancels the group. ``on_wait`` is called about
-    every 0.05 s while the job runs (the caller's chance to render progress)."""
+    Ctrl-C in the calling thread cancels the group and raises ``JobInterrupted``.
+    ``on_wait`` is called about every 0.05 s while the job runs (the caller's chance
+    to render progress, and to take reports while the stop is waited for). With
+    ``on_stop``, a stop calls it, then waits up to ``stop_wait_s`` for the action to
+    end by itself before cancelling; a second stop cancels at once."""
     sc = spark.sparkContext
     group = f"kctl-{uuid.uuid4().hex[:8]}"
     box: dict[str, Any] = {}
+    # Waited on instead of Thread.join: a KeyboardInterrupt inside join (Python 3.11) can
+    # mark a thread that still runs as stopped, so the stop's wait would end at once.
+    done = threading.Event()
 
     def target() -> None:
         try:
@@ -364,22 +425,42 @@ def run_job(spark: Any, action: Callable[[], T], *, description: str = "kctl",
             box["value"] = action()
         except BaseException as e:  # noqa: BLE001 - handed to the waiting thread
             box["error"] = e
+        finally:
+            done.set()
 
     from pyspark import InheritableThread
     t = InheritableThread(target=target, name="kctl-spark-job", daemon=True)
     t.start()
     try:
-        while t.is_alive():
-            t.join(0.05)
+        while not done.wait(0.05):
             if on_wait is not None:
                 on_wait()
     except KeyboardInterrupt:
+        if on_stop is not None:
+            _wait_after_stop(done, on_stop, on_wait, stop_wait_s)
+            if done.is_set() and "value" in box:
+                raise JobInterrupted(True, box["value"]) from None
         sc.cancelJobGroup(group)
-        t.join(30)
-        raise
+        done.wait(30)
+        raise JobInterrupted(False) from None
     if "error" in box:
         e = box["error"]
         if isinstance(e, KctlError):
             raise e
         raise SparkJobError(job_error_message(e)) from e
     return box["value"]
+
+
+def _wait_after_stop(done: threading.Event, on_stop: Callable[[], None],
+                     on_wait: Callable[[], None] | None, stop_wait_s: float) -> None:
+    """The stop's wait: ``on_stop``, then until the job's thread is ``done``,
+    ``stop_wait_s`` passes or a second stop (Ctrl-C, SIGTERM) comes."""
+    import time
+    try:
+        on_stop()
+        deadline = time.monotonic() + stop_wait_s
+        while not done.wait(0.05) and time.monotonic() < deadline:
+            if on_wait is not None:
+                on_wait()
+    except KeyboardInterrupt:
+        pass                    # a second stop: the job is cancelled now

@@ -15,9 +15,10 @@ from rich.text import Text
 
 from kctl.bench.gate import Check, GateResult
 from kctl.bench.max_rate import SHORTFALL, MaxRateResult
-from kctl.bench.results import METRIC_BY_KEY, METRICS, CellResult, Stat, best_cells
+from kctl.bench.results import METRIC_BY_KEY, METRICS, BenchResults, CellResult, Stat, best_cells
 
-__all__ = ["comparison_table", "gate_table", "max_rate_line", "max_rate_table", "run_line"]
+__all__ = ["comparison_table", "gate_table", "interrupted_line", "max_rate_line", "max_rate_table",
+           "run_line"]
 
 
 def _fig(key: str, v: float) -> str:
@@ -71,6 +72,22 @@ def gate_table(result: GateResult, *, only_regressions: bool = False) -> Table:
     return t
 
 
+def interrupted_line(results: BenchResults, gated: bool) -> str:
+    """What a bench stopped by Ctrl-C or SIGTERM measured, and what it left out."""
+    stop = results.interrupted
+    assert stop is not None
+    parts = [f"interrupted: {len(results.order)} run(s) completed"
+             + (" and are in the table and the results" if results.order else "")]
+    if stop.cut_short is not None:
+        rep, cell = stop.cut_short.split("/", 1)
+        parts.append(f"repetition {rep} of cell {cell} was cut short and is left out")
+    if stop.not_run:
+        parts.append(f"{len(stop.not_run)} run(s) never started")
+    if gated:
+        parts.append("the regression gate was not judged")
+    return "; ".join(parts)
+
+
 def run_line(label: str, repetition: int, metrics: dict[str, float]) -> str:
     return (f"  repetition {repetition} {label}: {metrics.get('records_per_s', 0):,.0f} records/s, "
             f"{metrics.get('mb_per_s', 0):.2f} MB/s, p50 {metrics.get('p50_ms', 0):.2f} ms, "
@@ -106,5 +123,6 @@ def max_rate_line(result: MaxRateResult) -> str:
     if result.found_rate is None:
         return f"max rate: none found ({slo}): {result.note or 'no step passed'}"
     bracket = (f" (failed at {result.failed_rate:,.0f}/s)" if result.failed_rate is not None else "")
-    tail = "" if result.converged else f"; not converged: {result.note}"
+    tail = ("" if result.converged and not result.interrupted
+            else f"; {result.note}" if result.interrupted else f"; not converged: {result.note}")
     return f"max rate: {result.found_rate:,.0f} records/s within {slo}{bracket}, {len(result.steps)} steps{tail}"

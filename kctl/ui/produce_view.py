@@ -241,6 +241,13 @@ def _clock_of(summary: RunSummary) -> str:
     return "send" if summary.run.max_throughput else "intended"
 
 
+def no_verdict_line(unaccounted: int) -> str:
+    """After a stop that could not wait for every verdict: a Spark job cancelled before its
+    tasks' final reports (kctl/spark/load.py)."""
+    return (f"{unaccounted} scheduled record(s) have no verdict in the summary: the Spark job "
+            "was cancelled before its tasks made their final reports")
+
+
 def spark_start_line(summary: RunSummary) -> str | None:
     """How together the Spark tasks of a distributed run started (None for a local run)."""
     sp = summary.spark

@@ -188,3 +188,38 @@ def test_sigterm_stops_the_bench_as_ctrl_c_does(broker, tmp_path):
     assert "[2/2]" not in run.stderr      # the next cell never started
     assert group_gone(run.pgid), "a process of the bench outlived kctl"
     assert stopped_s < 20
+
+
+def test_ctrl_c_keeps_what_the_completed_runs_measured(broker, tmp_path):
+    """Ctrl-C (SIGINT to kctl) in the second run of a 2 x 2 matrix: the first run's figures
+    are in the table and in --out (results.json, the cell's .hlog, charts), the run cut
+    short is left out and named, the runs never started are listed, 'kctl: interrupted',
+    exit 130. Before, a stopped bench wrote nothing at all."""
+    import signal
+
+    from kctl.bench.results import BenchResults
+    from tests.stop_signal import KctlProcess, group_gone
+
+    out = tmp_path / "out"
+    run = KctlProcess("bench", "-b", broker.bootstrap, "--topic", f"bench-sigint-{os.getpid()}",
+                      "--matrix", "acks=1,all", "--rate", "1000", "--duration", "2s", "--warmup", "0s",
+                      "--repetitions", "2", "--workers", "1", "--out", str(out))
+    try:
+        run.wait_for(lambda line: line.startswith("[2/4] repetition 1"), stream="err")
+        status = run.stop(signal.SIGINT)
+    finally:
+        run.kill_group()
+    assert status == 130, run.stderr
+    assert "kctl: interrupted" in run.stderr and "Traceback" not in run.stderr
+    assert ("interrupted: 1 run(s) completed and are in the table and the results; repetition 1 "
+            "of cell acks-all was cut short and is left out; 2 run(s) never started") in run.stderr
+    assert "acks=1" in run.stdout and "acks=all" not in run.stdout       # the table: the completed cell
+    results = BenchResults.from_dict(json.loads((out / "results.json").read_text()))
+    assert [c.label for c in results.cells] == ["acks=1"] and len(results.cells[0].reps) == 1
+    assert results.cells[0].reps[0].metrics["records_per_s"] > 500
+    assert results.order == ["1/acks-1"]
+    assert results.interrupted is not None and results.interrupted.cut_short == "1/acks-all"
+    assert results.interrupted.not_run == ("2/acks-1", "2/acks-all")
+    assert read_interval_log(out / "hlog" / "acks-1.hlog")
+    assert (out / "report.html").exists()
+    assert group_gone(run.pgid), "a process of the bench outlived kctl"

@@ -107,6 +107,24 @@ def test_search_stopped_by_max_steps_says_so():
     assert result.found_rate == 4000 and "--max-steps 3" in result.note
 
 
+def test_a_stop_keeps_the_steps_completed():
+    """Ctrl-C or SIGTERM during step 3 (KeyboardInterrupt out of the step): the search ends
+    with steps 1 and 2 and the best rate so far, the cut step named; before, the stop went
+    through and every step was lost."""
+    model = _model(5_000.0, [])
+
+    def run(number: int, rate: float) -> StepResult:
+        if number == 3:
+            raise KeyboardInterrupt
+        return model(number, rate)
+
+    result = search(1000, [parse_slo("p99<50ms")], run, max_steps=30)
+    assert result.interrupted and not result.converged
+    assert [s.target_rate for s in result.steps] == [1000, 2000] and result.found_rate == 2000
+    assert result.note == "interrupted: step 3 (4,000/s) was cut short and is left out"
+    assert result.to_json()["interrupted"] is True
+
+
 def test_no_passing_step_finds_nothing():
     result = search(8, [parse_slo("p99<50ms")], _model(0.5, []), max_steps=30)
     assert result.found_rate is None and "no rate" in result.note

@@ -149,3 +149,101 @@ def test_distributed_run_over_tls(spark, tmp_path):
     acked = outcome.summary.counts.acked
     assert acked == outcome.summary.counts.sent >= 1900
     assert outcome.verify is not None and outcome.verify.ok and outcome.verify.found == acked
+
+
+@pytest.mark.parametrize("signame,to_group", [("SIGINT", True), ("SIGTERM", False)],
+                         ids=["ctrl-c-to-the-group", "sigterm-to-kctl"])
+def test_a_stop_ends_the_tasks_with_their_final_reports(broker, tmp_path, signame, to_group):
+    """Ctrl-C (SIGINT to the whole process group, as a terminal sends it: kctl and Spark's
+    JVM, which ignores it) or SIGTERM to kctl alone mid-run (``produce --spark`` on local[2],
+    two tasks): the driver tells the tasks to stop over their report connections; each
+    task's worker ends
+    its schedule as a local worker does (due records never handed over and in-flight ones
+    past the grace abandoned, with the reason) and makes its final report, then the job is
+    done. The summary balances (scheduled = acked + failed + abandoned), exit 130, nothing
+    of the run left. Before, the job was cancelled at once: the tasks died without a final
+    report and the records in flight at their last interval report (linger.ms=400 keeps
+    some there) had no verdict."""
+    import json
+    import signal
+
+    from kctl.stats.summary import RunSummary
+    from tests.spark.conftest import _need_spark
+    from tests.stop_signal import KctlProcess, session_gone
+
+    _need_spark()
+    js = tmp_path / "s.json"
+    run = KctlProcess("produce", "-b", broker.bootstrap, "-t", f"spark-stop-{signame.lower()}",
+                      "--partitions", "2", "--spark", "--master", "local[2]", "--tasks", "2",
+                      "--rate", "2000", "--duration", "120s", "--interval", "0.5",
+                      "-X", "linger.ms=400", "--json-out", str(js))
+    try:
+        run.wait_for(lambda line: line.strip() != "", timeout_s=180)    # an interval line
+        time.sleep(1.0)
+        status = run.stop(getattr(signal, signame), to_group=to_group)
+    finally:
+        run.kill_group()
+    err = run.stderr
+    assert status == 130, err
+    assert "Traceback" not in err and "kctl: error" not in err, err
+    assert "jdk.incubator.vector" not in err     # the driver JVM's start-up warning is not passed on
+    s = RunSummary.from_json(json.loads(js.read_text()))
+    c = s.counts
+    assert s.run.interrupted and c.acked > 0 and c.failed == 0
+    assert s.unaccounted == 0, f"scheduled {c.scheduled} != acked {c.acked} + failed {c.failed} " \
+                               f"+ abandoned {c.abandoned}"
+    assert c.abandoned == sum(c.abandoned_by_reason.values())
+    # Spark's JVM, pyspark's daemon and its Python workers (a process group of their own).
+    assert session_gone(run.pgid, 30), "a process of the run outlived kctl"
+
+
+def test_tasks_that_do_not_hear_the_stop_are_cancelled_after_the_bound(spark, broker, monkeypatch):
+    """The stop's wait is bounded: tasks that never get the driver's stop (here it is not
+    written) are cancelled with the job once the stop grace and the margin have passed,
+    and the summary covers the reports received, marked interrupted."""
+    import _thread
+    import threading
+
+    from kctl.spark import load
+
+    topic = "spark-stop-unheard"
+    _topic(broker, topic, 1)
+    monkeypatch.setattr(load, "STOP_MARGIN_S", 1.0)
+    monkeypatch.setattr(load.ReportListener, "stop_tasks", lambda self: None)
+    spec = LoadSpec(topic=topic, producer=_config(broker.bootstrap), rate=500, duration_s=60.0,
+                    workers=2, interval_s=0.25, stop_grace_s=1.0)
+    run = load.SparkLoadRun(spec, config_for_summary={}, start_delay_s=0.5)
+    timer = threading.Timer(6.0, _thread.interrupt_main)
+    timer.start()
+    t = time.monotonic()
+    try:
+        result = run.run()
+    finally:
+        timer.cancel()
+    assert 7.0 < time.monotonic() - t < 30     # waited for the bound (grace + margin), then cancelled
+    assert result.interrupted and not result.failures
+    assert result.summary.counts.acked > 0 and result.summary.spark is None   # no task returned
+
+
+def test_the_driver_jvms_stderr_is_passed_on_but_the_incubator_warning():
+    """Every line the driver JVM writes reaches kctl's stderr as it was, in order, except
+    Spark 4's start-up 'Using incubator modules' warning; a partial last line too."""
+    import os
+    import threading
+
+    from kctl.spark.session import forward_jvm_stderr
+    jvm_r, jvm_w = os.pipe()
+    out_r, out_w = os.pipe()
+    t = threading.Thread(target=forward_jvm_stderr, args=(os.fdopen(jvm_r, "rb"), out_w))
+    t.start()
+    os.write(jvm_w, b"WARNING: Using incubator modules: jdk.incubator.vector\n"
+                    b"12:00:01 ERROR TaskSetManager: Task 0 in stage 1.0 failed\n"
+                    b"WARNING: Using incubator modules: jdk.incubator.foreign\n"
+                    b"no newline at the end")
+    os.close(jvm_w)
+    t.join(10)
+    os.close(out_w)
+    with os.fdopen(out_r, "rb") as f:
+        assert f.read() == (b"12:00:01 ERROR TaskSetManager: Task 0 in stage 1.0 failed\n"
+                            b"WARNING: Using incubator modules: jdk.incubator.foreign\n"
+                            b"no newline at the end")

@@ -41,16 +41,16 @@ def test_replay_parquet_with_verify(spark, broker, tmp_path):
         (f"u{i % 7}".encode(), {"a": i, "b": f"x{i}"}) for i in range(n)]
 
 
-def test_sigterm_cancels_the_replay_as_ctrl_c_does(broker, tmp_path):
+def test_sigterm_stops_the_replay_as_ctrl_c_does(broker, tmp_path):
     """SIGTERM to kctl alone mid-replay (a fresh ``kctl replay`` process with its own Spark
-    driver) cancels the job group as Ctrl-C does: the summary is written from the reports
-    received and says ``interrupted``, exit 130, no traceback, and neither Spark's JVM nor
-    its Python workers outlive kctl (before, SIGTERM killed the Python driver alone). As
-    for Ctrl-C, a cancelled task sends no final report: the records in flight at its last
-    interval report are not in the counts (kctl/spark/load.py)."""
+    driver) stops the tasks as Ctrl-C does: each makes its final report, the summary is
+    written, says ``interrupted`` and balances (scheduled = acked + failed + abandoned:
+    before, the job was cancelled and the records in flight at the task's last interval
+    report had no verdict), exit 130, no traceback, and neither Spark's JVM nor its Python
+    workers outlive kctl (before, SIGTERM killed the Python driver alone)."""
     from tests.spark.conftest import _need_spark
     from kctl.stats.summary import RunSummary
-    from tests.stop_signal import KctlProcess, group_gone
+    from tests.stop_signal import KctlProcess, group_gone, session_gone
 
     _need_spark()
     path = tmp_path / "rows.json"
@@ -64,7 +64,8 @@ def test_sigterm_cancels_the_replay_as_ctrl_c_does(broker, tmp_path):
     finally:
         run.kill_group()
     assert status == 130, run.stderr
-    assert "interrupted: the Spark job was cancelled" in run.stderr and "Traceback" not in run.stderr
+    assert "interrupted: the Spark tasks were stopped" in run.stderr and "Traceback" not in run.stderr
+    assert "no verdict" not in run.stderr and "jdk.incubator.vector" not in run.stderr
     s = RunSummary.from_json(json.loads(js.read_text()))
-    assert s.run.interrupted and 0 < s.counts.acked < 30_000
-    assert group_gone(run.pgid, 30), "a Spark process outlived kctl replay"
+    assert s.run.interrupted and 0 < s.counts.acked < 30_000 and s.unaccounted == 0
+    assert group_gone(run.pgid, 30) and session_gone(run.pgid, 30), "a Spark process outlived kctl replay"

@@ -45,4 +45,5 @@ def test_a_stop_while_the_jvm_starts_waits_for_it_then_ends_everything(captures,
     assert status == 130, err
     assert "kctl: interrupted" in err
     assert "Traceback" not in err and "\tat " not in err and "Exception" not in err, err
+    assert "jdk.incubator.vector" not in err, err
     assert group_gone(run.pgid, 30), "a process of the run outlived kctl analyze"
