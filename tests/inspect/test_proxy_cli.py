@@ -141,7 +141,6 @@ def _snapshot():
     s.on_request(0, "Produce", 1000, True)
     s.on_request(0, "Produce", 1000, True)
     s.on_response(0, "Produce", 80, 2_500_000, 30, ["NOT_LEADER_OR_FOLLOWER"])
-    s.on_delivered(0)
     s.on_fault("throttled")
     return s.snapshot(1_000_000_000)
 
