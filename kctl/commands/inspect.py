@@ -205,7 +205,11 @@ def _final_snapshot(proxy: InspectorProxy) -> StatsSnapshot | None:
 def _summary_line(s: StatsSnapshot) -> str:
     produce = s.apis.get("Produce")
     records = f", {produce.records} records in {produce.batches} batches" if produce else ""
-    return (f"{s.requests} requests, {s.responses} responses{records}; "
+    # Responses the client never had are not responses: name them beside the count.
+    missed = ", ".join(f"{s.faults[k]} {k}" for k in ("dropped", "undelivered", "swallowed")
+                       if s.faults.get(k))
+    return (f"{s.requests} requests, {s.responses} responses{f' (not delivered: {missed})' if missed else ''}"
+            f"{records}; "
             f"{_n(s.connections_total, 'connection')} over {_n(s.processors, 'processor')}"
             + (f"; {_n(len(s.lost), 'processor')} lost" if s.lost else ""))
 

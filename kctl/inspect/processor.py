@@ -545,6 +545,13 @@ class Processor:
         link.closed = True
         self._timed.discard(link)
         self.links.pop(link.id, None)
+        # Responses read from the broker that the client will never have (behind a drop,
+        # the client gone, the proxy stopping): named, never counted as responses.
+        undelivered = sum(len(r.answers) for r in link.out)
+        if link.writing is not None:
+            undelivered += len(link.writing.answers)
+        if undelivered:
+            self.stats.on_fault("undelivered", undelivered)
         wall = self.clock.wall_ns()
         for conn in (link.client, link.up):
             try:

@@ -97,9 +97,10 @@ class StatsSnapshot:
     taken_ns: int
     apis: dict[str, ApiSnapshot]
     errors: dict[str, int]           # Kafka error name -> times seen in responses
-    faults: dict[str, int]           # delayed, throttled, errors_injected, dropped, swallowed, tiny,
-                                     # lost (batches), lost_records, forged (acks of lost batches),
-                                     # rejected, rejected_records (batches answered with lose_error)
+    faults: dict[str, int]           # delayed, throttled, errors_injected, dropped, undelivered,
+                                     # swallowed, tiny_segments, lost (batches), lost_records, forged
+                                     # (acks of lost batches), rejected, rejected_records (batches
+                                     # answered with lose_error); docs/inspect-summary.md
     connections: tuple[ConnectionSnapshot, ...]
     connections_total: int
     decode_errors: int

@@ -200,3 +200,16 @@ def test_sigterm_stops_the_proxy_as_ctrl_c_does(broker, tmp_path):
     doc = json.loads(js.read_text())
     assert doc["processors"] == 2 and doc["requests"] >= 2 and doc["lost_processors"] == []
     assert group_gone(run.pgid), "a processor outlived kctl inspect"
+
+
+def test_closing_line_names_the_responses_the_client_never_had():
+    from kctl.commands.inspect import _summary_line
+    s = ProxyStats()
+    s.on_request(0, "Produce", 1000, True)
+    s.on_request(0, "Produce", 1000, True)
+    s.on_request(0, "Produce", 1000, True)
+    s.on_response(0, "Produce", 80, 2_500_000, 0, [])
+    s.on_fault("dropped")
+    s.on_fault("undelivered")
+    line = _summary_line(s.snapshot(1))
+    assert line.startswith("3 requests, 1 responses (not delivered: 1 dropped, 1 undelivered)"), line
