@@ -135,6 +135,17 @@ def test_bad_reject_records_is_a_one_line_error():
         assert run.stderr.strip().splitlines()[-1].startswith(first), run.stderr
 
 
+def test_none_is_refused_as_an_error_to_inject():
+    for flag, arg in (("--inject-error", "NONE:0.5"), ("--inject-error", "none"),
+                      ("--reject-records", "NONE:1")):
+        run = subprocess.run([sys.executable, "-m", "kctl", "inspect", "--upstream", "127.0.0.1:1",
+                              flag, arg], capture_output=True, text=True, timeout=30)
+        assert run.returncode == 2
+        lines = run.stderr.strip().splitlines()
+        assert len(lines) == 1 and lines[0].startswith(
+            "kctl: error: error name NONE is Kafka's code 0, no error"), run.stderr
+
+
 def _snapshot():
     s = ProxyStats()
     s.on_connection_open(0, "127.0.0.1:5000", "127.0.0.1:9092", "127.0.0.1:19092")
