@@ -55,6 +55,46 @@ def test_show_frames_streams_decoded_lines(broker, tmp_path):
     assert cap.stat().st_size > 0 and "packets merged from 2 processors" in err
 
 
+@pytest.mark.broker
+def test_lose_records_that_found_nothing_to_lose_says_why(broker):
+    """One record: its partition's first batch, which --lose-records never takes."""
+    from kctl.config import ProducerConfig
+    from kctl.engine.producer import Producer
+    with BlockingClient(broker.bootstrap) as c:
+        admin.create_topics(c, ["cli-lose-first"], partitions=1)
+    port = free_port()
+    proc = _kctl("--listen", f"127.0.0.1:{port}", "--upstream", broker.bootstrap, "--duration", "4",
+                 "--lose-records", "1", "--processors", "1")
+    try:
+        _connect(f"127.0.0.1:{port}").close()
+        with Producer(ProducerConfig.from_properties({"bootstrap.servers": f"127.0.0.1:{port}"})) as p:
+            h = p.send("cli-lose-first", b"first", partition=0)
+            assert p.flush(10) and h.error is None
+        out, err = proc.communicate(timeout=20)
+    finally:
+        proc.kill()
+    assert proc.returncode == 0, err
+    last = err.strip().splitlines()[-1]
+    assert last.startswith("kctl inspect: --lose-records lost no batch in 1 Produce request: "
+                           "a batch is only taken from a partition with a batch already acknowledged"), err
+
+
+def test_lose_note_wording():
+    from kctl.commands.inspect import lose_note
+    from kctl.inspect.faults import FaultPlan
+    s = ProxyStats()
+    assert lose_note(FaultPlan(), s.snapshot(1)) is None
+    assert lose_note(FaultPlan(lose_rate=1.0), s.snapshot(1)) == (
+        "--lose-records lost no batch: no Produce request passed through the proxy")
+    s.on_request(0, "Produce", 100, True)
+    s.on_request(0, "Produce", 100, True)
+    note = lose_note(FaultPlan(lose_rate=0.5, lose_error="NOT_ENOUGH_REPLICAS"), s.snapshot(1))
+    assert note.startswith("--reject-records refused no batch in 2 Produce requests: ")
+    assert note.endswith("(and at rate 0.5 the draws may have spared the others)")
+    s.on_fault("rejected")
+    assert lose_note(FaultPlan(lose_rate=0.5, lose_error="NOT_ENOUGH_REPLICAS"), s.snapshot(1)) is None
+
+
 def _processor_pids(pid: int) -> list[int]:
     """The spawned children of ``pid`` (not multiprocessing's resource tracker)."""
     try:
