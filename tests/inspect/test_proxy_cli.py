@@ -210,7 +210,23 @@ def test_view_renders_into_a_string_console():
 def test_frame_line():
     e = FrameEvent(0, 3, "response", 0, 9, 12, 120, b"", "c", "u", 2_100_000,
                    FaultDecision(delay_ns=5, errors_injected=1))
-    assert frame_line(e) == "conn 3 <- Produce v9 corr=12 120B 2.1ms [delayed errors-injected]"
+    assert frame_line(e) == "conn 3 c <- Produce v9 corr=12 120B 2.1ms [delayed errors-injected]"
+
+
+def test_frame_line_says_what_kctl_decode_says():
+    """The client, topics/partitions, records and error names, in the words of
+    ``kctl decode`` (``report.gist`` on the same frame)."""
+    from tests.inspect.kafka_frames import produce_request, produce_response
+    req = produce_request(12, "orders", {0: 3, 2: 5})[4:]
+    e = FrameEvent(0, 3, "request", 0, 9, 12, len(req) + 4, req, "127.0.0.1:50712", "127.0.0.1:9092")
+    assert frame_line(e) == (f"conn 3 127.0.0.1:50712 -> Produce v9 corr=12 {len(req) + 4}B acks=-1 "
+                             "orders/0: 1b 3r; orders/2: 1b 5r")
+    resp = produce_response(12, "orders", (0, 2), error_code=6, throttle_ms=30)[4:]
+    e = FrameEvent(0, 3, "response", 0, 9, 12, len(resp) + 4, resp, "127.0.0.1:50712", "127.0.0.1:9092",
+                   2_100_000, FaultDecision(errors_injected=2))
+    assert frame_line(e) == (f"conn 3 127.0.0.1:50712 <- Produce v9 corr=12 {len(resp) + 4}B 2.1ms "
+                             "orders/0@10 NOT_LEADER_OR_FOLLOWER orders/2@10 NOT_LEADER_OR_FOLLOWER "
+                             "throttled 30ms [errors-injected]")
 
 
 def test_frame_line_shows_sasl_credentials_only_when_asked():
