@@ -168,17 +168,16 @@ def inspect(
                            listen_tls=listen_tls, upstream_security=up_security,
                            show_secrets=show_secrets, processors=n, processes=True,
                            on_lost=lines.put)
-    final: StatsSnapshot | None = None
     try:
         with sigterm_as_ctrl_c(sigint=True), proxy:
-            try:
-                _run(proxy, show, lines, duration_s, _describe(plan),
-                     tls=", ".join(n for n, c in (("TLS from clients", listen_tls),
-                                                  ("TLS upstream", up_security)) if c is not None))
-            finally:
-                final = _final_snapshot(proxy)
+            _run(proxy, show, lines, duration_s, _describe(plan),
+                 tls=", ".join(n for n, c in (("TLS from clients", listen_tls),
+                                              ("TLS upstream", up_security)) if c is not None))
     except KeyboardInterrupt:
         pass
+    # Once stopped: the processors' last reports count what stopping cut off too (responses
+    # held then are undelivered).
+    final = _final_snapshot(proxy)
     while not lines.empty():            # a processor lost while stopping
         item = lines.get()
         if isinstance(item, ProcessorLost):

@@ -79,6 +79,50 @@ def test_lose_records_that_found_nothing_to_lose_says_why(broker):
                            "a batch is only taken from a partition with a batch already acknowledged"), err
 
 
+def test_a_response_held_when_the_proxy_stops_is_undelivered(tmp_path):
+    """Stopped while a delayed answer waits: the closing line and --json-out name it as
+    undelivered, not as a response (the processors' last reports, taken once stopped)."""
+    import json
+    import signal
+    import socket
+
+    from kctl.protocol import messages
+    from kctl.protocol.frames import frame
+    from tests.engine.fake_broker import FakeBroker
+
+    def answer(broker, conn_id, req):
+        body = messages.response_class(3)(brokers=[], cluster_id="c", controller_id=-1, topics=[])
+        return broker.response_frame(req, body)
+
+    port = free_port()
+    js = tmp_path / "i.json"
+    with FakeBroker(answer) as fake:
+        proc = _kctl("--listen", f"127.0.0.1:{port}", "--upstream", fake.address, "--delay-ms", "60000",
+                     "--processors", "1", "--json-out", str(js))
+        try:
+            deadline = time.monotonic() + 15
+            while True:
+                try:
+                    client = socket.create_connection(("127.0.0.1", port))
+                    break
+                except OSError:
+                    assert time.monotonic() < deadline
+                    time.sleep(0.05)
+            body = messages.message_class("MetadataRequest")(topics=[])
+            client.sendall(frame(messages.encode_request(3, 1, 9, "t", body)))
+            fake.wait_requests(1, api_key=3)
+            time.sleep(0.5)                      # the answer is read and held
+            proc.send_signal(signal.SIGINT)
+            out, err = proc.communicate(timeout=20)
+            client.close()
+        finally:
+            proc.kill()
+    assert proc.returncode == 0, err
+    assert "1 requests, 0 responses (not delivered: 1 undelivered)" in err, err
+    doc = json.loads(js.read_text())
+    assert doc["responses"] == 0 and doc["faults"]["undelivered"] == 1
+
+
 def test_lose_note_wording():
     from kctl.commands.inspect import lose_note
     from kctl.inspect.faults import FaultPlan
