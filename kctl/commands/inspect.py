@@ -90,11 +90,15 @@ def inspect(
     blackhole: bool = typer.Option(False, "--blackhole", help="Never answer (requests still go upstream)."),
     lose_records: str = typer.Option(None, "--lose-records",
                                      help="RATE[:LIMIT] Produce requests lose one partition's batch, "
-                                          "yet it is acknowledged (data loss), e.g. 1:1."),
+                                          "yet it is acknowledged (data loss), e.g. 1:1. Only from a "
+                                          "partition with a batch already acknowledged through the "
+                                          "proxy (the forged offset follows it): a partition's first "
+                                          "batch always gets through."),
     reject_records: str = typer.Option(None, "--reject-records",
                                        help="NAME:RATE[:LIMIT] Produce requests have one partition's batch "
                                             "refused with error NAME without the broker writing it, "
-                                            "e.g. OUT_OF_ORDER_SEQUENCE_NUMBER:1:1."),
+                                            "e.g. OUT_OF_ORDER_SEQUENCE_NUMBER:1:1. As --lose-records, "
+                                            "never a partition's first batch."),
     virtual_brokers: int = typer.Option(1, "--virtual-brokers", min=1,
                                         help="Present the one upstream broker as N brokers."),
     show: str = typer.Option("stats", "--show", help="stats (live view) or frames (one line per frame)."),
@@ -164,23 +168,25 @@ def inspect(
                            listen_tls=listen_tls, upstream_security=up_security,
                            show_secrets=show_secrets, processors=n, processes=True,
                            on_lost=lines.put)
-    final: StatsSnapshot | None = None
     try:
         with sigterm_as_ctrl_c(sigint=True), proxy:
-            try:
-                _run(proxy, show, lines, duration_s, _describe(plan),
-                     tls=", ".join(n for n, c in (("TLS from clients", listen_tls),
-                                                  ("TLS upstream", up_security)) if c is not None))
-            finally:
-                final = _final_snapshot(proxy)
+            _run(proxy, show, lines, duration_s, _describe(plan),
+                 tls=", ".join(n for n, c in (("TLS from clients", listen_tls),
+                                              ("TLS upstream", up_security)) if c is not None))
     except KeyboardInterrupt:
         pass
+    # Once stopped: the processors' last reports count what stopping cut off too (responses
+    # held then are undelivered).
+    final = _final_snapshot(proxy)
     while not lines.empty():            # a processor lost while stopping
         item = lines.get()
         if isinstance(item, ProcessorLost):
             typer.echo(f"kctl inspect: {item}", err=True)
     if final is not None:
         typer.echo(f"kctl inspect: {_summary_line(final)}", err=True)
+        note = lose_note(plan, final)
+        if note:
+            typer.echo(f"kctl inspect: {note}", err=True)
         if json_out is not None:
             json_out.write_text(json.dumps(summary_json(final), indent=2) + "\n")
     if capture:
@@ -205,9 +211,29 @@ def _final_snapshot(proxy: InspectorProxy) -> StatsSnapshot | None:
 def _summary_line(s: StatsSnapshot) -> str:
     produce = s.apis.get("Produce")
     records = f", {produce.records} records in {produce.batches} batches" if produce else ""
-    return (f"{s.requests} requests, {s.responses} responses{records}; "
+    # Responses the client never had are not responses: name them beside the count.
+    missed = ", ".join(f"{s.faults[k]} {k}" for k in ("dropped", "undelivered", "swallowed")
+                       if s.faults.get(k))
+    return (f"{s.requests} requests, {s.responses} responses{f' (not delivered: {missed})' if missed else ''}"
+            f"{records}; "
             f"{_n(s.connections_total, 'connection')} over {_n(s.processors, 'processor')}"
             + (f"; {_n(len(s.lost), 'processor')} lost" if s.lost else ""))
+
+
+def lose_note(plan: FaultPlan, s: StatsSnapshot) -> str | None:
+    """Why --lose-records / --reject-records took no batch over a whole run, if so."""
+    if not plan.lose_rate or s.faults.get("lost") or s.faults.get("rejected"):
+        return None
+    what = "--reject-records refused" if plan.lose_error else "--lose-records lost"
+    produce = s.apis.get("Produce")
+    if produce is None or not produce.requests:
+        return f"{what} no batch: no Produce request passed through the proxy"
+    chance = (f" (and at rate {plan.lose_rate:g} the draws may have spared the others)"
+              if plan.lose_rate < 1 else "")
+    return (f"{what} no batch in {_n(produce.requests, 'Produce request')}: a batch is only taken "
+            "from a partition with a batch already acknowledged through the proxy (the forged "
+            "offset follows that acknowledgement), so each partition's first batch gets through"
+            + chance)
 
 
 def _n(n: int, noun: str) -> str:

@@ -84,6 +84,9 @@ from kctl.protocol.records import decode_batches
 PRODUCE: Final = schema.API_BY_NAME["Produce"].api_key
 FETCH: Final = schema.API_BY_NAME["Fetch"].api_key
 _NS_PER_MS: Final = 1_000_000
+# NONE is in Kafka's error table as code 0, success: injecting it would change nothing.
+_NONE_IS_NO_ERROR: Final = ("error name NONE is Kafka's code 0, no error: nothing would be "
+                            "injected; name an error such as {example}")
 
 
 def _api_keys(names: frozenset[str] | tuple[str, ...] | None) -> frozenset[int] | None:
@@ -111,6 +114,8 @@ class ErrorRewrite:
     limit: int | None = None
 
     def __post_init__(self) -> None:
+        if self.error == "NONE":
+            raise ConfigError(_NONE_IS_NO_ERROR.format(example="NOT_LEADER_OR_FOLLOWER"))
         if self.error not in ERRORS_BY_NAME:
             raise ConfigError(f"unknown Kafka error name {self.error!r} (e.g. NOT_LEADER_OR_FOLLOWER)")
         if not 0.0 <= self.rate <= 1.0:
@@ -188,8 +193,9 @@ class FaultPlan:
             raise ConfigError(f"lose rate {self.lose_rate} is outside 0..1")
         if self.lose_limit is not None and self.lose_limit < 0:
             raise ConfigError(f"lose limit {self.lose_limit} is negative")
-        if self.lose_error is not None and (self.lose_error not in ERRORS_BY_NAME
-                                            or self.lose_error == "NONE"):
+        if self.lose_error == "NONE":
+            raise ConfigError(_NONE_IS_NO_ERROR.format(example="OUT_OF_ORDER_SEQUENCE_NUMBER"))
+        if self.lose_error is not None and self.lose_error not in ERRORS_BY_NAME:
             raise ConfigError(f"unknown Kafka error name {self.lose_error!r} for rejected batches")
         for names in (self.delay_apis, self.throttle_apis, self.drop_apis):
             _api_keys(names)  # validates

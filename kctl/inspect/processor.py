@@ -28,6 +28,10 @@ when something changed. Faults act here (``FaultInjector.on_response``): delay,
 throttle, error codes, drops, tiny segments, blackhole, forged acknowledgements.
 When a chunk held only whole frames that all pass unchanged and undelayed, the chunk
 itself goes to the client (one write, one capture segment per leg, one checksum).
+A response is counted, and its latency sampled, when the client's socket has taken
+its last byte (``_delivered``), which is also when its client-leg capture segment
+is written: the live view and a decode of the capture's client leg measure the same
+interval, the one a client waits for.
 
 Order per connection: a client connection has exactly one upstream connection and a
 broker answers a connection's requests in order, so pipelined requests (up to the
@@ -50,9 +54,11 @@ handshakes); the capture holds what the proxy forwards, in clear.
 from __future__ import annotations
 
 import collections
+import dataclasses
 import selectors
 import ssl
 import struct
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cached_property
@@ -110,8 +116,11 @@ class FrameEvent:
 
     ``frame`` is the payload without its size prefix: a request as the client sent
     it, a response as the client receives it (after rewriting and faults). ``size``
-    counts the 4-byte prefix. ``latency_ns`` runs from the request's arrival to the
-    response's release and ``fault`` says what was done. ``body`` decodes ``frame``
+    counts the 4-byte prefix. A response's event comes when the client's socket has
+    taken its last byte (``ts_ns`` then), and ``latency_ns`` runs from the request's
+    last byte read to that moment, the live view's figure; a response cut by a drop
+    fault comes when its cut part is written, a swallowed one when decided, both
+    without a latency. ``fault`` says what was done. ``body`` decodes ``frame``
     on first use, with SaslAuthenticate credentials redacted unless ``show_secrets``.
     Plain values only: events cross from processor processes to the parent."""
 
@@ -171,19 +180,46 @@ class _Pending:
         self.synthetic = synthetic                  # not forwarded: the processor answers it
 
 
+class _Answer:
+    """A response to a request the processor saw, decided and on its way to the client.
+    It is counted (response, bytes, errors, throttle, latency sample) only when its last
+    byte has been written to the client's socket; one that never gets there is a
+    ``dropped`` or ``undelivered`` fault instead."""
+
+    __slots__ = ("api", "size", "arrived_ns", "throttle_ms", "errors", "event")
+
+    def __init__(self, api: str, size: int, arrived_ns: int, throttle_ms: int, errors: list[str],
+                 event: FrameEvent | None) -> None:
+        self.api = api
+        self.size = size                # as the client receives it, with its size prefix
+        self.arrived_ns = arrived_ns    # monotonic: the request's last byte read
+        self.throttle_ms = throttle_ms
+        self.errors = errors
+        self.event = event              # for ``on_frame``, emitted when delivered (or dropped)
+
+
+_NO_ANSWERS: Final[tuple[_Answer, ...]] = ()
+
+
 class _Release:
     """One write to the client, released at ``at_ns``: a whole chunk, some frames, or a
-    segment of one (tiny segments); a capture segment of the client leg."""
+    segment of one (tiny segments); a capture segment of the client leg, written to
+    the capture when the socket has taken all of it."""
 
-    __slots__ = ("at_ns", "data", "sums", "tracked", "drop")
+    __slots__ = ("at_ns", "data", "sums", "answers", "drop")
 
     def __init__(self, at_ns: int, data: bytes | memoryview, sums: tuple[int, ...] | None = None,
-                 tracked: int = 0, drop: bool = False) -> None:
+                 answers: tuple[_Answer, ...] = _NO_ANSWERS, drop: bool = False) -> None:
         self.at_ns = at_ns
         self.data = data
         self.sums = sums            # its segments' payload sums when already known
-        self.tracked = tracked      # responses whose last byte this write carries
+        self.answers = answers      # responses whose last byte this write carries
         self.drop = drop            # a drop fault: close the connection after it
+
+
+# What ``_on_response`` decides: (bytes to send instead or None, release time, the fault
+# decision when one acts, the answer to count on delivery).
+_Decided = tuple[bytes | None, int, FaultDecision | None, _Answer | None]
 
 
 class _Frames:
@@ -345,6 +381,9 @@ class Processor:
         self.links: dict[int, _Link] = {}
         self._timed: set[_Link] = set()     # links with output held for later
         self.frame_errors = 0               # exceptions raised by on_frame (traffic goes on)
+        # Held while a turn moves bytes (not while it waits): a thread reading ``stats``
+        # under it sees whole turns, e.g. a response counted once the client has it.
+        self.turn = threading.RLock()
 
     # -- ownership ----------------------------------------------------------------------------
     def watch(self, fileobj: Any, on_readable: Callable[[], None]) -> None:
@@ -416,7 +455,12 @@ class Processor:
         due = self.next_wake_ns(now)
         if due is not None:
             wait = min(wait, max(0, due - now))
-        for key, mask in self.sel.select(wait / 1e9):
+        events = self.sel.select(wait / 1e9)
+        with self.turn:
+            self._handle(events)
+
+    def _handle(self, events: list[tuple[selectors.SelectorKey, int]]) -> None:
+        for key, mask in events:
             data = key.data
             if type(data) is not tuple:
                 data()
@@ -501,6 +545,13 @@ class Processor:
         link.closed = True
         self._timed.discard(link)
         self.links.pop(link.id, None)
+        # Responses read from the broker that the client will never have (behind a drop,
+        # the client gone, the proxy stopping): named, never counted as responses.
+        undelivered = sum(len(r.answers) for r in link.out)
+        if link.writing is not None:
+            undelivered += len(link.writing.answers)
+        if undelivered:
+            self.stats.on_fault("undelivered", undelivered)
         wall = self.clock.wall_ns()
         for conn in (link.client, link.up):
             try:
@@ -745,7 +796,7 @@ class Processor:
         view = memoryview(buf)
         # A chunk of whole frames that all pass unchanged, undelayed, goes on as it is.
         plain = whole
-        answers: list[tuple[bytes | memoryview, tuple[bytes | None, int, FaultDecision | None, int] | None]] = []
+        answers: list[tuple[bytes | memoryview, _Decided | None]] = []
         for start, end in spans:
             v = self._on_response(link, view[start + 4:end], now, wall)
             if v is None or v[0] is not None or v[1] != now or v[2] is not None:
@@ -759,26 +810,27 @@ class Processor:
                 plain = False
                 answers += synthetic
         if plain and not link.out:
-            self._queue(link, _Release(now, data, sums, sum(v[3] for _, v in answers)))
+            self._queue(link, _Release(now, data, sums,
+                                       tuple(v[3] for _, v in answers if v is not None and v[3] is not None)))
         else:
             for frame, v in answers:
                 if v is None:
                     continue
-                out, release, decision, tracked = v
+                out, release, decision, answer = v
                 self._queue_response(link, frame if out is None else _SIZE.pack(len(out)) + out,
-                                     release, decision, tracked)
+                                     release, decision, answer)
         if not link.client_hs and not link.closed:
             self._flush_client(link, now)
 
     def _answer_unforwarded(self, link: _Link, now: int, wall: int) -> None:
         for frame, v in self._synthetic_answers(link, now, wall):
             if v is not None:
-                out, release, decision, tracked = v
+                out, release, decision, answer = v
                 self._queue_response(link, frame if out is None else _SIZE.pack(len(out)) + out,
-                                     release, decision, tracked)
+                                     release, decision, answer)
 
     def _synthetic_answers(self, link: _Link, now: int, wall: int
-                           ) -> list[tuple[bytes, tuple[bytes | None, int, FaultDecision | None, int] | None]]:
+                           ) -> list[tuple[bytes | memoryview, _Decided | None]]:
         """Answers for the requests at the head of the line that were never forwarded (a
         lost batch was all they carried): an empty Produce response goes through the
         usual response path, where the injector adds the forged entry."""
@@ -793,17 +845,17 @@ class Processor:
                             self._on_response(link, memoryview(empty), now, wall)))
         return answers
 
-    def _on_response(self, link: _Link, payload: memoryview, now: int, wall: int
-                     ) -> tuple[bytes | None, int, FaultDecision | None, int] | None:
+    def _on_response(self, link: _Link, payload: memoryview, now: int, wall: int) -> _Decided | None:
         """Decides one response: (the bytes to send instead, or None for the frame as it
-        is; its release time; the fault decision if any fault acts; 1 when it answers a
-        tracked request) or None when it is never delivered (blackhole)."""
+        is; its release time; the fault decision if any fault acts; the ``_Answer`` to
+        count when it is delivered, None for a response to no request seen) or None when
+        it is never delivered (blackhole)."""
         stats = self.stats
         corr = _SIZE.unpack_from(payload, 0)[0] if len(payload) >= 4 else None
         entry = link.in_flight.pop(corr, None) if corr is not None else None
         if entry is None:
             # Not a request we saw (or one we did not expect an answer to): pass it on.
-            return None, max(now, link.last_release_ns), None, 0
+            return None, max(now, link.last_release_ns), None, None
         api_key, api_version = entry.api_key, entry.api_version
         injector = link.injector = self.faults.injector(link.id, link.injector)
         body = None
@@ -836,22 +888,21 @@ class Processor:
                     stats.on_connection_state(link.id, link.observer.state.value)
         self._count_faults(decision)
         sent = out if out is not None else frame
-        if decision.swallow:
-            release = None
-        else:
-            release = max(now + decision.delay_ns, link.last_release_ns)
-            link.last_release_ns = release
-            stats.on_response(link.id, api_name(api_key), 4 + len(sent), release - entry.arrived_ns,
-                              throttle_ms, errors)
+        event = None
         if self.on_frame is not None:
-            self._emit(FrameEvent(wall, link.id, "response", api_key, api_version, corr,
-                                  4 + len(sent), sent, link.client_addr, link.up_addr,
-                                  None if release is None else release - entry.arrived_ns, decision,
-                                  self.show_secrets))
-        if release is None:
+            # Its latency is filled in when the client has it (``_delivered``).
+            event = FrameEvent(wall, link.id, "response", api_key, api_version, corr,
+                               4 + len(sent), sent, link.client_addr, link.up_addr,
+                               None, decision, self.show_secrets)
+        if decision.swallow:
+            if event is not None:
+                self._emit(event)
             return None
+        release = max(now + decision.delay_ns, link.last_release_ns)
+        link.last_release_ns = release
+        answer = _Answer(api_name(api_key), 4 + len(sent), entry.arrived_ns, throttle_ms, errors, event)
         plain = not (decision.delay_ns or decision.drop_at is not None or decision.segment_bytes)
-        return out, release, (None if plain else decision), 1
+        return out, release, (None if plain else decision), answer
 
     def _count_faults(self, d: FaultDecision) -> None:
         stats = self.stats
@@ -869,17 +920,19 @@ class Processor:
             stats.on_fault("forged", d.forged)
 
     def _queue_response(self, link: _Link, data: bytes | memoryview, release_ns: int,
-                        d: FaultDecision | None, tracked: int) -> None:
+                        d: FaultDecision | None, answer: _Answer | None) -> None:
+        answers = _NO_ANSWERS if answer is None else (answer,)
         if d is None:
-            self._queue(link, _Release(release_ns, data, None, tracked))
+            self._queue(link, _Release(release_ns, data, None, answers))
             return
         if d.drop_at is not None:
             data = data[:d.drop_at]
         chunks = segments(data, d.segment_bytes)
         last = len(chunks) - 1
         for i, c in enumerate(chunks):
-            self._queue(link, _Release(release_ns, c, None,
-                                       tracked if i == last and d.drop_at is None else 0,
+            # A dropped response's answer rides with its last (cut) write, to be named
+            # as dropped there, never counted as a response.
+            self._queue(link, _Release(release_ns, c, None, answers if i == last else _NO_ANSWERS,
                                        drop=i == last and d.drop_at is not None))
 
     def _queue(self, link: _Link, item: _Release) -> None:
@@ -903,22 +956,39 @@ class Processor:
                     return                      # the socket is full: wait for writability
             done = link.writing
             if done is not None:
+                # The socket has taken its last byte: what a client-side capture sees.
                 link.writing = None
-                for _ in range(done.tracked):
-                    self.stats.on_delivered(link.id)
+                if done.answers or link.client_flow is not None:
+                    now = self.clock.now_ns()
+                    wall = self.clock.wall_ns()
+                    if link.client_flow is not None:
+                        link.client_flow.data(wall, False, done.data, done.sums)
                 if done.drop:
                     # A drop fault: part of the response went out; now the connection dies.
                     self.stats.on_fault("dropped")
+                    for a in done.answers:
+                        if a.event is not None:
+                            self._emit(dataclasses.replace(a.event, ts_ns=wall))
                     self._close(link, reason="drop fault", reset_peer=True, client_first=False)
                     return
+                if done.answers:
+                    self._delivered(link, done.answers, now, wall)
             if not out or out[0].at_ns > now:
                 return
             item = out.popleft()
             link.out_bytes -= len(item.data)
-            if link.client_flow is not None:
-                link.client_flow.data(self.clock.wall_ns(), False, item.data, item.sums)
             link.writing = item
             client.queue(item.data)
+
+    def _delivered(self, link: _Link, answers: tuple[_Answer, ...], now: int, wall: int) -> None:
+        """Responses whose last byte the client socket took at ``now``: counted, and their
+        latency sampled (request's last byte read -> response's last byte written)."""
+        on_response = self.stats.on_response
+        for a in answers:
+            latency = now - a.arrived_ns
+            on_response(link.id, a.api, a.size, latency, a.throttle_ms, a.errors)
+            if a.event is not None:
+                self._emit(dataclasses.replace(a.event, ts_ns=wall, latency_ns=latency))
 
     # -- observers ----------------------------------------------------------------------------
     def _emit(self, event: FrameEvent) -> None:

@@ -378,4 +378,8 @@ class InspectorProxy:
                                  lost=tuple(self._pool.lost))
         if self._stats is None:
             raise KctlError("the proxy is not started")
-        return self._stats.snapshot(now)
+        proc = self._processor
+        if proc is None:
+            return self._stats.snapshot(now)
+        with proc.turn:                     # whole turns: what the client has is counted
+            return self._stats.snapshot(now)

@@ -13,8 +13,12 @@ to the parent as they are; the parent keeps each processor's latest and
 Cumulative reports make a lost or late report harmless: the next one carries it all.
 
 Latency is request-to-response as the client sees it: from the moment the
-proxy read the whole request from the client to the moment it handed the
-response to the client's socket (injected delays included), in microseconds.
+proxy read the request's last byte from the client to the moment the client's
+socket took the response's last byte (injected delays, the proxy's own decoding,
+rewriting and writing, and a slow client's full socket all included), in
+microseconds: what a capture on the client's side measures. A response is counted
+(with its bytes, errors and throttle) only then; one the client never got is a
+fault (``dropped``, ``undelivered``), never a response.
 
 Statistics come from headers and record-batch headers (``peek.py``): requests,
 bytes, and for Produce the batches, records and codecs; responses are decoded for
@@ -93,9 +97,10 @@ class StatsSnapshot:
     taken_ns: int
     apis: dict[str, ApiSnapshot]
     errors: dict[str, int]           # Kafka error name -> times seen in responses
-    faults: dict[str, int]           # delayed, throttled, errors_injected, dropped, swallowed, tiny,
-                                     # lost (batches), lost_records, forged (acks of lost batches),
-                                     # rejected, rejected_records (batches answered with lose_error)
+    faults: dict[str, int]           # delayed, throttled, errors_injected, dropped, undelivered,
+                                     # swallowed, tiny_segments, lost (batches), lost_records, forged
+                                     # (acks of lost batches), rejected, rejected_records (batches
+                                     # answered with lose_error); docs/inspect-summary.md
     connections: tuple[ConnectionSnapshot, ...]
     connections_total: int
     decode_errors: int
@@ -245,6 +250,7 @@ class ProxyStats:
 
     def on_response(self, conn_id: int, api: str, size: int, latency_ns: int | None,
                     throttle_ms: int, errors: Iterable[str]) -> None:
+        """A response whose last byte the client's socket took: one fewer request in flight."""
         with self._lock:
             a = self._api(api)
             a.responses += 1
@@ -259,12 +265,6 @@ class ProxyStats:
             c = self._conns.get(conn_id)
             if c is not None:
                 c.responses += 1
-
-    def on_delivered(self, conn_id: int) -> None:
-        """The last byte of a response went to the client: one fewer request in flight."""
-        with self._lock:
-            c = self._conns.get(conn_id)
-            if c is not None:
                 c.in_flight = max(0, c.in_flight - 1)
 
     def on_fault(self, kind: str, n: int = 1) -> None:

@@ -19,6 +19,8 @@ from rich.table import Table
 from rich.text import Text
 
 from kctl.inspect.proxy import FrameEvent
+from kctl.inspect.report import gist
+from kctl.inspect.session import decode_frame_bytes
 from kctl.inspect.proxy_stats import StatsSnapshot
 from kctl.ui.units import human_bytes
 
@@ -107,20 +109,26 @@ def stats_lines(snapshot: StatsSnapshot, previous: StatsSnapshot | None = None) 
 
 
 def frame_line(e: FrameEvent) -> str:
-    """One frame as a line: ``conn 3 -> Produce v9 corr=12 1234B`` / ``<- ... 2.1ms``."""
+    """One frame as a line: ``conn 3 127.0.0.1:50712 -> Produce v9 corr=12 1234B acks=-1
+    t/0: 1b 10r`` / ``conn 3 127.0.0.1:50712 <- Produce v9 corr=12 80B 2.1ms t/0@41
+    NOT_LEADER_OR_FOLLOWER [errors-injected]``: the client, then what the frame says in
+    ``kctl decode``'s words (``report.gist``: topics and partitions, records, error names,
+    throttle), then the faults applied."""
     arrow = "->" if e.direction == "request" else "<-"
-    line = f"conn {e.connection_id} {arrow} {e.api_name} v{e.api_version} corr={e.correlation_id} {e.size}B"
+    line = (f"conn {e.connection_id} {e.client} {arrow} {e.api_name} v{e.api_version} "
+            f"corr={e.correlation_id} {e.size}B")
+    if e.direction == "response" and e.latency_ns is not None:
+        line += f" {e.latency_ns / 1e6:.1f}ms"
     if e.redacted:
         line += " auth_bytes=<redacted>"
     elif e.api_key == 36 and getattr(e.body, "auth_bytes", None):   # SaslAuthenticate, --show-secrets
         line += f" auth_bytes={base64.b64encode(e.body.auth_bytes).decode()}"
+    elif e.frame:
+        said = gist(decode_frame_bytes(e.frame, api_key=None if e.direction == "request" else e.api_key,
+                                       api_version=e.api_version))
+        if said:
+            line += " " + said
     if e.direction == "response":
-        if e.latency_ns is not None:
-            line += f" {e.latency_ns / 1e6:.1f}ms"
-        body = e.body
-        throttle = getattr(body, "throttle_time_ms", 0) if body is not None else 0
-        if throttle:
-            line += f" throttle={throttle}ms"
         f = e.fault
         if f is not None:
             notes = [n for n, on in (("delayed", f.delay_ns), ("errors-injected", f.errors_injected),

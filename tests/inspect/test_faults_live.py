@@ -121,6 +121,34 @@ def test_dropped_responses_resolve_each_record_exactly_once(broker):
     assert sorted(values) == sorted(f"{topic}-{i}".encode() for i in range(400))
 
 
+def test_responses_counted_are_the_responses_the_clients_had(broker, tmp_path):
+    """Drops with delays, so responses wait behind one that is cut: a response cut or
+    lost behind the cut is a fault (dropped, undelivered), never a response; what the
+    proxy counts is what a decode of its own client leg finds delivered."""
+    from kctl.inspect.session import DecodedFrame, decode_files
+    topic = _topic(broker, "fault-drop-count")
+    plan = FaultPlan(drop_rate=0.2, drop_apis=("Produce",), delay_ms=(0, 20), seed=5)
+    path = tmp_path / "drop.pcapng"
+    events = []
+    with InspectorProxy([broker.bootstrap], faults=plan, capture=path, on_frame=events.append) as proxy, \
+            _producer(proxy.bootstrap, **{"enable.idempotence": "true", "reconnect.backoff.ms": 10,
+                                          "max.in.flight.requests.per.connection": 5}) as p:
+        handles = _send_all(p, topic, 300, poll_every=5)
+        port = proxy.listeners[0][1]
+    snap = proxy.snapshot()
+    assert all(h.done and h.error is None for h in handles)
+    delivered = [f for f in decode_files([path], {port}, interfaces={0}, decode_records=False)
+                 if isinstance(f, DecodedFrame) and f.direction == "response"]
+    assert snap.faults["dropped"] >= 2
+    assert snap.responses == len(delivered)
+    assert snap.apis["Produce"].responses == sum(f.api_name == "Produce" for f in delivered)
+    # Every response read from the broker is delivered, dropped or undelivered; its event
+    # (--show frames) comes once, with a latency only when the client had it.
+    responses = [e for e in events if e.direction == "response"]
+    assert sum(e.latency_ns is not None for e in responses) == snap.responses
+    assert sum(e.latency_ns is None for e in responses) == snap.faults["dropped"]
+
+
 def test_tiny_segments_still_decode(broker, tmp_path):
     topic = _topic(broker, "fault-tiny")
     events = []

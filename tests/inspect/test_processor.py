@@ -64,6 +64,12 @@ def _responses(stats):
     return sum(a.responses for a in stats.snapshot(0).apis.values())
 
 
+def _held(proc, conn_id=7):
+    """Writes read from the broker and waiting for their release time."""
+    link = proc.links.get(conn_id)
+    return len(link.out) if link is not None else 0
+
+
 def _answers(client) -> list[int]:
     dec = FrameDecoder()
     try:
@@ -78,8 +84,9 @@ def test_a_held_response_leaves_when_the_clock_says(rig):
     clock, fake, proc, stats, client = rig
     body = messages.message_class("MetadataRequest")(topics=[])
     client.sendall(frame(messages.encode_request(METADATA, 1, 11, "t", body)))
-    _until(proc, lambda: _responses(stats) == 1)
+    _until(proc, lambda: _held(proc) == 1)
     assert _answers(client) == []                 # read from the broker, held
+    assert _responses(stats) == 0                 # counted when the client's socket takes it
     clock.advance(ms=49)
     _turns(proc)
     assert _answers(client) == []
@@ -98,7 +105,7 @@ def test_a_later_undelayed_answer_waits_for_the_one_ahead(rig):
     av = messages.encode_request(API_VERSIONS, 3, 22, "t", messages.message_class("ApiVersionsRequest")(
         client_software_name="t", client_software_version="1"))
     client.sendall(frame(md) + frame(av))      # pipelined: the second is not delayed
-    _until(proc, lambda: _responses(stats) == 2)
+    _until(proc, lambda: _held(proc) == 2)
     clock.advance(ms=10)
     _turns(proc)
     assert _answers(client) == []                 # ApiVersions is ready but behind Metadata
@@ -106,3 +113,55 @@ def test_a_later_undelayed_answer_waits_for_the_one_ahead(rig):
     _turns(proc)
     time.sleep(0.05)
     assert _answers(client) == [21, 22]
+
+
+FETCH = 1
+_BIG = 8 * 1024 * 1024       # more than loopback's largest send buffer (tcp_wmem max 4 MiB)
+
+
+def _big_fetch_answer(broker, conn_id, req):
+    r = messages.response_class(FETCH)
+    part = r.PartitionData(partition_index=0, error_code=0, high_watermark=1, records=b"x" * _BIG)
+    body = r(throttle_time_ms=0, error_code=0, session_id=0,
+             responses=[r.FetchableTopicResponse(topic="t", partitions=[part])])
+    return broker.response_frame(req, body)
+
+
+def test_latency_ends_when_the_client_socket_takes_the_last_byte(tmp_path):
+    """A 30 ms delay and a client that reads its 8 MiB answer only after 300 ms: the
+    latency sample (live view, frame event) covers the wait on the client's full socket,
+    as a capture on the client's side does, and equals what ``kctl decode`` reads from the
+    proxy's own client leg (request's last byte -> response's last byte)."""
+    from kctl.inspect.proxy import InspectorProxy
+    from kctl.inspect.session import DecodedFrame, decode_files
+
+    events = []
+    path = tmp_path / "slow.pcapng"
+    with FakeBroker(_big_fetch_answer) as fake, \
+            InspectorProxy([fake.address], capture=path, on_frame=events.append,
+                           faults=FaultPlan(delay_ms=30, delay_apis=("Fetch",))) as proxy:
+        port = proxy.listeners[0][1]
+        client = socket.socket()
+        client.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 8192)
+        client.connect(("127.0.0.1", port))
+        req = messages.message_class("FetchRequest")(replica_id=-1, max_wait_ms=0, min_bytes=1,
+                                                    max_bytes=_BIG * 2, topics=[])
+        client.sendall(frame(messages.encode_request(FETCH, 4, 5, "t", req)))
+        time.sleep(0.3)
+        dec = FrameDecoder()
+        while not (got := dec.frames()):
+            dec.feed(client.recv(1 << 20))
+        assert struct.unpack_from(">i", got[0])[0] == 5
+        deadline = time.monotonic() + 5
+        while not proxy.snapshot().apis.get("Fetch") or not proxy.snapshot().apis["Fetch"].responses:
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+        fetch = proxy.snapshot().apis["Fetch"]
+        client.close()
+    live_ms = fetch.latency_max_us / 1000
+    assert live_ms >= 300                          # the delay (30 ms) and the client's slow read
+    [event] = [e for e in events if e.direction == "response"]
+    assert event.latency_ns / 1e6 == pytest.approx(live_ms, abs=1)
+    [resp] = [f for f in decode_files([path], {port}, interfaces={0}, decode_records=False)
+              if isinstance(f, DecodedFrame) and f.direction == "response"]
+    assert resp.latency_ns / 1e6 == pytest.approx(live_ms, abs=2)

@@ -55,6 +55,90 @@ def test_show_frames_streams_decoded_lines(broker, tmp_path):
     assert cap.stat().st_size > 0 and "packets merged from 2 processors" in err
 
 
+@pytest.mark.broker
+def test_lose_records_that_found_nothing_to_lose_says_why(broker):
+    """One record: its partition's first batch, which --lose-records never takes."""
+    from kctl.config import ProducerConfig
+    from kctl.engine.producer import Producer
+    with BlockingClient(broker.bootstrap) as c:
+        admin.create_topics(c, ["cli-lose-first"], partitions=1)
+    port = free_port()
+    proc = _kctl("--listen", f"127.0.0.1:{port}", "--upstream", broker.bootstrap, "--duration", "4",
+                 "--lose-records", "1", "--processors", "1")
+    try:
+        _connect(f"127.0.0.1:{port}").close()
+        with Producer(ProducerConfig.from_properties({"bootstrap.servers": f"127.0.0.1:{port}"})) as p:
+            h = p.send("cli-lose-first", b"first", partition=0)
+            assert p.flush(10) and h.error is None
+        out, err = proc.communicate(timeout=20)
+    finally:
+        proc.kill()
+    assert proc.returncode == 0, err
+    last = err.strip().splitlines()[-1]
+    assert last.startswith("kctl inspect: --lose-records lost no batch in 1 Produce request: "
+                           "a batch is only taken from a partition with a batch already acknowledged"), err
+
+
+def test_a_response_held_when_the_proxy_stops_is_undelivered(tmp_path):
+    """Stopped while a delayed answer waits: the closing line and --json-out name it as
+    undelivered, not as a response (the processors' last reports, taken once stopped)."""
+    import json
+    import signal
+    import socket
+
+    from kctl.protocol import messages
+    from kctl.protocol.frames import frame
+    from tests.engine.fake_broker import FakeBroker
+
+    def answer(broker, conn_id, req):
+        body = messages.response_class(3)(brokers=[], cluster_id="c", controller_id=-1, topics=[])
+        return broker.response_frame(req, body)
+
+    port = free_port()
+    js = tmp_path / "i.json"
+    with FakeBroker(answer) as fake:
+        proc = _kctl("--listen", f"127.0.0.1:{port}", "--upstream", fake.address, "--delay-ms", "60000",
+                     "--processors", "1", "--json-out", str(js))
+        try:
+            deadline = time.monotonic() + 15
+            while True:
+                try:
+                    client = socket.create_connection(("127.0.0.1", port))
+                    break
+                except OSError:
+                    assert time.monotonic() < deadline
+                    time.sleep(0.05)
+            body = messages.message_class("MetadataRequest")(topics=[])
+            client.sendall(frame(messages.encode_request(3, 1, 9, "t", body)))
+            fake.wait_requests(1, api_key=3)
+            time.sleep(0.5)                      # the answer is read and held
+            proc.send_signal(signal.SIGINT)
+            out, err = proc.communicate(timeout=20)
+            client.close()
+        finally:
+            proc.kill()
+    assert proc.returncode == 0, err
+    assert "1 requests, 0 responses (not delivered: 1 undelivered)" in err, err
+    doc = json.loads(js.read_text())
+    assert doc["responses"] == 0 and doc["faults"]["undelivered"] == 1
+
+
+def test_lose_note_wording():
+    from kctl.commands.inspect import lose_note
+    from kctl.inspect.faults import FaultPlan
+    s = ProxyStats()
+    assert lose_note(FaultPlan(), s.snapshot(1)) is None
+    assert lose_note(FaultPlan(lose_rate=1.0), s.snapshot(1)) == (
+        "--lose-records lost no batch: no Produce request passed through the proxy")
+    s.on_request(0, "Produce", 100, True)
+    s.on_request(0, "Produce", 100, True)
+    note = lose_note(FaultPlan(lose_rate=0.5, lose_error="NOT_ENOUGH_REPLICAS"), s.snapshot(1))
+    assert note.startswith("--reject-records refused no batch in 2 Produce requests: ")
+    assert note.endswith("(and at rate 0.5 the draws may have spared the others)")
+    s.on_fault("rejected")
+    assert lose_note(FaultPlan(lose_rate=0.5, lose_error="NOT_ENOUGH_REPLICAS"), s.snapshot(1)) is None
+
+
 def _processor_pids(pid: int) -> list[int]:
     """The spawned children of ``pid`` (not multiprocessing's resource tracker)."""
     try:
@@ -135,13 +219,23 @@ def test_bad_reject_records_is_a_one_line_error():
         assert run.stderr.strip().splitlines()[-1].startswith(first), run.stderr
 
 
+def test_none_is_refused_as_an_error_to_inject():
+    for flag, arg in (("--inject-error", "NONE:0.5"), ("--inject-error", "none"),
+                      ("--reject-records", "NONE:1")):
+        run = subprocess.run([sys.executable, "-m", "kctl", "inspect", "--upstream", "127.0.0.1:1",
+                              flag, arg], capture_output=True, text=True, timeout=30)
+        assert run.returncode == 2
+        lines = run.stderr.strip().splitlines()
+        assert len(lines) == 1 and lines[0].startswith(
+            "kctl: error: error name NONE is Kafka's code 0, no error"), run.stderr
+
+
 def _snapshot():
     s = ProxyStats()
     s.on_connection_open(0, "127.0.0.1:5000", "127.0.0.1:9092", "127.0.0.1:19092")
     s.on_request(0, "Produce", 1000, True)
     s.on_request(0, "Produce", 1000, True)
     s.on_response(0, "Produce", 80, 2_500_000, 30, ["NOT_LEADER_OR_FOLLOWER"])
-    s.on_delivered(0)
     s.on_fault("throttled")
     return s.snapshot(1_000_000_000)
 
@@ -160,7 +254,23 @@ def test_view_renders_into_a_string_console():
 def test_frame_line():
     e = FrameEvent(0, 3, "response", 0, 9, 12, 120, b"", "c", "u", 2_100_000,
                    FaultDecision(delay_ns=5, errors_injected=1))
-    assert frame_line(e) == "conn 3 <- Produce v9 corr=12 120B 2.1ms [delayed errors-injected]"
+    assert frame_line(e) == "conn 3 c <- Produce v9 corr=12 120B 2.1ms [delayed errors-injected]"
+
+
+def test_frame_line_says_what_kctl_decode_says():
+    """The client, topics/partitions, records and error names, in the words of
+    ``kctl decode`` (``report.gist`` on the same frame)."""
+    from tests.inspect.kafka_frames import produce_request, produce_response
+    req = produce_request(12, "orders", {0: 3, 2: 5})[4:]
+    e = FrameEvent(0, 3, "request", 0, 9, 12, len(req) + 4, req, "127.0.0.1:50712", "127.0.0.1:9092")
+    assert frame_line(e) == (f"conn 3 127.0.0.1:50712 -> Produce v9 corr=12 {len(req) + 4}B acks=-1 "
+                             "orders/0: 1b 3r; orders/2: 1b 5r")
+    resp = produce_response(12, "orders", (0, 2), error_code=6, throttle_ms=30)[4:]
+    e = FrameEvent(0, 3, "response", 0, 9, 12, len(resp) + 4, resp, "127.0.0.1:50712", "127.0.0.1:9092",
+                   2_100_000, FaultDecision(errors_injected=2))
+    assert frame_line(e) == (f"conn 3 127.0.0.1:50712 <- Produce v9 corr=12 {len(resp) + 4}B 2.1ms "
+                             "orders/0@10 NOT_LEADER_OR_FOLLOWER orders/2@10 NOT_LEADER_OR_FOLLOWER "
+                             "throttled 30ms [errors-injected]")
 
 
 def test_frame_line_shows_sasl_credentials_only_when_asked():
@@ -201,3 +311,16 @@ def test_sigterm_stops_the_proxy_as_ctrl_c_does(broker, tmp_path):
     doc = json.loads(js.read_text())
     assert doc["processors"] == 2 and doc["requests"] >= 2 and doc["lost_processors"] == []
     assert group_gone(run.pgid), "a processor outlived kctl inspect"
+
+
+def test_closing_line_names_the_responses_the_client_never_had():
+    from kctl.commands.inspect import _summary_line
+    s = ProxyStats()
+    s.on_request(0, "Produce", 1000, True)
+    s.on_request(0, "Produce", 1000, True)
+    s.on_request(0, "Produce", 1000, True)
+    s.on_response(0, "Produce", 80, 2_500_000, 0, [])
+    s.on_fault("dropped")
+    s.on_fault("undelivered")
+    line = _summary_line(s.snapshot(1))
+    assert line.startswith("3 requests, 1 responses (not delivered: 1 dropped, 1 undelivered)"), line
