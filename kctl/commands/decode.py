@@ -64,7 +64,7 @@ def decode(
     fmt: str = typer.Option(report.DEFAULT_RECORD_FORMAT, "--format", "-f",
                             help="Record format with --records (kcat-like: %t %p %o %k %s %K %S %T %h)."),
     api: list[str] = typer.Option([], "--api", help="Only these APIs (name or key, repeatable); with --hex: the response's API."),
-    topic: list[str] = typer.Option([], "--topic", "-t", help="Only frames that mention this topic (repeatable)."),
+    topic: list[str] = typer.Option([], "--topic", "-t", help="Only frames that mention this topic (repeatable; a topic id is matched by the name the capture's Metadata gave it)."),
     client_id: list[str] = typer.Option([], "--client-id", help="Only this client id (repeatable)."),
     conn: list[str] = typer.Option([], "--conn", help="Only connections whose 'client<->broker' text contains this (repeatable)."),
     errors_only: bool = typer.Option(False, "--errors-only", help="Only frames with non-zero error codes or decode errors."),

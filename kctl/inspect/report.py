@@ -10,6 +10,7 @@ from __future__ import annotations
 import base64
 import datetime as _dt
 import json
+import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any, Final
@@ -32,7 +33,7 @@ DEFAULT_RECORD_FORMAT: Final = "%t %p %o %k %s"
 JSON_KEYS: Final = (
     "ts", "ts_ns", "file", "src", "dst", "src_port", "dst_port", "direction", "api_key",
     "api_name", "api_version", "correlation_id", "client_id", "size", "stream_offset", "packet", "marks",
-    "latency_ms", "throttle_time_ms", "error_codes", "produce", "fetch", "body", "raw_body",
+    "latency_ms", "throttle_time_ms", "error_codes", "produce", "fetch", "topic_names", "body", "raw_body",
     "decode_error",
 )
 
@@ -132,6 +133,10 @@ def frame_json(f: DecodedFrame) -> dict[str, Any]:
         d["produce"] = [_record_set_json(rs) for rs in f.record_sets]
     if f.api_key == 1 and f.direction == "response" and f.body is not None:
         d["fetch"] = [_record_set_json(rs) for rs in f.record_sets]
+    if f.body is not None and f.topic_names:
+        named = _named_topic_ids(f)
+        if named:
+            d["topic_names"] = named
     d["body"] = to_jsonable(f.body) if f.body is not None else None
     if f.raw_body is not None:
         d["raw_body"] = _b64(f.raw_body)
@@ -139,6 +144,27 @@ def frame_json(f: DecodedFrame) -> dict[str, Any]:
         d["decode_error"] = {"reason": f.error.reason, "offset": f.error.offset,
                              "field": f.error.field}
     return d
+
+
+def _named_topic_ids(f: DecodedFrame) -> dict[str, str]:
+    """The topic ids the body mentions whose names the capture's Metadata gave, id -> name."""
+    out: dict[str, str] = {}
+
+    def walk(v: Any) -> None:
+        if isinstance(v, Message):
+            tid = getattr(v, "topic_id", None)
+            if isinstance(tid, uuid.UUID) and tid in f.topic_names:
+                out[str(tid)] = f.topic_names[tid]
+            for fname in v._fields:
+                x = getattr(v, fname)
+                if isinstance(x, (Message, list)):
+                    walk(x)
+        elif isinstance(v, list):
+            for x in v:
+                if isinstance(x, (Message, list)):
+                    walk(x)
+    walk(f.body)
+    return out
 
 
 def notice_json(n: CaptureNotice) -> dict[str, Any]:
@@ -197,12 +223,12 @@ def gist(f: DecodedFrame) -> str:
             parts = []
             for t in body.topics[:4]:
                 for p in t.partitions[:4]:
-                    parts.append(f"{t.topic or t.topic_id}/{p.partition}@{p.fetch_offset}")
+                    parts.append(f"{f.topic_name(t.topic, t.topic_id)}/{p.partition}@{p.fetch_offset}")
             words.append(" ".join(parts) or f"session={body.session_id}")
         elif k == 3:
             topics = body.topics
             words.append("all topics" if topics is None else
-                         "topics: " + ",".join(str(t.name or t.topic_id) for t in topics[:6])
+                         "topics: " + ",".join(f.topic_name(t.name, t.topic_id) for t in topics[:6])
                          if topics else "no topics")
         elif hasattr(body, "group_id"):
             words.append(f"group={body.group_id}")
@@ -211,7 +237,7 @@ def gist(f: DecodedFrame) -> str:
             parts = []
             for t in body.responses[:4]:
                 for p in t.partition_responses[:4]:
-                    s = f"{t.name or t.topic_id}/{p.index}@{p.base_offset}"
+                    s = f"{f.topic_name(t.name, t.topic_id)}/{p.index}@{p.base_offset}"
                     if p.error_code:
                         s += f" {error_for(p.error_code).name}"
                     parts.append(s)
@@ -334,16 +360,23 @@ def dumps(obj: Any) -> str:
 
 
 def topics_of(f: DecodedFrame) -> set[str]:
-    """Topic names a frame mentions (record sets, and any ``*Topic*`` struct's name/topic)."""
+    """Topic names a frame mentions (record sets, and any ``*Topic*`` struct's name/topic;
+    a struct naming its topic by id only (Fetch v13+, Produce v13+) by the name that id has
+    in the capture's Metadata, else by the id's text)."""
     out = {rs.topic for rs in f.record_sets}
 
     def walk(v: Any) -> None:
         if isinstance(v, Message):
             if "Topic" in type(v).__qualname__.rsplit(".", 1)[-1]:
+                named = False
                 for attr in ("name", "topic"):
                     x = getattr(v, attr, None)
                     if isinstance(x, str) and x:
                         out.add(x)
+                        named = True
+                tid = getattr(v, "topic_id", None)
+                if not named and isinstance(tid, uuid.UUID) and tid.int:
+                    out.add(f.topic_name(None, tid))
             for fname in v._fields:
                 x = getattr(v, fname)
                 if isinstance(x, (Message, list)):

@@ -27,8 +27,9 @@ order;
 from __future__ import annotations
 
 import struct
+import uuid
 from collections import Counter, OrderedDict
-from collections.abc import Callable, Collection, Iterable, Iterator
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, BinaryIO, Final
@@ -127,6 +128,15 @@ class RecordSet:
             yield self.batches[i], r
 
 
+def _topic_name(names: Mapping[uuid.UUID, str], name: str | None,
+                topic_id: uuid.UUID | None) -> str:
+    if name:
+        return name
+    if topic_id is not None and topic_id.int:
+        return names.get(topic_id, str(topic_id))
+    return ""
+
+
 @dataclass(slots=True)
 class DecodedFrame:
     """One Kafka frame from a capture, decoded as far as it goes."""
@@ -149,11 +159,19 @@ class DecodedFrame:
     marks: tuple[str, ...] = ()
     record_sets: list[RecordSet] = field(default_factory=list)
     packet: int = 0                 # capture packet number of the segment completing the frame
+    # Topic id -> name, learnt from the capture's Metadata responses (the decoder's map,
+    # shared: KIP-516 requests such as Fetch v13+ and Produce v13+ name topics by id only).
+    topic_names: Mapping[uuid.UUID, str] = field(default_factory=dict)
 
     @property
     def api_name(self) -> str | None:
         api = schema.API_BY_KEY.get(self.api_key) if self.api_key is not None else None
         return api.name if api is not None else None
+
+    def topic_name(self, name: str | None, topic_id: uuid.UUID | None) -> str:
+        """A topic as a reader knows it: its name, else the name its id had in the capture's
+        Metadata, else the id; "" when the frame gives neither."""
+        return _topic_name(self.topic_names, name, topic_id)
 
     @property
     def src(self) -> Endpoint:
@@ -297,6 +315,7 @@ class CaptureDecoder:
         if fr.resynced:
             df.marks += ("resynced",)
         df.packet = fr.packet
+        df.topic_names = self.topic_names
         if df.api_key == SASL_AUTHENTICATE_KEY and not self.show_secrets:
             _redact_auth_bytes(df)
         return df
@@ -388,11 +407,7 @@ class CaptureDecoder:
     # -- record sets ----------------------------------------------------
 
     def _topic(self, name: str | None, topic_id: Any) -> str:
-        if name:
-            return name
-        if topic_id is not None and topic_id.int:
-            return self.topic_names.get(topic_id, str(topic_id))
-        return ""
+        return _topic_name(self.topic_names, name, topic_id)
 
     def _produce_sets(self, body: Message, frame_bytes: int) -> list[RecordSet]:
         self.budget.start_frame(frame_bytes)

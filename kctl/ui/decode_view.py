@@ -13,7 +13,7 @@ from kctl.inspect.report import frame_json, frame_line
 __all__ = ["frame_tree", "summary_tables"]
 
 _HEAD_KEYS = ("ts", "src", "dst", "direction", "api_name", "api_version", "correlation_id",
-              "client_id", "latency_ms", "throttle_time_ms", "error_codes", "marks",
+              "client_id", "latency_ms", "throttle_time_ms", "error_codes", "marks", "topic_names",
               "decode_error")
 
 
