@@ -59,7 +59,7 @@ def decode(
     leg: str = typer.Option(None, "--leg", help="kctl inspect captures: client (default), "
                             "upstream or both legs of the proxy."),
     json_out: bool = typer.Option(False, "--json", help="One JSON object per frame (docs/decode-json.md)."),
-    verbose: bool = typer.Option(False, "--verbose", "-v", help="Full decoded tree of every frame."),
+    verbose: bool = typer.Option(False, "--verbose", "-v", help="Full decoded tree of every frame: the fields of its API version only."),
     records: bool = typer.Option(False, "--records", help="Print each record of Produce requests and Fetch responses."),
     fmt: str = typer.Option(report.DEFAULT_RECORD_FORMAT, "--format", "-f",
                             help="Record format with --records (kcat-like: %t %p %o %k %s %K %S %T %h)."),

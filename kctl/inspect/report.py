@@ -18,7 +18,7 @@ from typing import Any, Final
 from kctl.errors import BudgetExceededError
 from kctl.inspect.session import CaptureNotice, DecodedFrame, RecordSet
 from kctl.protocol.error_codes import error_for
-from kctl.protocol.messages import Message, to_jsonable
+from kctl.protocol.messages import Message, in_version, present_fields, to_jsonable
 from kctl.protocol.records import Record
 
 __all__ = [
@@ -38,13 +38,14 @@ JSON_KEYS: Final = (
 )
 
 
-def error_codes(msg: Any) -> list[int]:
-    """Every ``*error_code`` value in a message tree, in tree order (zeros included)."""
+def error_codes(msg: Any, version: int | None = None) -> list[int]:
+    """Every ``*error_code`` value in a message tree, in tree order (zeros included); with
+    ``version``, only the fields that version of the message has."""
     out: list[int] = []
 
     def walk(v: Any) -> None:
         if isinstance(v, Message):
-            for f in v._fields:
+            for f in (v._fields if version is None else present_fields(v, version)):
                 x = getattr(v, f)
                 if f.endswith("error_code") and isinstance(x, int):
                     out.append(x)
@@ -58,12 +59,19 @@ def error_codes(msg: Any) -> list[int]:
     return out
 
 
-def _has_error_code_field(msg: Message) -> bool:
-    return bool(error_codes(msg)) or any(f.endswith("error_code") for f in msg._fields)
+def _has_error_code_field(msg: Message, version: int | None) -> bool:
+    return bool(error_codes(msg, version)) or any(
+        f.endswith("error_code") and (version is None or in_version(msg, f, version))
+        for f in msg._fields)
 
 
-def throttle_time_ms(msg: Any) -> int | None:
-    v = getattr(msg, "throttle_time_ms", None) if isinstance(msg, Message) else None
+def throttle_time_ms(msg: Any, version: int | None = None) -> int | None:
+    """The message's throttle time; None when it has none (with ``version``: when that
+    version of the message has none)."""
+    if not isinstance(msg, Message) or (
+            version is not None and not in_version(msg, "throttle_time_ms", version)):
+        return None
+    v = getattr(msg, "throttle_time_ms", None)
     return v if isinstance(v, int) else None
 
 
@@ -123,12 +131,12 @@ def frame_json(f: DecodedFrame) -> dict[str, Any]:
     if f.latency_ns is not None:
         d["latency_ms"] = f.latency_ns / 1e6
     if f.direction == "response" and f.body is not None:
-        t = throttle_time_ms(f.body)
+        t = throttle_time_ms(f.body, f.api_version)
         if t is not None:
             d["throttle_time_ms"] = t
-        if _has_error_code_field(f.body):
+        if _has_error_code_field(f.body, f.api_version):
             d["error_codes"] = [{"code": c, "name": error_for(c).name}
-                                for c in error_codes(f.body) if c]
+                                for c in error_codes(f.body, f.api_version) if c]
     if f.api_key == 0 and f.direction == "request" and f.body is not None:
         d["produce"] = [_record_set_json(rs) for rs in f.record_sets]
     if f.api_key == 1 and f.direction == "response" and f.body is not None:
@@ -137,7 +145,9 @@ def frame_json(f: DecodedFrame) -> dict[str, Any]:
         named = _named_topic_ids(f)
         if named:
             d["topic_names"] = named
-    d["body"] = to_jsonable(f.body) if f.body is not None else None
+    # Only the fields of the frame's version (a default in a field the version lacks would
+    # read as something the peer sent).
+    d["body"] = to_jsonable(f.body, f.api_version) if f.body is not None else None
     if f.raw_body is not None:
         d["raw_body"] = _b64(f.raw_body)
     if f.error is not None:

@@ -70,3 +70,96 @@ def test_requests_naming_topics_by_id_show_and_filter_by_name(tmp_path):
     assert _decode(str(p), "-t", "other", "--api", "Fetch") == []
     objs = [json.loads(x) for x in _decode(str(p), "--json", "--api", "Fetch")]
     assert all(o["topic_names"] == {str(TOPIC_ID): "orders"} for o in objs)
+
+
+# ---------------------------------------------------------------------------
+# -v and --json show the fields of the frame's version only
+
+from kctl.inspect.report import frame_json  # noqa: E402
+from kctl.inspect.session import decode_frame_bytes  # noqa: E402
+from kctl.protocol.schema import API_BY_KEY  # noqa: E402
+
+
+
+
+def _fill(top: type, version: int):
+    def build(scls: type, fields):
+        kw = {}
+        for f in fields:
+            if f.type == "records" and version in f.versions:
+                kw[f.py_name] = b""     # its default (null) is not allowed in every version
+            if f.struct is None or version not in f.versions or version in f.tagged_versions:
+                continue
+            sub = build(top._struct_classes[f.struct], f.fields)
+            kw[f.py_name] = [sub] if f.is_array else sub
+        return scls(**kw)
+    return build(top, top._spec.fields)
+
+
+def _outside_version(obj, fields, version: int, path: str = "body") -> list[str]:
+    """JSON keys of ``obj`` that are not fields of ``version``, and fields of ``version``
+    (not tagged) that are missing."""
+    bad = []
+    by_name = {f.py_name: f for f in fields}
+    for k, v in obj.items():
+        if k == "unknown_tagged_fields":
+            continue
+        f = by_name.get(k)
+        if f is None or version not in f.versions:
+            bad.append(f"{path}.{k}")
+            continue
+        if f.fields is not None:
+            for i, x in enumerate(v if isinstance(v, list) else [v]):
+                if isinstance(x, dict):
+                    bad += _outside_version(x, f.fields, version, f"{path}.{k}[{i}]")
+    for f in fields:
+        if version in f.versions and version not in f.tagged_versions and f.py_name not in obj:
+            bad.append(f"{path}.{f.py_name} missing")
+    return bad
+
+
+def test_json_shows_exactly_the_fields_of_the_frames_version():
+    """Every API, every version, request and response: encoded with its nested structs
+    filled, decoded as kctl decode does, and --json's body holds the version's fields only."""
+    checked = 0
+    for key, api in sorted(API_BY_KEY.items()):
+        req_cls, resp_cls = request_class(key), response_class(key)
+        for v in sorted(api.request.valid_versions):
+            rq = decode_frame_bytes(encode_request(key, v, 7, "cli", _fill(req_cls, v)))
+            assert rq.error is None, (api.name, v, rq.error)
+            bad = _outside_version(frame_json(rq)["body"], req_cls._spec.fields, v)
+            assert not bad, (api.name, "request", v, bad)
+            rs = decode_frame_bytes(encode_response(key, v, 7, _fill(resp_cls, v)), api_key=key,
+                                    api_version=v)
+            assert rs.error is None, (api.name, v, rs.error)
+            bad = _outside_version(frame_json(rs)["body"], resp_cls._spec.fields, v)
+            assert not bad, (api.name, "response", v, bad)
+            checked += 1
+    assert checked > 300
+
+
+def test_audited_frames_show_no_field_of_another_version():
+    """The audit's examples (tshark shows none of these fields)."""
+    def resp_body(key, v, body):
+        return frame_json(decode_frame_bytes(encode_response(key, v, 1, body), api_key=key,
+                                             api_version=v))["body"]
+
+    def req_body(key, v, body):
+        return frame_json(decode_frame_bytes(encode_request(key, v, 1, "c", body)))["body"]
+
+    assert "group_id" not in req_body(9, 9, request_class(9)(groups=[request_class(9).OffsetFetchRequestGroup(group_id="g")]))
+    ct = resp_body(19, 4, response_class(19)(topics=[response_class(19).CreatableTopicResult(name="t")]))
+    assert "topic_id" not in ct["topics"][0] and "num_partitions" not in ct["topics"][0]
+    assert "producer_id" not in resp_body(26, 1, response_class(26)())
+    pr = resp_body(0, 5, ProduceResp(responses=[ProduceResp.TopicProduceResponse(
+        name="t", partition_responses=[ProduceResp.PartitionProduceResponse(index=0)])]))
+    p0 = pr["responses"][0]["partition_responses"][0]
+    assert "record_errors" not in p0 and "current_leader" not in p0 and "node_endpoints" not in pr
+    fr = req_body(1, 7, Fetch())
+    assert "replica_state" not in fr and "cluster_id" not in fr
+    assert "timeout_ms" not in req_body(2, 2, request_class(2)())
+    assert "protocol_type" not in resp_body(14, 3, response_class(14)())
+    # A tagged field is shown when sent (not its default).
+    f15 = req_body(1, 15, Fetch(replica_state=Fetch.ReplicaState(replica_id=3, replica_epoch=1)))
+    assert f15["replica_state"] == {"replica_id": 3, "replica_epoch": 1}
+    assert "cluster_id" not in f15 and "replica_id" not in f15
