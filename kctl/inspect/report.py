@@ -210,6 +210,58 @@ def _sets_gist(sets: list[RecordSet], limit: int = 4) -> str:
     return "; ".join(parts)
 
 
+def _field(msg: Any, name: str, version: int | None) -> Any:
+    """``msg.name`` when that version of the message has the field, else None."""
+    if not isinstance(msg, Message) or not hasattr(msg, name):
+        return None
+    if version is not None and not in_version(msg, name, version):
+        return None
+    return getattr(msg, name)
+
+
+def group_ids(body: Message, version: int | None) -> list[str]:
+    """The consumer/share/streams group ids a request names, wherever its version keeps them:
+    ``group_id``, OffsetFetch v8+'s ``groups[].group_id``, ``group_ids``
+    (ConsumerGroupDescribe), DescribeGroups' ``groups``, DeleteGroups' ``groups_names``."""
+    one = _field(body, "group_id", version)
+    if isinstance(one, str):
+        return [one]
+    out: list[str] = []
+    for name in ("group_ids", "groups", "groups_names"):
+        for g in _field(body, name, version) or ():
+            if isinstance(g, str):
+                out.append(g)
+            elif isinstance(_field(g, "group_id", version), str):
+                out.append(g.group_id)
+    return out
+
+
+def transactional_ids(body: Message, version: int | None) -> list[str]:
+    """The transactional ids a request names (non-null): ``transactional_id``,
+    AddPartitionsToTxn v0-3's ``v3_and_below_transactional_id`` and v4+'s
+    ``transactions[].transactional_id``, DescribeTransactions' ``transactional_ids``."""
+    out: list[str] = []
+    for name in ("transactional_id", "v3_and_below_transactional_id"):
+        x = _field(body, name, version)
+        if isinstance(x, str):
+            out.append(x)
+    for t in _field(body, "transactions", version) or ():
+        x = _field(t, "transactional_id", version)
+        if isinstance(x, str):
+            out.append(x)
+    out += [x for x in _field(body, "transactional_ids", version) or () if isinstance(x, str)]
+    return out
+
+
+def _ids_gist(word: str, ids: list[str], limit: int = 3) -> list[str]:
+    if not ids:
+        return []
+    text = f"{word}={','.join(ids[:limit])}"
+    if len(ids) > limit:
+        text += f" +{len(ids) - limit} more"
+    return [text]
+
+
 def gist(f: DecodedFrame) -> str:
     """A few words on what the frame says."""
     if f.error is not None:
@@ -237,11 +289,20 @@ def gist(f: DecodedFrame) -> str:
             words.append(" ".join(parts) or f"session={body.session_id}")
         elif k == 3:
             topics = body.topics
-            words.append("all topics" if topics is None else
+            # v0 asks for every topic with an empty array; v1+ with null (KIP-4).
+            words.append("all topics" if topics is None or (not topics and f.api_version == 0) else
                          "topics: " + ",".join(f.topic_name(t.name, t.topic_id) for t in topics[:6])
                          if topics else "no topics")
-        elif hasattr(body, "group_id"):
-            words.append(f"group={body.group_id}")
+        elif k == 10:
+            # v0-3: one key; v4+: coordinator_keys (KIP-699); key_type 0 group, 1 transaction.
+            keys = _field(body, "coordinator_keys", f.api_version)
+            if keys is None:
+                keys = [body.key]
+            words += _ids_gist("txn" if _field(body, "key_type", f.api_version) == 1 else "group",
+                               [x for x in keys if isinstance(x, str)])
+        else:
+            words += _ids_gist("txn", transactional_ids(body, f.api_version))
+            words += _ids_gist("group", group_ids(body, f.api_version))
     else:
         if k == 0:
             parts = []
@@ -258,10 +319,10 @@ def gist(f: DecodedFrame) -> str:
             words.append(f"{len(body.brokers)} brokers, {len(body.topics)} topics")
         elif k == 18:
             words.append(f"{len(body.api_keys)} APIs")
-        errs = sorted({error_for(c).name for c in error_codes(body) if c})
+        errs = sorted({error_for(c).name for c in error_codes(body, f.api_version) if c})
         if errs and k != 0:
             words.append("errors: " + ",".join(errs))
-        t = throttle_time_ms(body)
+        t = throttle_time_ms(body, f.api_version)
         if t:
             words.append(f"throttled {t}ms")
     return " ".join(w for w in words if w)
@@ -369,28 +430,39 @@ def dumps(obj: Any) -> str:
     return json.dumps(obj, separators=(",", ":"), ensure_ascii=False, default=str)
 
 
+#: Fields holding lists of topic names (DeleteTopics v0-5, group heartbeats, Streams topologies).
+_TOPIC_NAME_LISTS: Final = frozenset({"topic_names", "subscribed_topic_names", "source_topics",
+                                      "repartition_sink_topics"})
+
+
 def topics_of(f: DecodedFrame) -> set[str]:
-    """Topic names a frame mentions (record sets, and any ``*Topic*`` struct's name/topic;
-    a struct naming its topic by id only (Fetch v13+, Produce v13+) by the name that id has
-    in the capture's Metadata, else by the id's text)."""
+    """Topic names a frame mentions: its record sets; in the fields of the frame's version, a
+    ``*Topic*`` struct's ``name``/``topic``, any ``topic_name`` (or ``topic`` string), lists
+    of topic names, and a topic id (Fetch v13+, Produce v13+, ...) by the name that id has in
+    the capture's Metadata (else the id's text) when its struct gives no name."""
     out = {rs.topic for rs in f.record_sets}
+    version = f.api_version
 
     def walk(v: Any) -> None:
         if isinstance(v, Message):
-            if "Topic" in type(v).__qualname__.rsplit(".", 1)[-1]:
-                named = False
-                for attr in ("name", "topic"):
-                    x = getattr(v, attr, None)
-                    if isinstance(x, str) and x:
+            topic_struct = "Topic" in type(v).__qualname__.rsplit(".", 1)[-1]
+            named = False
+            tid = None
+            for fname in (v._fields if version is None else present_fields(v, version)):
+                x = getattr(v, fname)
+                if isinstance(x, str):
+                    if x and (fname == "topic_name" or fname == "topic"
+                              or (fname == "name" and topic_struct)):
                         out.add(x)
                         named = True
-                tid = getattr(v, "topic_id", None)
-                if not named and isinstance(tid, uuid.UUID) and tid.int:
-                    out.add(f.topic_name(None, tid))
-            for fname in v._fields:
-                x = getattr(v, fname)
-                if isinstance(x, (Message, list)):
+                elif fname == "topic_id" and isinstance(x, uuid.UUID):
+                    tid = x
+                elif isinstance(x, list) and fname in _TOPIC_NAME_LISTS:
+                    out.update(t for t in x if isinstance(t, str) and t)
+                elif isinstance(x, (Message, list)):
                     walk(x)
+            if not named and tid is not None and tid.int:
+                out.add(f.topic_name(None, tid))
         elif isinstance(v, list):
             for x in v:
                 if isinstance(x, (Message, list)):

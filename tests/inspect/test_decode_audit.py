@@ -163,3 +163,45 @@ def test_audited_frames_show_no_field_of_another_version():
     f15 = req_body(1, 15, Fetch(replica_state=Fetch.ReplicaState(replica_id=3, replica_epoch=1)))
     assert f15["replica_state"] == {"replica_id": 3, "replica_epoch": 1}
     assert "cluster_id" not in f15 and "replica_id" not in f15
+
+
+# ---------------------------------------------------------------------------
+# summary lines read fields where the frame's version keeps them
+
+def _request_line(key: int, version: int, body) -> str:
+    from kctl.inspect.report import gist
+    return gist(decode_frame_bytes(encode_request(key, version, 1, "c", body)))
+
+
+def test_request_lines_name_groups_and_transactions_in_every_version():
+    OffsetFetch = request_class(9)
+    assert _request_line(9, 7, OffsetFetch(group_id="g")) == "group=g"
+    assert _request_line(9, 9, OffsetFetch(groups=[OffsetFetch.OffsetFetchRequestGroup(group_id="g")])) == "group=g"
+    many = OffsetFetch(groups=[OffsetFetch.OffsetFetchRequestGroup(group_id=f"g{i}") for i in range(5)])
+    assert _request_line(9, 8, many) == "group=g0,g1,g2 +2 more"
+    assert _request_line(69, 0, request_class(69)(group_ids=["a", "b"])) == "group=a,b"
+    assert _request_line(15, 5, request_class(15)(groups=["a"])) == "group=a"
+    assert _request_line(42, 2, request_class(42)(groups_names=["a"])) == "group=a"
+    AddParts = request_class(24)
+    assert _request_line(24, 3, AddParts(v3_and_below_transactional_id="tx")) == "txn=tx"
+    assert _request_line(24, 4, AddParts(transactions=[AddParts.AddPartitionsToTxnTransaction(
+        transactional_id="tx")])) == "txn=tx"
+    assert _request_line(28, 3, request_class(28)(transactional_id="tx", group_id="g")) == "txn=tx group=g"
+    FindCoord = request_class(10)
+    assert _request_line(10, 2, FindCoord(key="g")) == "group=g"
+    assert _request_line(10, 4, FindCoord(key_type=1, coordinator_keys=["tx"])) == "txn=tx"
+    Meta = request_class(3)
+    assert _request_line(3, 0, Meta(topics=[])) == "all topics"
+    assert _request_line(3, 1, Meta(topics=[])) == "no topics"
+    assert _request_line(3, 1, Meta(topics=None)) == "all topics"
+
+
+def test_topic_filter_reads_name_lists_and_topic_name_fields(tmp_path):
+    from kctl.inspect.report import topics_of
+    f = decode_frame_bytes(encode_request(20, 4, 1, "c", request_class(20)(topic_names=["gone"])))
+    assert topics_of(f) == {"gone"}
+    DT = request_class(20)
+    f = decode_frame_bytes(encode_request(20, 6, 1, "c", DT(topics=[DT.DeleteTopicState(name="gone")])))
+    assert topics_of(f) == {"gone"}
+    f = decode_frame_bytes(encode_request(68, 0, 1, "c", request_class(68)(group_id="g", subscribed_topic_names=["a", "b"])))
+    assert topics_of(f) == {"a", "b"}
