@@ -60,7 +60,9 @@ def decode(
                             "upstream or both legs of the proxy."),
     json_out: bool = typer.Option(False, "--json", help="One JSON object per frame (docs/decode-json.md)."),
     verbose: bool = typer.Option(False, "--verbose", "-v", help="Full decoded tree of every frame: the fields of its API version only."),
-    records: bool = typer.Option(False, "--records", help="Print each record of Produce requests and Fetch responses."),
+    records: bool = typer.Option(False, "--records", help="Print each record of Produce requests and Fetch responses; control records "
+                                 "(transaction COMMIT/ABORT markers) are left out, as consumers "
+                                 "and kcat do (--summary counts them)."),
     fmt: str = typer.Option(report.DEFAULT_RECORD_FORMAT, "--format", "-f",
                             help="Record format with --records (kcat-like: %t %p %o %k %s %K %S %T %h)."),
     api: list[str] = typer.Option([], "--api", help="Only these APIs (name or key, repeatable); with --hex: the response's API."),

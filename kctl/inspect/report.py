@@ -363,9 +363,13 @@ class RecordView:
 
 
 def iter_records(f: DecodedFrame) -> Iterator[RecordView]:
+    """The data records of a frame's record sets. Control records (the COMMIT/ABORT markers
+    of transactions, in batches with the control bit) are left out, as a Java consumer and
+    kcat leave them out: they are not data (``--summary`` and the frame views count them)."""
     for rs in f.record_sets:
-        for _batch, r in rs.iter_records():
-            yield RecordView(rs.topic, rs.partition, r, f.direction)
+        for batch, r in rs.iter_records():
+            if not batch.is_control:
+                yield RecordView(rs.topic, rs.partition, r, f.direction)
 
 
 def record_json(v: RecordView) -> dict[str, Any]:

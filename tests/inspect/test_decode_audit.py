@@ -205,3 +205,25 @@ def test_topic_filter_reads_name_lists_and_topic_name_fields(tmp_path):
     assert topics_of(f) == {"gone"}
     f = decode_frame_bytes(encode_request(68, 0, 1, "c", request_class(68)(group_id="g", subscribed_topic_names=["a", "b"])))
     assert topics_of(f) == {"a", "b"}
+
+
+# ---------------------------------------------------------------------------
+# --records leaves transaction markers out
+
+def test_records_leave_out_transaction_markers(tmp_path):
+    from kctl.protocol.records import ControlRecordType, control_record
+    data = build_batch(records(2), producer_id=5, producer_epoch=0, base_sequence=0,
+                       is_transactional=True)
+    marker = build_batch([control_record(ControlRecordType.COMMIT, offset=2, timestamp=1)],
+                         base_offset=2, producer_id=5, producer_epoch=0, is_transactional=True,
+                         is_control=True)
+    c = cb.Conversation()
+    c.send(frame(encode_request(1, 11, 1, "c", Fetch(topics=[Fetch.FetchTopic(
+        topic="tx", partitions=[Fetch.FetchPartition(partition=0)])]))))
+    c.reply(frame(encode_response(1, 11, 1, FetchResp(responses=[FetchResp.FetchableTopicResponse(
+        topic="tx", partitions=[FetchResp.PartitionData(partition_index=0, records=data + marker)])]))))
+    p = _write(tmp_path, c)
+    assert _decode(str(p), "--records") == ["tx 0 0 k0 value-0", "tx 0 1 k1 value-1"]
+    assert [json.loads(x)["offset"] for x in _decode(str(p), "--records", "--json")] == [0, 1]
+    # The frame views and --summary still count the marker, as the batch headers do.
+    assert "2b 3r" in _decode(str(p), "--api", "Fetch")[1]
