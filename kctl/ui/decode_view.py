@@ -60,7 +60,7 @@ def summary_tables(s: dict[str, Any]) -> list[Table]:
         lat = a.get("latency_ms", {})
         t.add_row(Text(name), str(a["requests"]), str(a["responses"]), str(a["request_bytes"]),
                   str(a["response_bytes"]), *(f"{lat[p]:.3f}" if p in lat else "-"
-                                              for p in ("p50", "p99", "p100")))
+                                              for p in ("p50", "p99", "max")))
     out.append(t)
     for key, title in (("produced", "Produced"), ("fetched", "Fetched")):
         if not s[key]:

@@ -227,3 +227,32 @@ def test_records_leave_out_transaction_markers(tmp_path):
     assert [json.loads(x)["offset"] for x in _decode(str(p), "--records", "--json")] == [0, 1]
     # The frame views and --summary still count the marker, as the batch headers do.
     assert "2b 3r" in _decode(str(p), "--api", "Fetch")[1]
+
+
+# ---------------------------------------------------------------------------
+# max latency: the largest measured, not an HdrHistogram bucket value
+
+def test_summary_max_is_the_largest_latency_measured(tmp_path):
+    c = cb.Conversation()
+    for corr, wait_ns in ((1, 3_155_000), (2, 23_030_849_123)):
+        c.send(frame(encode_request(3, 12, corr, "c", Metadata(topics=None))))
+        c.ts += wait_ns - 1000      # the reply's segment comes 1 µs after this
+        c.reply(frame(encode_response(3, 12, corr, MetadataResp())))
+    p = _write(tmp_path, c)
+    lines = _decode(str(p))
+    assert "23030.849ms" in lines[-1]
+    lat = json.loads(_decode(str(p), "--summary", "--json")[0])["apis"]["Metadata"]["latency_ms"]
+    assert lat["max"] == 23030.849123
+    assert lat["p100"] > lat["max"]      # the histogram's bucket value, documented as such
+    row = next(x for x in _decode(str(p), "--summary") if "Metadata" in x)
+    assert row.rstrip(" │").endswith("23030.849")     # the "max ms" column
+
+
+def test_inspect_stats_max_is_the_largest_latency_measured():
+    from kctl.inspect.proxy_stats import ProxyStats, merge_reports
+    one, two = ProxyStats(0), ProxyStats(1)
+    one.on_response(1, "JoinGroup", 100, 3_155_000, 0, ())
+    two.on_response(2, "JoinGroup", 100, 23_030_849_123, 0, ())
+    snap = merge_reports([one.report(0), two.report(0)], 0)
+    assert snap.apis["JoinGroup"].latency_max_us == 23_030_849.123
+    assert snap.apis["JoinGroup"].latency_us[99.9] > 23_030_849.123   # bucket values
