@@ -530,13 +530,15 @@ def decode_files(paths: Iterable[str | Path], broker_ports: Collection[int], *,
 
 
 def guess_broker_ports(paths: Iterable[str | Path], *, max_segments: int = 200_000,
-                       open_file: Callable[[str | Path], BinaryIO] | None = None) -> set[int]:
+                       open_file: Callable[[str | Path], BinaryIO] | None = None,
+                       default: int | None = DEFAULT_BROKER_PORT) -> set[int]:
     """``--port auto``: the ports that receive frames which start like Kafka requests.
 
     Per connection (unordered endpoints), payloads that begin with a plausible
     request header vote for their destination port; a SYN without ACK is a
     weaker vote for its destination. The majority port of each connection is a
-    broker port. Falls back to 9092 when nothing looks like Kafka. ``open_file`` opens a
+    broker port. Falls back to ``default`` (9092; ``None``: the empty set) when nothing
+    looks like Kafka. ``open_file`` opens a
     path for reading (default: a local file; a URI opener for captures on a cluster's store).
     """
     opener = open_file or (lambda p: open(p, "rb"))
@@ -564,7 +566,7 @@ def guess_broker_ports(paths: Iterable[str | Path], *, max_segments: int = 200_0
         ports.add(port)
     if not ports:
         ports = {p for p, _ in syn_votes.most_common(1)}
-    return ports or {DEFAULT_BROKER_PORT}
+    return ports or ({default} if default is not None else set())
 
 
 def decode_frame_bytes(data: bytes, *, api_key: int | None = None,

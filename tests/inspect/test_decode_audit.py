@@ -256,3 +256,43 @@ def test_inspect_stats_max_is_the_largest_latency_measured():
     snap = merge_reports([one.report(0), two.report(0)], 0)
     assert snap.apis["JoinGroup"].latency_max_us == 23_030_849.123
     assert snap.apis["JoinGroup"].latency_us[99.9] > 23_030_849.123   # bucket values
+
+
+# ---------------------------------------------------------------------------
+# no Kafka traffic: say what --port auto found
+
+def _no_traffic(tmp_path, segs, *args):
+    p = tmp_path / "x.pcap"
+    p.write_bytes(cb.capture(segs) if segs else cb.pcap([], nano=True))
+    r = runner.invoke(app, ["decode", str(p), *args])
+    assert r.exit_code == 1 and r.stdout == ""
+    assert len(r.stderr.strip().splitlines()) == 1
+    return p, r.stderr.strip()
+
+
+def test_no_tcp_at_all_says_so(tmp_path):
+    p, err = _no_traffic(tmp_path, [])
+    assert err == f"kctl decode: no TCP traffic at all in {p} (nothing for --port auto to find)"
+    p, err = _no_traffic(tmp_path, [], "--port", "9093")
+    assert err == f"kctl decode: no TCP traffic at all in {p}"
+
+
+def test_auto_finding_nothing_does_not_claim_a_port_was_asked(tmp_path):
+    ssh = cb.Conversation(cport=50001, bport=22, handshake=False)
+    ssh.send(b"SSH-2.0-OpenSSH_9.6\r\n")
+    ssh.reply(b"SSH-2.0-OpenSSH_9.3\r\n")
+    p, err = _no_traffic(tmp_path, ssh.segs)
+    assert err.startswith(f"kctl decode: no Kafka traffic found in {p}: --port auto found no "
+                          "connection carrying Kafka requests, and port 9092")
+    assert "22 (42 B)" in err and "--port" in err
+
+
+def test_no_kafka_traffic_line_names_where_the_ports_came_from():
+    from collections import Counter
+    from kctl.inspect.traffic import no_kafka_traffic
+    seen = Counter({8080: 2000})
+    given = no_kafka_traffic("decode", ["a.pcap"], {9093}, auto=False, auto_found=False, seen=seen)
+    assert given.startswith("kctl decode: no Kafka traffic found in a.pcap on port 9093; TCP ports seen")
+    found = no_kafka_traffic("analyze", ["a.pcap"], {19092}, auto=True, auto_found=True, seen=seen)
+    assert found.startswith("kctl analyze: no Kafka traffic found in a.pcap on port 19092 (found by --port auto);")
+    assert "8080 (2.0 kB)" in found
