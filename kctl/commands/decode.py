@@ -28,6 +28,10 @@ def _api_keys(names: list[str]) -> set[int]:
     keys = set()
     for n in names:
         if n.lstrip("-").isdigit():
+            if int(n) not in API_BY_KEY:
+                raise ConfigError(f"--api {n!r}: no API has key {int(n)} in kctl's schema "
+                                  f"(keys {min(API_BY_KEY)}-{max(API_BY_KEY)}, with gaps; "
+                                  "e.g. Produce, Fetch, 0)")
             keys.add(int(n))
         elif n.lower() in lower:
             keys.add(lower[n.lower()])
@@ -86,7 +90,7 @@ def decode(
                                  "and kcat do (--summary counts them)."),
     fmt: str = typer.Option(report.DEFAULT_RECORD_FORMAT, "--format", "-f",
                             help="Record format with --records (kcat-like: %t %p %o %k %s %K %S %T %h)."),
-    api: list[str] = typer.Option([], "--api", help="Only these APIs (name or key, repeatable); with --hex: the response's API."),
+    api: list[str] = typer.Option([], "--api", help="Only these APIs (name or key, repeatable; a key kctl's schema does not know is refused); with --hex: the response's API."),
     topic: list[str] = typer.Option([], "--topic", "-t", help="Only frames that mention this topic (repeatable; a topic id is matched by the name the capture's Metadata gave it)."),
     client_id: list[str] = typer.Option([], "--client-id", help="Only this client id (repeatable)."),
     conn: list[str] = typer.Option([], "--conn", help="Only connections whose 'client<->broker' text contains this (repeatable)."),
@@ -228,8 +232,6 @@ def _decode_hex(api_keys: set[int], version: int | None, json_out: bool, verbose
     if key is not None:
         if version is None:
             raise ConfigError("--hex with --api (a response) needs --api-version")
-        if key not in API_BY_KEY:
-            raise ConfigError(f"--api {key}: no such API")
     f = decode_frame_bytes(data, api_key=key, api_version=version, show_secrets=show_secrets)
     _emit(f, json_out, verbose or not json_out, records, fmt, set(), out)
     if f.error is not None:

@@ -9,6 +9,7 @@ import uuid
 from typer.testing import CliRunner
 
 from kctl.cli import app
+from kctl.errors import ConfigError
 from kctl.protocol.frames import frame
 from kctl.protocol.messages import encode_request, encode_response, request_class, response_class
 from kctl.protocol.records import build_batch
@@ -296,3 +297,12 @@ def test_no_kafka_traffic_line_names_where_the_ports_came_from():
     found = no_kafka_traffic("analyze", ["a.pcap"], {19092}, auto=True, auto_found=True, seen=seen)
     assert found.startswith("kctl analyze: no Kafka traffic found in a.pcap on port 19092 (found by --port auto);")
     assert "8080 (2.0 kB)" in found
+
+
+def test_an_unknown_api_key_number_is_refused_as_an_unknown_name_is(tmp_path):
+    p = _topic_id_capture(tmp_path)
+    for bad in ("99", "Bogus", "-1"):
+        r = runner.invoke(app, ["decode", str(p), "--api", bad])
+        assert isinstance(r.exception, ConfigError) and r.stdout == "", bad
+        assert f"--api '{bad}'" in str(r.exception), bad
+    assert len(_decode(str(p), "--api", "1")) == 2
