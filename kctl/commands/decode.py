@@ -84,7 +84,7 @@ def decode(
     leg: str = typer.Option(None, "--leg", help="kctl inspect captures: client (default), "
                             "upstream or both legs of the proxy."),
     json_out: bool = typer.Option(False, "--json", help="One JSON object per frame (docs/decode-json.md)."),
-    verbose: bool = typer.Option(False, "--verbose", "-v", help="Full decoded tree of every frame: the fields of its API version only."),
+    verbose: bool = typer.Option(False, "--verbose", "-v", help="Full decoded tree of every frame: the fields of its API version only; a consumer group's JoinGroup subscriptions and SyncGroup assignments decoded."),
     records: bool = typer.Option(False, "--records", help="Print each record of Produce requests and Fetch responses; control records "
                                  "(transaction COMMIT/ABORT markers) are left out, as consumers "
                                  "and kcat do (--summary counts them)."),

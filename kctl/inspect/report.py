@@ -15,8 +15,11 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any, Final
 
-from kctl.errors import BudgetExceededError
+from kctl.errors import BudgetExceededError, DecodeError
 from kctl.inspect.session import CaptureNotice, DecodedFrame, RecordSet
+from kctl.protocol.consumer_protocol import (
+    CONSUMER_PROTOCOL_TYPE, decode_assignment, decode_subscription,
+)
 from kctl.protocol.error_codes import error_for
 from kctl.protocol.messages import Message, in_version, present_fields, to_jsonable
 from kctl.protocol.records import Record
@@ -25,6 +28,7 @@ __all__ = [
     "error_codes", "throttle_time_ms", "frame_json", "notice_json", "frame_line", "gist",
     "format_ts", "RecordView", "iter_records", "record_json", "format_record",
     "binary_json", "DEFAULT_RECORD_FORMAT", "JSON_KEYS", "topics_of", "has_errors", "dumps",
+    "consumer_protocol_json",
 ]
 
 DEFAULT_RECORD_FORMAT: Final = "%t %p %o %k %s"
@@ -33,7 +37,8 @@ DEFAULT_RECORD_FORMAT: Final = "%t %p %o %k %s"
 JSON_KEYS: Final = (
     "ts", "ts_ns", "file", "src", "dst", "src_port", "dst_port", "direction", "api_key",
     "api_name", "api_version", "correlation_id", "client_id", "size", "stream_offset", "packet", "marks",
-    "latency_ms", "throttle_time_ms", "error_codes", "produce", "fetch", "topic_names", "body", "raw_body",
+    "latency_ms", "throttle_time_ms", "error_codes", "produce", "fetch", "topic_names",
+    "consumer_protocol", "body", "raw_body",
     "decode_error",
 )
 
@@ -145,6 +150,10 @@ def frame_json(f: DecodedFrame) -> dict[str, Any]:
         named = _named_topic_ids(f)
         if named:
             d["topic_names"] = named
+    if f.body is not None and f.group_protocol_type == CONSUMER_PROTOCOL_TYPE:
+        embedded = consumer_protocol_json(f)
+        if embedded:
+            d["consumer_protocol"] = embedded
     # Only the fields of the frame's version (a default in a field the version lacks would
     # read as something the peer sent).
     d["body"] = to_jsonable(f.body, f.api_version) if f.body is not None else None
@@ -154,6 +163,46 @@ def frame_json(f: DecodedFrame) -> dict[str, Any]:
         d["decode_error"] = {"reason": f.error.reason, "offset": f.error.offset,
                              "field": f.error.field}
     return d
+
+
+def _embedded_json(field: str, data: bytes | None, kind: str) -> dict[str, Any]:
+    out: dict[str, Any] = {"field": field}
+    if not data:
+        out[kind] = None        # an empty assignment: the member got nothing
+        return out
+    try:
+        e = decode_subscription(data) if kind == "subscription" else decode_assignment(data)
+    except DecodeError as err:
+        out["decode_error"] = {"reason": err.reason, "offset": err.offset, "field": err.field}
+        return out
+    out["version"] = e.version
+    if e.read_as != e.version:
+        out["read_as"] = e.read_as
+    view = to_jsonable(e.message, e.read_as)
+    user_data = view.pop("user_data", None)
+    if in_version(e.message, "user_data", e.read_as):
+        view["user_data_bytes"] = None if user_data is None else len(e.message.user_data)
+    out[kind] = view
+    return out
+
+
+def consumer_protocol_json(f: DecodedFrame) -> list[dict[str, Any]]:
+    """A consumer group's JoinGroup metadata (subscriptions) and SyncGroup assignments,
+    decoded (docs/decode-json.md, ``consumer_protocol``): one object per embedded message,
+    naming the body field it is in."""
+    body, k, req = f.body, f.api_key, f.direction == "request"
+    if k == 11 and req:
+        return [_embedded_json(f"protocols[{i}].metadata", p.metadata, "subscription")
+                | {"protocol": p.name} for i, p in enumerate(body.protocols)]
+    if k == 11:
+        return [_embedded_json(f"members[{i}].metadata", m.metadata, "subscription")
+                | {"member_id": m.member_id} for i, m in enumerate(body.members)]
+    if k == 14 and req:
+        return [_embedded_json(f"assignments[{i}].assignment", a.assignment, "assignment")
+                | {"member_id": a.member_id} for i, a in enumerate(body.assignments)]
+    if k == 14:
+        return [_embedded_json("assignment", body.assignment, "assignment")]
+    return []
 
 
 def _named_topic_ids(f: DecodedFrame) -> dict[str, str]:

@@ -43,7 +43,7 @@ from kctl.inspect.reassembly import (
 from kctl.protocol import schema
 from kctl.protocol.frames import DEFAULT_MAX_FRAME_BYTES
 from kctl.protocol.messages import (
-    Message, RequestHeader, decode_from, decode_request, decode_response,
+    Message, RequestHeader, decode_from, decode_request, decode_response, in_version,
 )
 from kctl.protocol.primitives import Reader
 from kctl.protocol.compression import DecompressionBudget
@@ -60,6 +60,8 @@ MAX_OUTSTANDING_PER_CONNECTION: Final = 4096
 PRODUCE_KEY: Final = 0
 FETCH_KEY: Final = 1
 METADATA_KEY: Final = 3
+JOIN_GROUP_KEY: Final = 11
+SYNC_GROUP_KEY: Final = 14
 SASL_AUTHENTICATE_KEY: Final = 36
 #: What replaces SaslAuthenticate's auth_bytes (a PLAIN password, a SCRAM proof) in output.
 REDACTED_AUTH_BYTES: Final = b"<redacted: SASL credentials; --show-secrets shows them>"
@@ -162,6 +164,10 @@ class DecodedFrame:
     # Topic id -> name, learnt from the capture's Metadata responses (the decoder's map,
     # shared: KIP-516 requests such as Fetch v13+ and Produce v13+ name topics by id only).
     topic_names: Mapping[uuid.UUID, str] = field(default_factory=dict)
+    # JoinGroup/SyncGroup: the group's protocol_type ("consumer": the metadata and
+    # assignments are the consumer protocol's), from the frame or, for versions without the
+    # field, from the group's JoinGroup earlier in the capture.
+    group_protocol_type: str | None = None
 
     @property
     def api_name(self) -> str | None:
@@ -210,6 +216,7 @@ class _Pending:
     api_version: int
     ts_ns: int
     known: bool
+    group_protocol_type: str | None = None     # JoinGroup/SyncGroup requests
 
 
 class CaptureDecoder:
@@ -229,6 +236,7 @@ class CaptureDecoder:
         self._budget_noticed = False
         self._outstanding: dict[ConnectionId, OrderedDict[int, _Pending]] = {}
         self.topic_names: dict[Any, str] = {}      # topic id (UUID) -> name, from Metadata
+        self.group_protocol_types: dict[str, str] = {}  # group id -> protocol_type, from JoinGroup
         self.reassembler = Reassembler(broker_ports, expects_response=self._expects,
                                        verify_request=_request_decodes,
                                        verify_response=self._response_decodes,
@@ -358,7 +366,18 @@ class CaptureDecoder:
         df.client_id = getattr(req.header, "client_id", None)
         if api_key == PRODUCE_KEY and self.decode_records:
             df.record_sets = self._produce_sets(req.body, len(data))
+        elif api_key in (JOIN_GROUP_KEY, SYNC_GROUP_KEY):
+            df.group_protocol_type = self._group_protocol_type(req.body, api_key, api_version)
+            self._outstanding[fr.conn][corr].group_protocol_type = df.group_protocol_type
         return df
+
+    def _group_protocol_type(self, body: Message, api_key: int, api_version: int) -> str | None:
+        """A JoinGroup/SyncGroup request's protocol_type: its own (JoinGroup; SyncGroup v5+),
+        else the one its group joined with earlier in the capture."""
+        own = body.protocol_type if in_version(body, "protocol_type", api_version) else None
+        if api_key == JOIN_GROUP_KEY and own is not None:
+            self.group_protocol_types[body.group_id] = own
+        return own if own is not None else self.group_protocol_types.get(body.group_id)
 
     def _remember(self, conn: ConnectionId, corr: int, p: _Pending) -> None:
         pending = self._outstanding.setdefault(conn, OrderedDict())
@@ -398,6 +417,7 @@ class CaptureDecoder:
             df.raw_body = data[4:]
             return df
         df.header, df.body = resp.header, resp.body
+        df.group_protocol_type = req.group_protocol_type
         if req.api_key == FETCH_KEY and self.decode_records:
             df.record_sets = self._fetch_sets(resp.body, len(data))
         elif req.api_key == METADATA_KEY:

@@ -14,6 +14,7 @@ __all__ = ["frame_tree", "summary_tables"]
 
 _HEAD_KEYS = ("ts", "src", "dst", "direction", "api_name", "api_version", "correlation_id",
               "client_id", "latency_ms", "throttle_time_ms", "error_codes", "marks", "topic_names",
+              "consumer_protocol",
               "decode_error")
 
 

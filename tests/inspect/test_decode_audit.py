@@ -306,3 +306,51 @@ def test_an_unknown_api_key_number_is_refused_as_an_unknown_name_is(tmp_path):
         assert isinstance(r.exception, ConfigError) and r.stdout == "", bad
         assert f"--api '{bad}'" in str(r.exception), bad
     assert len(_decode(str(p), "--api", "1")) == 2
+
+
+# ---------------------------------------------------------------------------
+# consumer protocol: JoinGroup subscriptions and SyncGroup assignments decoded
+
+def _group_capture(tmp_path, protocol_type: str):
+    from kctl.engine.assignors import Assignment, Subscription, encode_assignment, encode_subscription
+    from kctl.engine.batch import TopicPartition
+    Join, JoinResp = request_class(11), response_class(11)
+    Sync, SyncResp = request_class(14), response_class(14)
+    sub = encode_subscription(Subscription(("t1",), (TopicPartition("t1", 2),), 4, "r1", b"abc"))
+    sub_v0 = encode_subscription(Subscription(("t1", "t2")), version=0)
+    assignment = encode_assignment(Assignment((TopicPartition("t1", 0), TopicPartition("t1", 1))), version=0)
+    c = cb.Conversation()
+    c.send(frame(encode_request(11, 5, 1, "c", Join(group_id="g", member_id="m", protocol_type=protocol_type,
+        protocols=[Join.JoinGroupRequestProtocol(name="range", metadata=sub),
+                   Join.JoinGroupRequestProtocol(name="roundrobin", metadata=b"\x00")]))))
+    c.reply(frame(encode_response(11, 5, 1, JoinResp(generation_id=1, protocol_name="range", leader="m",
+        member_id="m", members=[JoinResp.JoinGroupResponseMember(member_id="m", metadata=sub_v0)]))))
+    c.send(frame(encode_request(14, 3, 2, "c", Sync(group_id="g", generation_id=1, member_id="m",
+        assignments=[Sync.SyncGroupRequestAssignment(member_id="m", assignment=assignment),
+                     Sync.SyncGroupRequestAssignment(member_id="n", assignment=b"")]))))
+    c.reply(frame(encode_response(14, 3, 2, SyncResp(assignment=assignment))))
+    return _write(tmp_path, c)
+
+
+def test_consumer_protocol_is_decoded_in_json_and_verbose(tmp_path):
+    p = _group_capture(tmp_path, "consumer")
+    objs = [json.loads(x) for x in _decode(str(p), "--json")]
+    join_req, join_resp, sync_req, sync_resp = (o["consumer_protocol"] for o in objs)
+    assert join_req[0] == {"field": "protocols[0].metadata", "protocol": "range", "version": 3,
+                           "subscription": {"topics": ["t1"], "owned_partitions": [{"topic": "t1", "partitions": [2]}],
+                                            "generation_id": 4, "rack_id": "r1", "user_data_bytes": 3}}
+    assert join_req[1]["field"] == "protocols[1].metadata" and "decode_error" in join_req[1]
+    assert join_resp == [{"field": "members[0].metadata", "member_id": "m", "version": 0,
+                          "subscription": {"topics": ["t1", "t2"], "user_data_bytes": None}}]
+    # SyncGroup v3 has no protocol_type: the group's JoinGroup said "consumer".
+    expected = {"assigned_partitions": [{"topic": "t1", "partitions": [0, 1]}], "user_data_bytes": None}
+    assert sync_req == [{"field": "assignments[0].assignment", "member_id": "m", "version": 0, "assignment": expected},
+                        {"field": "assignments[1].assignment", "member_id": "n", "assignment": None}]
+    assert sync_resp == [{"field": "assignment", "version": 0, "assignment": expected}]
+    tree = "\n".join(_decode(str(p), "-v", "--api", "SyncGroup"))
+    assert "assigned_partitions" in tree and "consumer_protocol" in tree
+
+
+def test_other_group_protocols_stay_bytes(tmp_path):
+    p = _group_capture(tmp_path, "connect")
+    assert not any("consumer_protocol" in json.loads(x) for x in _decode(str(p), "--json"))
