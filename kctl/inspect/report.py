@@ -64,10 +64,20 @@ def error_codes(msg: Any, version: int | None = None) -> list[int]:
     return out
 
 
-def _has_error_code_field(msg: Message, version: int | None) -> bool:
-    return bool(error_codes(msg, version)) or any(
-        f.endswith("error_code") and (version is None or in_version(msg, f, version))
-        for f in msg._fields)
+_ERROR_CODE_FIELDS: dict[tuple[type, int], bool] = {}
+
+
+def _has_error_code_field(msg: Message, version: int) -> bool:
+    """Whether the message has an ``*error_code`` field (at any depth) in ``version``."""
+    key = (type(msg), version)
+    has = _ERROR_CODE_FIELDS.get(key)
+    if has is None:
+        def walk(fields: Any) -> bool:
+            return any(version in f.versions and (f.py_name.endswith("error_code") or (
+                f.fields is not None and walk(f.fields))) for f in fields)
+        spec = getattr(type(msg), "_spec", None)
+        has = _ERROR_CODE_FIELDS[key] = spec is not None and walk(spec.fields)
+    return has
 
 
 def throttle_time_ms(msg: Any, version: int | None = None) -> int | None:
@@ -140,13 +150,14 @@ def frame_json(f: DecodedFrame) -> dict[str, Any]:
         if t is not None:
             d["throttle_time_ms"] = t
         if _has_error_code_field(f.body, f.api_version):
+            # A field the version lacks holds its default, 0: the non-zero codes are the sent ones.
             d["error_codes"] = [{"code": c, "name": error_for(c).name}
-                                for c in error_codes(f.body, f.api_version) if c]
+                                for c in error_codes(f.body) if c]
     if f.api_key == 0 and f.direction == "request" and f.body is not None:
         d["produce"] = [_record_set_json(rs) for rs in f.record_sets]
     if f.api_key == 1 and f.direction == "response" and f.body is not None:
         d["fetch"] = [_record_set_json(rs) for rs in f.record_sets]
-    if f.body is not None and f.topic_names:
+    if f.body is not None and f.topic_names and _names_topic_ids(type(f.body)):
         named = _named_topic_ids(f)
         if named:
             d["topic_names"] = named
@@ -203,6 +214,21 @@ def consumer_protocol_json(f: DecodedFrame) -> list[dict[str, Any]]:
     if k == 14:
         return [_embedded_json("assignment", body.assignment, "assignment")]
     return []
+
+
+_TOPIC_ID_MESSAGES: dict[type, bool] = {}
+
+
+def _names_topic_ids(cls: type) -> bool:
+    """Whether some version of the message has a ``topic_id`` field (cached per class)."""
+    has = _TOPIC_ID_MESSAGES.get(cls)
+    if has is None:
+        def walk(fields: Any) -> bool:
+            return any(f.py_name == "topic_id" or (f.fields is not None and walk(f.fields))
+                       for f in fields)
+        spec = getattr(cls, "_spec", None)
+        has = _TOPIC_ID_MESSAGES[cls] = spec is not None and walk(spec.fields)
+    return has
 
 
 def _named_topic_ids(f: DecodedFrame) -> dict[str, str]:
@@ -368,7 +394,7 @@ def gist(f: DecodedFrame) -> str:
             words.append(f"{len(body.brokers)} brokers, {len(body.topics)} topics")
         elif k == 18:
             words.append(f"{len(body.api_keys)} APIs")
-        errs = sorted({error_for(c).name for c in error_codes(body, f.api_version) if c})
+        errs = sorted({error_for(c).name for c in error_codes(body) if c})
         if errs and k != 0:
             words.append("errors: " + ",".join(errs))
         t = throttle_time_ms(body, f.api_version)

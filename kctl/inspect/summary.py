@@ -113,7 +113,7 @@ class CaptureSummary:
             if f.latency_ns is not None:
                 st.record_latency(f.latency_ns)
             if f.body is not None:
-                for c in error_codes(f.body, f.api_version):
+                for c in error_codes(f.body):
                     if c:
                         self.errors[error_for(c).name] += 1
                 t = throttle_time_ms(f.body, f.api_version)

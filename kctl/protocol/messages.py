@@ -797,26 +797,46 @@ def in_version(msg: Message, py_name: str, version: int) -> bool:
     return spec is not None and version in spec.versions
 
 
+#: (class, version) -> ((field, tagged default or _MISSING), ...): what ``present_fields`` checks.
+_PRESENT: dict[tuple[type, int], tuple[tuple[str, Any], ...]] = {}
+
+
+def _present_plan(cls: type, version: int) -> tuple[tuple[str, Any], ...]:
+    plan = _PRESENT.get((cls, version))
+    if plan is None:
+        specs, defaults = cls._field_specs, cls._defaults  # type: ignore[attr-defined]
+        out: list[tuple[str, Any]] = []
+        for f in cls._fields:
+            if f == cls._tags_attr:
+                out.append((f, None))
+                continue
+            spec = specs[f]
+            if version not in spec.versions:
+                continue
+            if version in spec.tagged_versions:
+                mutable, val = defaults[f]
+                out.append((f, (mutable, val)))
+            else:
+                out.append((f, _MISSING))
+        plan = _PRESENT[(cls, version)] = tuple(out)
+    return plan
+
+
 def present_fields(msg: Message, version: int) -> Iterator[str]:
     """The fields of ``msg`` a frame of ``version`` carries, in schema order: those the
     version has, a tagged one only when its value is not its default (a writer leaves a
     tagged field out when it holds its default, so the decoded object cannot tell an absent
     tag from one sent with the default value), then the unknown tagged fields when any."""
-    specs = type(msg)._field_specs  # type: ignore[attr-defined]
-    defaults = type(msg)._defaults  # type: ignore[attr-defined]
-    for f in msg._fields:
-        if f == msg._tags_attr:
+    for f, tagged in _present_plan(type(msg), version):
+        if tagged is _MISSING:
+            yield f
+        elif tagged is None:            # the unknown tagged fields
             if getattr(msg, f):
                 yield f
-            continue
-        spec = specs[f]
-        if version not in spec.versions:
-            continue
-        if version in spec.tagged_versions:
-            mutable, val = defaults[f]
-            if getattr(msg, f) == (val() if mutable else val):
-                continue
-        yield f
+        else:
+            mutable, val = tagged
+            if getattr(msg, f) != (val() if mutable else val):
+                yield f
 
 
 def to_jsonable(value: Any, version: int | None = None) -> Any:
