@@ -361,7 +361,9 @@ def gist(f: DecodedFrame) -> str:
             for t in body.topics[:4]:
                 for p in t.partitions[:4]:
                     parts.append(f"{f.topic_name(t.topic, t.topic_id)}/{p.partition}@{p.fetch_offset}")
-            words.append(" ".join(parts) or f"session={body.session_id}")
+            session = _field(body, "session_id", f.api_version)     # v7+ (KIP-227)
+            words.append(" ".join(parts) or (f"session={session}" if session is not None
+                                             else "no partitions"))
         elif k == 3:
             topics = body.topics
             # v0 asks for every topic with an empty array; v1+ with null (KIP-4).

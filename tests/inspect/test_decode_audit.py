@@ -354,3 +354,8 @@ def test_consumer_protocol_is_decoded_in_json_and_verbose(tmp_path):
 def test_other_group_protocols_stay_bytes(tmp_path):
     p = _group_capture(tmp_path, "connect")
     assert not any("consumer_protocol" in json.loads(x) for x in _decode(str(p), "--json"))
+
+
+def test_an_empty_fetch_names_its_session_only_where_the_version_has_one():
+    assert _request_line(1, 7, Fetch(session_id=5)) == "session=5"
+    assert _request_line(1, 6, Fetch()) == "no partitions"
