@@ -418,6 +418,9 @@ class CaptureDecoder:
             return df
         df.header, df.body = resp.header, resp.body
         df.group_protocol_type = req.group_protocol_type
+        if (df.group_protocol_type is None and req.api_key in (JOIN_GROUP_KEY, SYNC_GROUP_KEY)
+                and in_version(resp.body, "protocol_type", req.api_version)):
+            df.group_protocol_type = resp.body.protocol_type   # JoinGroup v7+, SyncGroup v5+
         if req.api_key == FETCH_KEY and self.decode_records:
             df.record_sets = self._fetch_sets(resp.body, len(data))
         elif req.api_key == METADATA_KEY:

@@ -359,3 +359,17 @@ def test_other_group_protocols_stay_bytes(tmp_path):
 def test_an_empty_fetch_names_its_session_only_where_the_version_has_one():
     assert _request_line(1, 7, Fetch(session_id=5)) == "session=5"
     assert _request_line(1, 6, Fetch()) == "no partitions"
+
+
+def test_a_sync_group_response_alone_says_its_protocol_type_from_v5():
+    from kctl.engine.assignors import Assignment, encode_assignment
+    from kctl.engine.batch import TopicPartition
+    from kctl.inspect.report import consumer_protocol_json
+    SyncResp = response_class(14)
+    data = encode_assignment(Assignment((TopicPartition("t", 3),)))
+    f = decode_frame_bytes(encode_response(14, 5, 1, SyncResp(protocol_type="consumer", assignment=data)),
+                           api_key=14, api_version=5)
+    assert frame_json(f)["consumer_protocol"][0]["assignment"]["assigned_partitions"] == [
+        {"topic": "t", "partitions": [3]}]
+    old = decode_frame_bytes(encode_response(14, 4, 1, SyncResp(assignment=data)), api_key=14, api_version=4)
+    assert "consumer_protocol" not in frame_json(old)      # nothing says what the bytes are
