@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import binascii
 import sys
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -54,12 +55,14 @@ def _plan(path: Path, port: list[str], leg: str | None) -> _Plan:
     """One file's plan. A kctl inspect capture names its legs and their broker ports
     (``inspect/legs.py``): one leg is read (the client leg unless ``--leg``), and ``auto``
     takes that leg's ports."""
-    found = True
+    found = True        # stays so unless auto falls back
 
-    def guess(known: set[int] = frozenset()) -> set[int]:
+    def guess(known: Iterable[int] = ()) -> set[int]:
+        """``auto``: the leg's recorded ports when it has some, else guessed from the traffic."""
         nonlocal found
+        known = set(known)
         if known:
-            return set(known)
+            return known
         ports = guess_broker_ports([path], default=None)
         found = bool(ports)
         return ports or {DEFAULT_BROKER_PORT}
@@ -71,7 +74,7 @@ def _plan(path: Path, port: list[str], leg: str | None) -> _Plan:
                               "legs); leave --leg out to read every packet")
         return _Plan(path, frozenset(broker_ports(port, guess)), None, found)
     chosen = LEG_CHOICES[leg or "client"]
-    ports = broker_ports(port, lambda: guess(set(legs.ports_for(chosen))))
+    ports = broker_ports(port, lambda: guess(legs.ports_for(chosen)))
     return _Plan(path, frozenset(ports), legs.interfaces_for(chosen), found)
 
 

@@ -10,9 +10,12 @@ from typer.testing import CliRunner
 
 from kctl.cli import app
 from kctl.errors import ConfigError
+from kctl.inspect.report import frame_json
+from kctl.inspect.session import decode_frame_bytes
 from kctl.protocol.frames import frame
 from kctl.protocol.messages import encode_request, encode_response, request_class, response_class
 from kctl.protocol.records import build_batch
+from kctl.protocol.schema import API_BY_KEY
 from tests.inspect import capture_builder as cb
 from tests.inspect.kafka_frames import records
 
@@ -76,9 +79,6 @@ def test_requests_naming_topics_by_id_show_and_filter_by_name(tmp_path):
 # ---------------------------------------------------------------------------
 # -v and --json show the fields of the frame's version only
 
-from kctl.inspect.report import frame_json  # noqa: E402
-from kctl.inspect.session import decode_frame_bytes  # noqa: E402
-from kctl.protocol.schema import API_BY_KEY  # noqa: E402
 
 
 
@@ -364,7 +364,6 @@ def test_an_empty_fetch_names_its_session_only_where_the_version_has_one():
 def test_a_sync_group_response_alone_says_its_protocol_type_from_v5():
     from kctl.engine.assignors import Assignment, encode_assignment
     from kctl.engine.batch import TopicPartition
-    from kctl.inspect.report import consumer_protocol_json
     SyncResp = response_class(14)
     data = encode_assignment(Assignment((TopicPartition("t", 3),)))
     f = decode_frame_bytes(encode_response(14, 5, 1, SyncResp(protocol_type="consumer", assignment=data)),
