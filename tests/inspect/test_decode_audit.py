@@ -1,5 +1,6 @@
-"""``kctl decode`` against what tshark shows: topic ids named, fields of the frame's version
-only, summary lines per version, control records, exact max latency, the no-traffic line."""
+"""``kctl decode`` against what tshark shows (the s5 audit): topic ids named, fields of the
+frame's version only, summary lines per version, control records, exact max latency, the
+no-traffic line, unknown --api keys, the consumer protocol decoded."""
 
 from __future__ import annotations
 
