@@ -75,7 +75,7 @@ def analyze(
 ) -> None:
     """Decode captures in parallel on Spark into Parquet; print latency, throughput, client and error summaries."""
     from kctl.inspect.legs import LEG_CHOICES
-    from kctl.inspect.traffic import describe_ports, tcp_port_bytes
+    from kctl.inspect.traffic import no_kafka_traffic, tcp_port_bytes
     from kctl.quantities import parse_duration
     from kctl.spark.analyze import analyze as run_analyze
     from kctl.spark.session import exit_now, require_pyspark, spark_session
@@ -95,12 +95,18 @@ def analyze(
     for d in res.damaged:
         err.print(f"kctl analyze: {d}; the frames before it are analyzed", markup=False)
     if res.requests == 0:
+        from kctl.inspect.session import guess_broker_ports
         where = {c.name: c.file.location for c in captures}
-        seen = describe_ports(tcp_port_bytes(files, open_file=lambda f: open_at(where[str(f)])))
-        tried = sorted({p for c in captures for p in c.broker_ports})
-        err.print(f"kctl analyze: no Kafka traffic found in {', '.join(files)} on port"
-                  f"{'s' if len(tried) > 1 else ''} {', '.join(map(str, tried))}; TCP ports seen, "
-                  f"with their payload bytes: {seen}; give the broker's with --port", markup=False)
+
+        def opener(f: object):
+            return open_at(where[str(f)])
+        # Whether --port auto found ports or fell back to Kafka's default (read again only here).
+        auto_found = "auto" in port and any(
+            c.interfaces or guess_broker_ports([c.name], open_file=opener, default=None)
+            for c in captures)
+        err.print(no_kafka_traffic("analyze", files, {p for c in captures for p in c.broker_ports},
+                                   auto="auto" in port, auto_found=auto_found,
+                                   seen=tcp_port_bytes(files, open_file=opener)), markup=False)
         raise typer.Exit(1)
     _render(res, files, bucket_s, json_out)
     exit_now(spark)

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import binascii
 import sys
+from collections.abc import Iterable
+from dataclasses import dataclass
 from pathlib import Path
 
 import typer
@@ -13,10 +15,11 @@ from kctl.errors import ConfigError, RemoteProtocolError
 from kctl.inspect import report
 from kctl.inspect.legs import LEG_CHOICES, read_legs
 from kctl.inspect.session import (
-    CaptureNotice, DecodedFrame, decode_files, decode_frame_bytes, guess_broker_ports,
+    DEFAULT_BROKER_PORT, CaptureNotice, DecodedFrame, decode_files, decode_frame_bytes,
+    guess_broker_ports,
 )
 from kctl.inspect.summary import CaptureSummary
-from kctl.inspect.traffic import broker_ports, describe_ports, tcp_port_bytes
+from kctl.inspect.traffic import broker_ports, no_kafka_traffic, tcp_port_bytes
 from kctl.protocol.compression import DEFAULT_RATIO, DecompressionBudget
 from kctl.protocol.schema import API_BY_KEY, API_BY_NAME
 from kctl.ui.console import stderr_console, stdout_console
@@ -26,6 +29,10 @@ def _api_keys(names: list[str]) -> set[int]:
     keys = set()
     for n in names:
         if n.lstrip("-").isdigit():
+            if int(n) not in API_BY_KEY:
+                raise ConfigError(f"--api {n!r}: no API has key {int(n)} in kctl's schema "
+                                  f"(keys {min(API_BY_KEY)}-{max(API_BY_KEY)}, with gaps; "
+                                  "e.g. Produce, Fetch, 0)")
             keys.add(int(n))
         elif n.lower() in lower:
             keys.add(lower[n.lower()])
@@ -34,20 +41,41 @@ def _api_keys(names: list[str]) -> set[int]:
     return keys
 
 
-def _plan(path: Path, port: list[str], leg: str | None) -> tuple[set[int], frozenset[int] | None]:
-    """(broker ports, pcapng interfaces to read) for one file. A kctl inspect capture
-    names its legs and their broker ports (``inspect/legs.py``): one leg is read (the
-    client leg unless ``--leg``), and ``auto`` takes that leg's ports."""
+@dataclass(frozen=True, slots=True)
+class _Plan:
+    """How one file is read: its broker ports, the pcapng interfaces to read (None: all),
+    and whether ``--port auto`` found ports (False: it fell back to Kafka's default)."""
+    path: Path
+    ports: frozenset[int]
+    interfaces: frozenset[int] | None
+    auto_found: bool
+
+
+def _plan(path: Path, port: list[str], leg: str | None) -> _Plan:
+    """One file's plan. A kctl inspect capture names its legs and their broker ports
+    (``inspect/legs.py``): one leg is read (the client leg unless ``--leg``), and ``auto``
+    takes that leg's ports."""
+    found = True        # stays so unless auto falls back
+
+    def guess(known: Iterable[int] = ()) -> set[int]:
+        """``auto``: the leg's recorded ports when it has some, else guessed from the traffic."""
+        nonlocal found
+        known = set(known)
+        if known:
+            return known
+        ports = guess_broker_ports([path], default=None)
+        found = bool(ports)
+        return ports or {DEFAULT_BROKER_PORT}
     # A pipe read as it arrives (stdin with explicit ports) cannot be read twice.
     legs = read_legs(path) if path.is_file() else None
     if legs is None:
         if leg is not None:
             raise ConfigError(f"--leg {leg}: {path} is not a kctl inspect capture (it names no "
                               "legs); leave --leg out to read every packet")
-        return broker_ports(port, lambda: guess_broker_ports([path])), None
+        return _Plan(path, frozenset(broker_ports(port, guess)), None, found)
     chosen = LEG_CHOICES[leg or "client"]
-    return (broker_ports(port, lambda: set(legs.ports_for(chosen)) or guess_broker_ports([path])),
-            legs.interfaces_for(chosen))
+    ports = broker_ports(port, lambda: guess(legs.ports_for(chosen)))
+    return _Plan(path, frozenset(ports), legs.interfaces_for(chosen), found)
 
 
 def decode(
@@ -59,12 +87,14 @@ def decode(
     leg: str = typer.Option(None, "--leg", help="kctl inspect captures: client (default), "
                             "upstream or both legs of the proxy."),
     json_out: bool = typer.Option(False, "--json", help="One JSON object per frame (docs/decode-json.md)."),
-    verbose: bool = typer.Option(False, "--verbose", "-v", help="Full decoded tree of every frame."),
-    records: bool = typer.Option(False, "--records", help="Print each record of Produce requests and Fetch responses."),
+    verbose: bool = typer.Option(False, "--verbose", "-v", help="Full decoded tree of every frame: the fields of its API version only; a consumer group's JoinGroup subscriptions and SyncGroup assignments decoded."),
+    records: bool = typer.Option(False, "--records", help="Print each record of Produce requests and Fetch responses; control records "
+                                 "(transaction COMMIT/ABORT markers) are left out, as consumers "
+                                 "and kcat do (--summary counts them)."),
     fmt: str = typer.Option(report.DEFAULT_RECORD_FORMAT, "--format", "-f",
                             help="Record format with --records (kcat-like: %t %p %o %k %s %K %S %T %h)."),
-    api: list[str] = typer.Option([], "--api", help="Only these APIs (name or key, repeatable); with --hex: the response's API."),
-    topic: list[str] = typer.Option([], "--topic", "-t", help="Only frames that mention this topic (repeatable)."),
+    api: list[str] = typer.Option([], "--api", help="Only these APIs (name or key, repeatable; a key kctl's schema does not know is refused); with --hex: the response's API."),
+    topic: list[str] = typer.Option([], "--topic", "-t", help="Only frames that mention this topic (repeatable; a topic id is matched by the name the capture's Metadata gave it)."),
     client_id: list[str] = typer.Option([], "--client-id", help="Only this client id (repeatable)."),
     conn: list[str] = typer.Option([], "--conn", help="Only connections whose 'client<->broker' text contains this (repeatable)."),
     errors_only: bool = typer.Option(False, "--errors-only", help="Only frames with non-zero error codes or decode errors."),
@@ -96,7 +126,7 @@ def decode(
     if leg is not None and leg not in LEG_CHOICES:
         raise ConfigError(f"--leg {leg!r}: expected client, upstream or both")
     files = _stdin_as_file(files, port)
-    plans = [(path, *_plan(path, port, leg)) for path in files]
+    plans = [_plan(path, port, leg) for path in files]
     client_ids = set(client_id)
     topics = set(topic)
     summ = CaptureSummary() if summary else None
@@ -105,9 +135,10 @@ def decode(
 
     budget = DecompressionBudget(ratio=max_decompress_ratio)   # one for the whole run
     stream_notices = 0
-    for item in (it for path, ports, interfaces in plans
-                 for it in decode_files([path], ports, max_pending_bytes=max_pending_mb << 20,
-                                        show_secrets=show_secrets, interfaces=interfaces,
+    for item in (it for plan in plans
+                 for it in decode_files([plan.path], plan.ports,
+                                        max_pending_bytes=max_pending_mb << 20,
+                                        show_secrets=show_secrets, interfaces=plan.interfaces,
                                         budget=budget)):
         if isinstance(item, CaptureNotice):
             if summ is not None:
@@ -146,11 +177,10 @@ def decode(
             for t in _summary_tables(s):
                 out.print(t)
     if not found and not failures and not stream_notices:
-        tried = sorted({p for _, ports, _ in plans for p in ports})
-        err.print(f"kctl decode: no Kafka traffic found in {', '.join(str(f) for f in files)} on port"
-                  f"{'s' if len(tried) > 1 else ''} {', '.join(map(str, tried))}; TCP ports seen, with "
-                  f"their payload bytes: {describe_ports(tcp_port_bytes(files))}; give the broker's "
-                  "with --port", markup=False)
+        err.print(no_kafka_traffic("decode", files, {p for plan in plans for p in plan.ports},
+                                   auto="auto" in port,
+                                   auto_found=any(plan.auto_found for plan in plans),
+                                   seen=tcp_port_bytes(files)), markup=False)
         raise typer.Exit(1)
     if failures:
         # One line: the file, the file offset of the damage and what it is.
@@ -205,8 +235,6 @@ def _decode_hex(api_keys: set[int], version: int | None, json_out: bool, verbose
     if key is not None:
         if version is None:
             raise ConfigError("--hex with --api (a response) needs --api-version")
-        if key not in API_BY_KEY:
-            raise ConfigError(f"--api {key}: no such API")
     f = decode_frame_bytes(data, api_key=key, api_version=version, show_secrets=show_secrets)
     _emit(f, json_out, verbose or not json_out, records, fmt, set(), out)
     if f.error is not None:

@@ -5,11 +5,10 @@
 How this works
 --------------
 A group member's JoinGroup carries, per assignor it supports, a
-``ConsumerProtocolSubscription`` (topics, owned partitions, generation, rack), written
-as a 2-byte version followed by the message (``encode_subscription``); the leader's
-SyncGroup carries each member's ``ConsumerProtocolAssignment``. Both layouts come from
-the one schema source (``protocol/schema_data.py``). A version newer than kctl knows is
-read as the newest it knows: later versions only append fields, as Java relies on too.
+``ConsumerProtocolSubscription`` (topics, owned partitions, generation, rack); the
+leader's SyncGroup carries each member's ``ConsumerProtocolAssignment``. Their codec is
+``protocol/consumer_protocol.py`` (shared with ``kctl decode``); here they are turned into
+and out of the engine's ``Subscription`` and ``Assignment``.
 
 The group's leader runs ``assign(partitions_per_topic, subscriptions)`` of the assignor
 the coordinator chose; every assignor is a pure function of its inputs (members are
@@ -41,18 +40,16 @@ from typing import Protocol
 
 from kctl.consumer_config import RebalanceProtocol
 from kctl.engine.batch import TopicPartition
-from kctl.errors import DecodeError, KctlError
-from kctl.protocol import messages
-from kctl.protocol.primitives import Reader
+from kctl.errors import KctlError
+from kctl.protocol import consumer_protocol
+from kctl.protocol.consumer_protocol import ASSIGNMENT_VERSION, SUBSCRIPTION_VERSION
 
 __all__ = ["Assignment", "Assignor", "CooperativeStickyAssignor", "RangeAssignor", "RoundRobinAssignor",
            "Subscription", "assignor_for", "decode_assignment", "decode_subscription",
            "encode_assignment", "encode_subscription"]
 
-_Subscription = messages.message_class("ConsumerProtocolSubscription")
-_Assignment = messages.message_class("ConsumerProtocolAssignment")
-SUBSCRIPTION_VERSION = 3
-ASSIGNMENT_VERSION = 3
+_Subscription = consumer_protocol.ConsumerProtocolSubscription
+_Assignment = consumer_protocol.ConsumerProtocolAssignment
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,24 +81,11 @@ def encode_subscription(sub: Subscription, version: int = SUBSCRIPTION_VERSION) 
         owned_partitions=[_Subscription.TopicPartition(topic=t, partitions=sorted(ps))
                           for t, ps in sorted(_grouped(sub.owned_partitions).items())],
         generation_id=sub.generation_id, rack_id=sub.rack_id)
-    return version.to_bytes(2, "big", signed=True) + messages.encode(body, version)
-
-
-def _decode(cls: type, data: bytes, what: str, latest: int):
-    """The message after its 2-byte version; a newer version than kctl knows is read as
-    the newest it knows, its trailing (newer) fields left unread."""
-    if len(data) < 2:
-        raise DecodeError(f"{what} of {len(data)} bytes has no version", offset=0, field="version")
-    version = Reader(data).int16("version")
-    if version < 0:
-        raise DecodeError(f"{what} version {version} is negative", offset=0, field="version")
-    if version <= latest:
-        return messages.decode(cls, version, data, 2)
-    return messages.decode_from(Reader(data, 2), cls, latest)
+    return consumer_protocol.encode_embedded(body, version)
 
 
 def decode_subscription(data: bytes) -> Subscription:
-    m = _decode(_Subscription, data, "consumer protocol subscription", SUBSCRIPTION_VERSION)
+    m = consumer_protocol.decode_subscription(data).message
     owned = tuple(TopicPartition(t.topic, p) for t in (m.owned_partitions or ()) for p in t.partitions)
     return Subscription(tuple(m.topics), owned, m.generation_id if m.generation_id is not None else -1,
                         m.rack_id, m.user_data)
@@ -112,14 +96,14 @@ def encode_assignment(a: Assignment, version: int = ASSIGNMENT_VERSION) -> bytes
         assigned_partitions=[_Assignment.TopicPartition(topic=t, partitions=sorted(ps))
                              for t, ps in sorted(_grouped(a.partitions).items())],
         user_data=a.user_data)
-    return version.to_bytes(2, "big", signed=True) + messages.encode(body, version)
+    return consumer_protocol.encode_embedded(body, version)
 
 
 def decode_assignment(data: bytes | None) -> Assignment:
     """An empty SyncGroup assignment (the member got nothing) is an empty ``Assignment``."""
     if not data:
         return Assignment(())
-    m = _decode(_Assignment, data, "consumer protocol assignment", ASSIGNMENT_VERSION)
+    m = consumer_protocol.decode_assignment(data).message
     return Assignment(tuple(TopicPartition(t.topic, p) for t in m.assigned_partitions for p in t.partitions),
                       m.user_data)
 

@@ -52,8 +52,8 @@ class ApiSnapshot:
     responses: int
     request_bytes: int
     response_bytes: int
-    latency_us: dict[float, int]     # percentile -> microseconds
-    latency_max_us: int
+    latency_us: dict[float, int]     # percentile -> microseconds (HdrHistogram bucket values)
+    latency_max_us: float            # the largest latency measured, exact (not a bucket value)
     latency_mean_us: float
     throttled: int                   # responses with throttle_time_ms > 0
     throttle_ms_max: int
@@ -156,6 +156,7 @@ class ApiReport:
     records: int
     batches: int
     latency: bytes                   # HdrHistogram.encode() of the latencies (µs), b"" when none
+    latency_max_ns: int = 0          # the largest latency measured, exact
 
 
 @dataclass(frozen=True, slots=True)
@@ -184,6 +185,7 @@ class _ApiCounters:
     records: int = 0
     batches: int = 0
     latency: HdrHistogram = field(default_factory=_histogram)
+    latency_max_ns: int = 0
 
 
 @dataclass(slots=True)
@@ -257,6 +259,7 @@ class ProxyStats:
             a.response_bytes += size
             if latency_ns is not None:
                 a.latency.record_value(min(max(1, latency_ns // 1000), _MAX_LATENCY_US))
+                a.latency_max_ns = max(a.latency_max_ns, latency_ns)
             if throttle_ms > 0:
                 a.throttled += 1
                 a.throttle_ms_max = max(a.throttle_ms_max, throttle_ms)
@@ -280,7 +283,8 @@ class ProxyStats:
             apis = tuple(
                 ApiReport(name, a.requests, a.responses, a.request_bytes, a.response_bytes,
                           a.throttled, a.throttle_ms_max, a.records, a.batches,
-                          a.latency.encode() if a.latency.get_total_count() else b"")
+                          a.latency.encode() if a.latency.get_total_count() else b"",
+                          a.latency_max_ns)
                 for name, a in self._apis.items())
             conns = tuple(ConnectionSnapshot(i, c.client, c.upstream, c.listener, c.in_flight,
                                              c.requests, c.responses, self.processor, c.state)
@@ -300,6 +304,7 @@ def merge_reports(reports: Iterable[StatsReport], now_ns: int, *, processors: in
     reports = list(reports)
     totals: dict[str, list[int]] = {}
     hists: dict[str, HdrHistogram] = {}
+    max_ns: Counter[str] = Counter()
     errors: Counter[str] = Counter()
     faults: Counter[str] = Counter()
     codecs: Counter[str] = Counter()
@@ -312,6 +317,7 @@ def merge_reports(reports: Iterable[StatsReport], now_ns: int, *, processors: in
                                    a.throttled, a.records, a.batches)):
                 t[i] += v
             t[7] = max(t[7], a.throttle_ms_max)
+            max_ns[a.api] = max(max_ns[a.api], a.latency_max_ns)
             if a.latency:
                 h = hists.get(a.api)
                 decoded = HdrHistogram.decode(a.latency)
@@ -331,7 +337,9 @@ def merge_reports(reports: Iterable[StatsReport], now_ns: int, *, processors: in
         apis[name] = ApiSnapshot(
             name, t[0], t[1], t[2], t[3],
             {p: (h.get_value_at_percentile(p) if count else 0) for p in PERCENTILES},
-            h.get_max_value() if count else 0, h.get_mean_value() if count else 0.0,
+            # The exact largest latency: HdrHistogram's max is its bucket's highest value
+            # (3 significant digits: 23030.849 ms reads 23035.903 ms).
+            max_ns[name] / 1000 if count else 0, h.get_mean_value() if count else 0.0,
             t[4], t[7], t[5], t[6])
     return StatsSnapshot(now_ns, apis, dict(errors), dict(faults),
                          tuple(sorted(conns, key=lambda c: c.id)), connections_total, decode_errors,

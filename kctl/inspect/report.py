@@ -10,20 +10,25 @@ from __future__ import annotations
 import base64
 import datetime as _dt
 import json
+import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any, Final
 
-from kctl.errors import BudgetExceededError
+from kctl.errors import BudgetExceededError, DecodeError
 from kctl.inspect.session import CaptureNotice, DecodedFrame, RecordSet
+from kctl.protocol.consumer_protocol import (
+    CONSUMER_PROTOCOL_TYPE, decode_assignment, decode_subscription,
+)
 from kctl.protocol.error_codes import error_for
-from kctl.protocol.messages import Message, to_jsonable
+from kctl.protocol.messages import Message, in_version, present_fields, to_jsonable
 from kctl.protocol.records import Record
 
 __all__ = [
     "error_codes", "throttle_time_ms", "frame_json", "notice_json", "frame_line", "gist",
     "format_ts", "RecordView", "iter_records", "record_json", "format_record",
     "binary_json", "DEFAULT_RECORD_FORMAT", "JSON_KEYS", "topics_of", "has_errors", "dumps",
+    "consumer_protocol_json",
 ]
 
 DEFAULT_RECORD_FORMAT: Final = "%t %p %o %k %s"
@@ -32,18 +37,20 @@ DEFAULT_RECORD_FORMAT: Final = "%t %p %o %k %s"
 JSON_KEYS: Final = (
     "ts", "ts_ns", "file", "src", "dst", "src_port", "dst_port", "direction", "api_key",
     "api_name", "api_version", "correlation_id", "client_id", "size", "stream_offset", "packet", "marks",
-    "latency_ms", "throttle_time_ms", "error_codes", "produce", "fetch", "body", "raw_body",
+    "latency_ms", "throttle_time_ms", "error_codes", "produce", "fetch", "topic_names",
+    "consumer_protocol", "body", "raw_body",
     "decode_error",
 )
 
 
-def error_codes(msg: Any) -> list[int]:
-    """Every ``*error_code`` value in a message tree, in tree order (zeros included)."""
+def error_codes(msg: Any, version: int | None = None) -> list[int]:
+    """Every ``*error_code`` value in a message tree, in tree order (zeros included); with
+    ``version``, only the fields that version of the message has."""
     out: list[int] = []
 
     def walk(v: Any) -> None:
         if isinstance(v, Message):
-            for f in v._fields:
+            for f in (v._fields if version is None else present_fields(v, version)):
                 x = getattr(v, f)
                 if f.endswith("error_code") and isinstance(x, int):
                     out.append(x)
@@ -57,12 +64,29 @@ def error_codes(msg: Any) -> list[int]:
     return out
 
 
-def _has_error_code_field(msg: Message) -> bool:
-    return bool(error_codes(msg)) or any(f.endswith("error_code") for f in msg._fields)
+_ERROR_CODE_FIELDS: dict[tuple[type, int], bool] = {}
 
 
-def throttle_time_ms(msg: Any) -> int | None:
-    v = getattr(msg, "throttle_time_ms", None) if isinstance(msg, Message) else None
+def _has_error_code_field(msg: Message, version: int) -> bool:
+    """Whether the message has an ``*error_code`` field (at any depth) in ``version``."""
+    key = (type(msg), version)
+    has = _ERROR_CODE_FIELDS.get(key)
+    if has is None:
+        def walk(fields: Any) -> bool:
+            return any(version in f.versions and (f.py_name.endswith("error_code") or (
+                f.fields is not None and walk(f.fields))) for f in fields)
+        spec = getattr(type(msg), "_spec", None)
+        has = _ERROR_CODE_FIELDS[key] = spec is not None and walk(spec.fields)
+    return has
+
+
+def throttle_time_ms(msg: Any, version: int | None = None) -> int | None:
+    """The message's throttle time; None when it has none (with ``version``: when that
+    version of the message has none)."""
+    if not isinstance(msg, Message) or (
+            version is not None and not in_version(msg, "throttle_time_ms", version)):
+        return None
+    v = getattr(msg, "throttle_time_ms", None)
     return v if isinstance(v, int) else None
 
 
@@ -122,23 +146,110 @@ def frame_json(f: DecodedFrame) -> dict[str, Any]:
     if f.latency_ns is not None:
         d["latency_ms"] = f.latency_ns / 1e6
     if f.direction == "response" and f.body is not None:
-        t = throttle_time_ms(f.body)
+        t = throttle_time_ms(f.body, f.api_version)
         if t is not None:
             d["throttle_time_ms"] = t
-        if _has_error_code_field(f.body):
+        if _has_error_code_field(f.body, f.api_version):
+            # A field the version lacks holds its default, 0: the non-zero codes are the sent ones.
             d["error_codes"] = [{"code": c, "name": error_for(c).name}
                                 for c in error_codes(f.body) if c]
     if f.api_key == 0 and f.direction == "request" and f.body is not None:
         d["produce"] = [_record_set_json(rs) for rs in f.record_sets]
     if f.api_key == 1 and f.direction == "response" and f.body is not None:
         d["fetch"] = [_record_set_json(rs) for rs in f.record_sets]
-    d["body"] = to_jsonable(f.body) if f.body is not None else None
+    if f.body is not None and f.topic_names and _names_topic_ids(type(f.body)):
+        named = _named_topic_ids(f)
+        if named:
+            d["topic_names"] = named
+    if f.body is not None and f.group_protocol_type == CONSUMER_PROTOCOL_TYPE:
+        embedded = consumer_protocol_json(f)
+        if embedded:
+            d["consumer_protocol"] = embedded
+    # Only the fields of the frame's version (a default in a field the version lacks would
+    # read as something the peer sent).
+    d["body"] = to_jsonable(f.body, f.api_version) if f.body is not None else None
     if f.raw_body is not None:
         d["raw_body"] = _b64(f.raw_body)
     if f.error is not None:
         d["decode_error"] = {"reason": f.error.reason, "offset": f.error.offset,
                              "field": f.error.field}
     return d
+
+
+def _embedded_json(field: str, data: bytes | None, kind: str) -> dict[str, Any]:
+    out: dict[str, Any] = {"field": field}
+    if not data:
+        out[kind] = None        # an empty assignment: the member got nothing
+        return out
+    try:
+        e = decode_subscription(data) if kind == "subscription" else decode_assignment(data)
+    except DecodeError as err:
+        out["decode_error"] = {"reason": err.reason, "offset": err.offset, "field": err.field}
+        return out
+    out["version"] = e.version
+    if e.read_as != e.version:
+        out["read_as"] = e.read_as
+    view = to_jsonable(e.message, e.read_as)
+    user_data = view.pop("user_data", None)
+    if in_version(e.message, "user_data", e.read_as):
+        view["user_data_bytes"] = None if user_data is None else len(e.message.user_data)
+    out[kind] = view
+    return out
+
+
+def consumer_protocol_json(f: DecodedFrame) -> list[dict[str, Any]]:
+    """A consumer group's JoinGroup metadata (subscriptions) and SyncGroup assignments,
+    decoded (docs/decode-json.md, ``consumer_protocol``): one object per embedded message,
+    naming the body field it is in."""
+    body, k, req = f.body, f.api_key, f.direction == "request"
+    if k == 11 and req:
+        return [_embedded_json(f"protocols[{i}].metadata", p.metadata, "subscription")
+                | {"protocol": p.name} for i, p in enumerate(body.protocols)]
+    if k == 11:
+        return [_embedded_json(f"members[{i}].metadata", m.metadata, "subscription")
+                | {"member_id": m.member_id} for i, m in enumerate(body.members)]
+    if k == 14 and req:
+        return [_embedded_json(f"assignments[{i}].assignment", a.assignment, "assignment")
+                | {"member_id": a.member_id} for i, a in enumerate(body.assignments)]
+    if k == 14:
+        return [_embedded_json("assignment", body.assignment, "assignment")]
+    return []
+
+
+_TOPIC_ID_MESSAGES: dict[type, bool] = {}
+
+
+def _names_topic_ids(cls: type) -> bool:
+    """Whether some version of the message has a ``topic_id`` field (cached per class)."""
+    has = _TOPIC_ID_MESSAGES.get(cls)
+    if has is None:
+        def walk(fields: Any) -> bool:
+            return any(f.py_name == "topic_id" or (f.fields is not None and walk(f.fields))
+                       for f in fields)
+        spec = getattr(cls, "_spec", None)
+        has = _TOPIC_ID_MESSAGES[cls] = spec is not None and walk(spec.fields)
+    return has
+
+
+def _named_topic_ids(f: DecodedFrame) -> dict[str, str]:
+    """The topic ids the body mentions whose names the capture's Metadata gave, id -> name."""
+    out: dict[str, str] = {}
+
+    def walk(v: Any) -> None:
+        if isinstance(v, Message):
+            tid = getattr(v, "topic_id", None)
+            if isinstance(tid, uuid.UUID) and tid in f.topic_names:
+                out[str(tid)] = f.topic_names[tid]
+            for fname in v._fields:
+                x = getattr(v, fname)
+                if isinstance(x, (Message, list)):
+                    walk(x)
+        elif isinstance(v, list):
+            for x in v:
+                if isinstance(x, (Message, list)):
+                    walk(x)
+    walk(f.body)
+    return out
 
 
 def notice_json(n: CaptureNotice) -> dict[str, Any]:
@@ -174,6 +285,58 @@ def _sets_gist(sets: list[RecordSet], limit: int = 4) -> str:
     return "; ".join(parts)
 
 
+def _field(msg: Any, name: str, version: int | None) -> Any:
+    """``msg.name`` when that version of the message has the field, else None."""
+    if not isinstance(msg, Message) or not hasattr(msg, name):
+        return None
+    if version is not None and not in_version(msg, name, version):
+        return None
+    return getattr(msg, name)
+
+
+def group_ids(body: Message, version: int | None) -> list[str]:
+    """The consumer/share/streams group ids a request names, wherever its version keeps them:
+    ``group_id``, OffsetFetch v8+'s ``groups[].group_id``, ``group_ids``
+    (ConsumerGroupDescribe), DescribeGroups' ``groups``, DeleteGroups' ``groups_names``."""
+    one = _field(body, "group_id", version)
+    if isinstance(one, str):
+        return [one]
+    out: list[str] = []
+    for name in ("group_ids", "groups", "groups_names"):
+        for g in _field(body, name, version) or ():
+            if isinstance(g, str):
+                out.append(g)
+            elif isinstance(_field(g, "group_id", version), str):
+                out.append(g.group_id)
+    return out
+
+
+def transactional_ids(body: Message, version: int | None) -> list[str]:
+    """The transactional ids a request names (non-null): ``transactional_id``,
+    AddPartitionsToTxn v0-3's ``v3_and_below_transactional_id`` and v4+'s
+    ``transactions[].transactional_id``, DescribeTransactions' ``transactional_ids``."""
+    out: list[str] = []
+    for name in ("transactional_id", "v3_and_below_transactional_id"):
+        x = _field(body, name, version)
+        if isinstance(x, str):
+            out.append(x)
+    for t in _field(body, "transactions", version) or ():
+        x = _field(t, "transactional_id", version)
+        if isinstance(x, str):
+            out.append(x)
+    out += [x for x in _field(body, "transactional_ids", version) or () if isinstance(x, str)]
+    return out
+
+
+def _ids_gist(word: str, ids: list[str], limit: int = 3) -> list[str]:
+    if not ids:
+        return []
+    text = f"{word}={','.join(ids[:limit])}"
+    if len(ids) > limit:
+        text += f" +{len(ids) - limit} more"
+    return [text]
+
+
 def gist(f: DecodedFrame) -> str:
     """A few words on what the frame says."""
     if f.error is not None:
@@ -197,21 +360,32 @@ def gist(f: DecodedFrame) -> str:
             parts = []
             for t in body.topics[:4]:
                 for p in t.partitions[:4]:
-                    parts.append(f"{t.topic or t.topic_id}/{p.partition}@{p.fetch_offset}")
-            words.append(" ".join(parts) or f"session={body.session_id}")
+                    parts.append(f"{f.topic_name(t.topic, t.topic_id)}/{p.partition}@{p.fetch_offset}")
+            session = _field(body, "session_id", f.api_version)     # v7+ (KIP-227)
+            words.append(" ".join(parts) or (f"session={session}" if session is not None
+                                             else "no partitions"))
         elif k == 3:
             topics = body.topics
-            words.append("all topics" if topics is None else
-                         "topics: " + ",".join(str(t.name or t.topic_id) for t in topics[:6])
+            # v0 asks for every topic with an empty array; v1+ with null (KIP-4).
+            words.append("all topics" if topics is None or (not topics and f.api_version == 0) else
+                         "topics: " + ",".join(f.topic_name(t.name, t.topic_id) for t in topics[:6])
                          if topics else "no topics")
-        elif hasattr(body, "group_id"):
-            words.append(f"group={body.group_id}")
+        elif k == 10:
+            # v0-3: one key; v4+: coordinator_keys (KIP-699); key_type 0 group, 1 transaction.
+            keys = _field(body, "coordinator_keys", f.api_version)
+            if keys is None:
+                keys = [body.key]
+            words += _ids_gist("txn" if _field(body, "key_type", f.api_version) == 1 else "group",
+                               [x for x in keys if isinstance(x, str)])
+        else:
+            words += _ids_gist("txn", transactional_ids(body, f.api_version))
+            words += _ids_gist("group", group_ids(body, f.api_version))
     else:
         if k == 0:
             parts = []
             for t in body.responses[:4]:
                 for p in t.partition_responses[:4]:
-                    s = f"{t.name or t.topic_id}/{p.index}@{p.base_offset}"
+                    s = f"{f.topic_name(t.name, t.topic_id)}/{p.index}@{p.base_offset}"
                     if p.error_code:
                         s += f" {error_for(p.error_code).name}"
                     parts.append(s)
@@ -225,7 +399,7 @@ def gist(f: DecodedFrame) -> str:
         errs = sorted({error_for(c).name for c in error_codes(body) if c})
         if errs and k != 0:
             words.append("errors: " + ",".join(errs))
-        t = throttle_time_ms(body)
+        t = throttle_time_ms(body, f.api_version)
         if t:
             words.append(f"throttled {t}ms")
     return " ".join(w for w in words if w)
@@ -266,9 +440,13 @@ class RecordView:
 
 
 def iter_records(f: DecodedFrame) -> Iterator[RecordView]:
+    """The data records of a frame's record sets. Control records (the COMMIT/ABORT markers
+    of transactions, in batches with the control bit) are left out, as a Java consumer and
+    kcat leave them out: they are not data (``--summary`` and the frame views count them)."""
     for rs in f.record_sets:
-        for _batch, r in rs.iter_records():
-            yield RecordView(rs.topic, rs.partition, r, f.direction)
+        for batch, r in rs.iter_records():
+            if not batch.is_control:
+                yield RecordView(rs.topic, rs.partition, r, f.direction)
 
 
 def record_json(v: RecordView) -> dict[str, Any]:
@@ -333,21 +511,39 @@ def dumps(obj: Any) -> str:
     return json.dumps(obj, separators=(",", ":"), ensure_ascii=False, default=str)
 
 
+#: Fields holding lists of topic names (DeleteTopics v0-5, group heartbeats, Streams topologies).
+_TOPIC_NAME_LISTS: Final = frozenset({"topic_names", "subscribed_topic_names", "source_topics",
+                                      "repartition_sink_topics"})
+
+
 def topics_of(f: DecodedFrame) -> set[str]:
-    """Topic names a frame mentions (record sets, and any ``*Topic*`` struct's name/topic)."""
+    """Topic names a frame mentions: its record sets; in the fields of the frame's version, a
+    ``*Topic*`` struct's ``name``/``topic``, any ``topic_name`` (or ``topic`` string), lists
+    of topic names, and a topic id (Fetch v13+, Produce v13+, ...) by the name that id has in
+    the capture's Metadata (else the id's text) when its struct gives no name."""
     out = {rs.topic for rs in f.record_sets}
+    version = f.api_version
 
     def walk(v: Any) -> None:
         if isinstance(v, Message):
-            if "Topic" in type(v).__qualname__.rsplit(".", 1)[-1]:
-                for attr in ("name", "topic"):
-                    x = getattr(v, attr, None)
-                    if isinstance(x, str) and x:
-                        out.add(x)
-            for fname in v._fields:
+            topic_struct = "Topic" in type(v).__qualname__.rsplit(".", 1)[-1]
+            named = False
+            tid = None
+            for fname in (v._fields if version is None else present_fields(v, version)):
                 x = getattr(v, fname)
-                if isinstance(x, (Message, list)):
+                if isinstance(x, str):
+                    if x and (fname == "topic_name" or fname == "topic"
+                              or (fname == "name" and topic_struct)):
+                        out.add(x)
+                        named = True
+                elif fname == "topic_id" and isinstance(x, uuid.UUID):
+                    tid = x
+                elif isinstance(x, list) and fname in _TOPIC_NAME_LISTS:
+                    out.update(t for t in x if isinstance(t, str) and t)
+                elif isinstance(x, (Message, list)):
                     walk(x)
+            if not named and tid is not None and tid.int:
+                out.add(f.topic_name(None, tid))
         elif isinstance(v, list):
             for x in v:
                 if isinstance(x, (Message, list)):

@@ -27,8 +27,9 @@ order;
 from __future__ import annotations
 
 import struct
+import uuid
 from collections import Counter, OrderedDict
-from collections.abc import Callable, Collection, Iterable, Iterator
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, BinaryIO, Final
@@ -42,7 +43,7 @@ from kctl.inspect.reassembly import (
 from kctl.protocol import schema
 from kctl.protocol.frames import DEFAULT_MAX_FRAME_BYTES
 from kctl.protocol.messages import (
-    Message, RequestHeader, decode_from, decode_request, decode_response,
+    Message, RequestHeader, decode_from, decode_request, decode_response, in_version,
 )
 from kctl.protocol.primitives import Reader
 from kctl.protocol.compression import DecompressionBudget
@@ -59,6 +60,8 @@ MAX_OUTSTANDING_PER_CONNECTION: Final = 4096
 PRODUCE_KEY: Final = 0
 FETCH_KEY: Final = 1
 METADATA_KEY: Final = 3
+JOIN_GROUP_KEY: Final = 11
+SYNC_GROUP_KEY: Final = 14
 SASL_AUTHENTICATE_KEY: Final = 36
 #: What replaces SaslAuthenticate's auth_bytes (a PLAIN password, a SCRAM proof) in output.
 REDACTED_AUTH_BYTES: Final = b"<redacted: SASL credentials; --show-secrets shows them>"
@@ -127,6 +130,15 @@ class RecordSet:
             yield self.batches[i], r
 
 
+def _topic_name(names: Mapping[uuid.UUID, str], name: str | None,
+                topic_id: uuid.UUID | None) -> str:
+    if name:
+        return name
+    if topic_id is not None and topic_id.int:
+        return names.get(topic_id, str(topic_id))
+    return ""
+
+
 @dataclass(slots=True)
 class DecodedFrame:
     """One Kafka frame from a capture, decoded as far as it goes."""
@@ -149,11 +161,23 @@ class DecodedFrame:
     marks: tuple[str, ...] = ()
     record_sets: list[RecordSet] = field(default_factory=list)
     packet: int = 0                 # capture packet number of the segment completing the frame
+    # Topic id -> name, learnt from the capture's Metadata responses (the decoder's map,
+    # shared: KIP-516 requests such as Fetch v13+ and Produce v13+ name topics by id only).
+    topic_names: Mapping[uuid.UUID, str] = field(default_factory=dict)
+    # JoinGroup/SyncGroup: the group's protocol_type ("consumer": the metadata and
+    # assignments are the consumer protocol's), from the frame or, for versions without the
+    # field, from the group's JoinGroup earlier in the capture.
+    group_protocol_type: str | None = None
 
     @property
     def api_name(self) -> str | None:
         api = schema.API_BY_KEY.get(self.api_key) if self.api_key is not None else None
         return api.name if api is not None else None
+
+    def topic_name(self, name: str | None, topic_id: uuid.UUID | None) -> str:
+        """A topic as a reader knows it: its name, else the name its id had in the capture's
+        Metadata, else the id; "" when the frame gives neither."""
+        return _topic_name(self.topic_names, name, topic_id)
 
     @property
     def src(self) -> Endpoint:
@@ -192,6 +216,7 @@ class _Pending:
     api_version: int
     ts_ns: int
     known: bool
+    group_protocol_type: str | None = None     # JoinGroup/SyncGroup requests
 
 
 class CaptureDecoder:
@@ -211,6 +236,7 @@ class CaptureDecoder:
         self._budget_noticed = False
         self._outstanding: dict[ConnectionId, OrderedDict[int, _Pending]] = {}
         self.topic_names: dict[Any, str] = {}      # topic id (UUID) -> name, from Metadata
+        self.group_protocol_types: dict[str, str] = {}  # group id -> protocol_type, from JoinGroup
         self.reassembler = Reassembler(broker_ports, expects_response=self._expects,
                                        verify_request=_request_decodes,
                                        verify_response=self._response_decodes,
@@ -297,6 +323,7 @@ class CaptureDecoder:
         if fr.resynced:
             df.marks += ("resynced",)
         df.packet = fr.packet
+        df.topic_names = self.topic_names
         if df.api_key == SASL_AUTHENTICATE_KEY and not self.show_secrets:
             _redact_auth_bytes(df)
         return df
@@ -339,7 +366,18 @@ class CaptureDecoder:
         df.client_id = getattr(req.header, "client_id", None)
         if api_key == PRODUCE_KEY and self.decode_records:
             df.record_sets = self._produce_sets(req.body, len(data))
+        elif api_key in (JOIN_GROUP_KEY, SYNC_GROUP_KEY):
+            df.group_protocol_type = self._group_protocol_type(req.body, api_key, api_version)
+            self._outstanding[fr.conn][corr].group_protocol_type = df.group_protocol_type
         return df
+
+    def _group_protocol_type(self, body: Message, api_key: int, api_version: int) -> str | None:
+        """A JoinGroup/SyncGroup request's protocol_type: its own (JoinGroup; SyncGroup v5+),
+        else the one its group joined with earlier in the capture."""
+        own = body.protocol_type if in_version(body, "protocol_type", api_version) else None
+        if api_key == JOIN_GROUP_KEY and own is not None:
+            self.group_protocol_types[body.group_id] = own
+        return own if own is not None else self.group_protocol_types.get(body.group_id)
 
     def _remember(self, conn: ConnectionId, corr: int, p: _Pending) -> None:
         pending = self._outstanding.setdefault(conn, OrderedDict())
@@ -379,6 +417,10 @@ class CaptureDecoder:
             df.raw_body = data[4:]
             return df
         df.header, df.body = resp.header, resp.body
+        df.group_protocol_type = req.group_protocol_type
+        if (df.group_protocol_type is None and req.api_key in (JOIN_GROUP_KEY, SYNC_GROUP_KEY)
+                and in_version(resp.body, "protocol_type", req.api_version)):
+            df.group_protocol_type = resp.body.protocol_type   # JoinGroup v7+, SyncGroup v5+
         if req.api_key == FETCH_KEY and self.decode_records:
             df.record_sets = self._fetch_sets(resp.body, len(data))
         elif req.api_key == METADATA_KEY:
@@ -388,11 +430,7 @@ class CaptureDecoder:
     # -- record sets ----------------------------------------------------
 
     def _topic(self, name: str | None, topic_id: Any) -> str:
-        if name:
-            return name
-        if topic_id is not None and topic_id.int:
-            return self.topic_names.get(topic_id, str(topic_id))
-        return ""
+        return _topic_name(self.topic_names, name, topic_id)
 
     def _produce_sets(self, body: Message, frame_bytes: int) -> list[RecordSet]:
         self.budget.start_frame(frame_bytes)
@@ -515,13 +553,15 @@ def decode_files(paths: Iterable[str | Path], broker_ports: Collection[int], *,
 
 
 def guess_broker_ports(paths: Iterable[str | Path], *, max_segments: int = 200_000,
-                       open_file: Callable[[str | Path], BinaryIO] | None = None) -> set[int]:
+                       open_file: Callable[[str | Path], BinaryIO] | None = None,
+                       default: int | None = DEFAULT_BROKER_PORT) -> set[int]:
     """``--port auto``: the ports that receive frames which start like Kafka requests.
 
     Per connection (unordered endpoints), payloads that begin with a plausible
     request header vote for their destination port; a SYN without ACK is a
     weaker vote for its destination. The majority port of each connection is a
-    broker port. Falls back to 9092 when nothing looks like Kafka. ``open_file`` opens a
+    broker port. Falls back to ``default`` (9092; ``None``: the empty set) when nothing
+    looks like Kafka. ``open_file`` opens a
     path for reading (default: a local file; a URI opener for captures on a cluster's store).
     """
     opener = open_file or (lambda p: open(p, "rb"))
@@ -549,7 +589,7 @@ def guess_broker_ports(paths: Iterable[str | Path], *, max_segments: int = 200_0
         ports.add(port)
     if not ports:
         ports = {p for p, _ in syn_votes.most_common(1)}
-    return ports or {DEFAULT_BROKER_PORT}
+    return ports or ({default} if default is not None else set())
 
 
 def decode_frame_bytes(data: bytes, *, api_key: int | None = None,

@@ -1,7 +1,7 @@
 """``kctl decode --summary``: totals over every frame of a capture.
 
 Per API: requests, responses, bytes, request->response latency percentiles
-(an HdrHistogram in microseconds, 3 significant digits); per topic/partition
+(an HdrHistogram in microseconds, 3 significant digits, beside the exact max); per topic/partition
 (separately for what was produced and what was fetched): records, bytes,
 batches and codecs; errors by name; throttling totals; notices by kind.
 """
@@ -35,10 +35,15 @@ class ApiStats:
     # The mean is kept exactly: HdrHistogram.get_mean_value() walks every bucket of
     # this 1 µs..1 h range (about 0.4 s per API, most of a small capture's decode time).
     latency_sum_us: int = 0
+    # The largest latency measured, exact: the histogram's p100 is the highest value of its
+    # bucket (3 significant digits: 23030.849 ms reads 23035.903 ms).
+    latency_max_ns: int = 0
 
-    def record_latency_us(self, value_us: int) -> None:
+    def record_latency(self, latency_ns: int) -> None:
+        value_us = min(max(1, latency_ns // 1000), _MAX_LATENCY_US)
         self.latency_us.record_value(value_us)
         self.latency_sum_us += value_us
+        self.latency_max_ns = max(self.latency_max_ns, latency_ns)
 
     def to_dict(self) -> dict[str, Any]:
         h = self.latency_us
@@ -50,6 +55,7 @@ class ApiStats:
             # One pass over the buckets for all percentiles (one walk each cost ~5 ms per API).
             values = h.get_percentile_to_value_dict(list(PERCENTILES))
             d["latency_ms"] = {f"p{p:g}": values[p] / 1000 for p in PERCENTILES}
+            d["latency_ms"]["max"] = self.latency_max_ns / 1e6
             d["latency_ms"]["mean"] = round(self.latency_sum_us / h.get_total_count() / 1000, 3)
         return d
 
@@ -105,12 +111,12 @@ class CaptureSummary:
             st.responses += 1
             st.response_bytes += f.size + 4
             if f.latency_ns is not None:
-                st.record_latency_us(min(max(1, f.latency_ns // 1000), _MAX_LATENCY_US))
+                st.record_latency(f.latency_ns)
             if f.body is not None:
                 for c in error_codes(f.body):
                     if c:
                         self.errors[error_for(c).name] += 1
-                t = throttle_time_ms(f.body)
+                t = throttle_time_ms(f.body, f.api_version)
                 if t:
                     self.throttled_responses += 1
                     self.throttle_ms_total += t

@@ -57,6 +57,29 @@ def tcp_port_bytes(paths: Iterable[str | Path], *, max_segments: int = 2_000_000
     return ports
 
 
+def no_kafka_traffic(command: str, files: Iterable[str], tried: Iterable[int], *,
+                     auto: bool, auto_found: bool, seen: Counter[int]) -> str:
+    """The one line ``kctl decode``/``kctl analyze`` print when no Kafka frame was found.
+    ``tried``: the broker ports read; ``auto``: ``--port auto`` was asked (alone or with
+    ports); ``auto_found``: it found broker ports (a kctl capture's legs, or connections
+    carrying Kafka requests) rather than falling back to Kafka's default port;
+    ``seen``: ``tcp_port_bytes`` of the files."""
+    names = ", ".join(map(str, files))
+    if not seen:
+        return (f"kctl {command}: no TCP traffic at all in {names}"
+                + (" (nothing for --port auto to find)" if auto else ""))
+    tried = sorted(set(tried))
+    ports = f"port{'s' if len(tried) > 1 else ''} {', '.join(map(str, tried))}"
+    if auto and not auto_found:
+        where = (f"--port auto found no connection carrying Kafka requests, and {ports} "
+                 "(Kafka's default, or given) holds none")
+        return (f"kctl {command}: no Kafka traffic found in {names}: {where}; TCP ports seen, "
+                f"with their payload bytes: {describe_ports(seen)}; give the broker's with --port")
+    how = " (found by --port auto)" if auto else ""
+    return (f"kctl {command}: no Kafka traffic found in {names} on {ports}{how}; TCP ports seen, "
+            f"with their payload bytes: {describe_ports(seen)}; give the broker's with --port")
+
+
 def describe_ports(ports: Counter[int], *, top: int = 10) -> str:
     """"9093 (1.2 MB), 51234 (1.2 MB), ..." largest first; "none" when empty."""
     if not ports:

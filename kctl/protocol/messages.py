@@ -26,6 +26,7 @@ from __future__ import annotations
 import base64
 import struct
 import uuid as _uuid
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -38,7 +39,7 @@ __all__ = [
     "Message", "RequestHeader", "ResponseHeader", "Request", "Response",
     "request_class", "response_class", "message_class", "encode", "decode",
     "encode_request", "encode_response", "decode_request", "decode_response",
-    "peek_correlation_id", "to_jsonable",
+    "peek_correlation_id", "to_jsonable", "in_version", "present_fields",
 ]
 
 _MISSING: Final = object()
@@ -789,22 +790,74 @@ def peek_correlation_id(data: bytes | bytearray | memoryview, *, request: bool =
 # JSON view
 # --------------------------------------------------------------------------
 
-def to_jsonable(value: Any) -> Any:
-    """A JSON-friendly view: messages -> dicts, bytes -> {"$base64": ...}, UUID -> str."""
+def in_version(msg: Message, py_name: str, version: int) -> bool:
+    """Whether field ``py_name`` of ``msg`` exists in ``version`` of its message (on the wire,
+    or as a tagged field of that version)."""
+    spec = type(msg)._field_specs.get(py_name)  # type: ignore[attr-defined]
+    return spec is not None and version in spec.versions
+
+
+#: (class, version) -> ((field, tagged default or _MISSING), ...): what ``present_fields`` checks.
+_PRESENT: dict[tuple[type, int], tuple[tuple[str, Any], ...]] = {}
+
+
+def _present_plan(cls: type, version: int) -> tuple[tuple[str, Any], ...]:
+    plan = _PRESENT.get((cls, version))
+    if plan is None:
+        specs, defaults = cls._field_specs, cls._defaults  # type: ignore[attr-defined]
+        out: list[tuple[str, Any]] = []
+        for f in cls._fields:
+            if f == cls._tags_attr:
+                out.append((f, None))
+                continue
+            spec = specs[f]
+            if version not in spec.versions:
+                continue
+            if version in spec.tagged_versions:
+                mutable, val = defaults[f]
+                out.append((f, (mutable, val)))
+            else:
+                out.append((f, _MISSING))
+        plan = _PRESENT[(cls, version)] = tuple(out)
+    return plan
+
+
+def present_fields(msg: Message, version: int) -> Iterator[str]:
+    """The fields of ``msg`` a frame of ``version`` carries, in schema order: those the
+    version has, a tagged one only when its value is not its default (a writer leaves a
+    tagged field out when it holds its default, so the decoded object cannot tell an absent
+    tag from one sent with the default value), then the unknown tagged fields when any."""
+    for f, tagged in _present_plan(type(msg), version):
+        if tagged is _MISSING:
+            yield f
+        elif tagged is None:            # the unknown tagged fields
+            if getattr(msg, f):
+                yield f
+        else:
+            mutable, val = tagged
+            if getattr(msg, f) != (val() if mutable else val):
+                yield f
+
+
+def to_jsonable(value: Any, version: int | None = None) -> Any:
+    """A JSON-friendly view: messages -> dicts, bytes -> {"$base64": ...}, UUID -> str.
+    With ``version`` (the frame's API version), only the fields that version carries
+    (``present_fields``); without it, every field of the class (the union of all versions)."""
     if isinstance(value, Message):
         out: dict[str, Any] = {}
-        for f in value._fields:
+        names = value._fields if version is None else present_fields(value, version)
+        for f in names:
             v = getattr(value, f)
             if f == value._tags_attr:
                 if v:
                     out[f] = {str(k): {"$base64": base64.b64encode(b).decode()} for k, b in v.items()}
                 continue
-            out[f] = to_jsonable(v)
+            out[f] = to_jsonable(v, version)
         return out
     if isinstance(value, (bytes, bytearray, memoryview)):
         return {"$base64": base64.b64encode(bytes(value)).decode()}
     if isinstance(value, _uuid.UUID):
         return str(value)
     if isinstance(value, list):
-        return [to_jsonable(v) for v in value]
+        return [to_jsonable(v, version) for v in value]
     return value

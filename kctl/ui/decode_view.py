@@ -13,7 +13,8 @@ from kctl.inspect.report import frame_json, frame_line
 __all__ = ["frame_tree", "summary_tables"]
 
 _HEAD_KEYS = ("ts", "src", "dst", "direction", "api_name", "api_version", "correlation_id",
-              "client_id", "latency_ms", "throttle_time_ms", "error_codes", "marks",
+              "client_id", "latency_ms", "throttle_time_ms", "error_codes", "marks", "topic_names",
+              "consumer_protocol",
               "decode_error")
 
 
@@ -60,7 +61,7 @@ def summary_tables(s: dict[str, Any]) -> list[Table]:
         lat = a.get("latency_ms", {})
         t.add_row(Text(name), str(a["requests"]), str(a["responses"]), str(a["request_bytes"]),
                   str(a["response_bytes"]), *(f"{lat[p]:.3f}" if p in lat else "-"
-                                              for p in ("p50", "p99", "p100")))
+                                              for p in ("p50", "p99", "max")))
     out.append(t)
     for key, title in (("produced", "Produced"), ("fetched", "Fetched")):
         if not s[key]:
