@@ -52,7 +52,7 @@ class ApiSnapshot:
     responses: int
     request_bytes: int
     response_bytes: int
-    latency_us: dict[float, int]     # percentile -> microseconds (HdrHistogram bucket values)
+    latency_us: dict[float, float]   # percentile -> µs (HdrHistogram bucket values, capped at the max)
     latency_max_us: float            # the largest latency measured, exact (not a bucket value)
     latency_mean_us: float
     throttled: int                   # responses with throttle_time_ms > 0
@@ -336,7 +336,10 @@ def merge_reports(reports: Iterable[StatsReport], now_ns: int, *, processors: in
         count = h.get_total_count() if h is not None else 0
         apis[name] = ApiSnapshot(
             name, t[0], t[1], t[2], t[3],
-            {p: (h.get_value_at_percentile(p) if count else 0) for p in PERCENTILES},
+            # Bucket values, never above the largest latency measured (a bucket's highest
+            # value can be: p99 would read above max).
+            {p: (min(h.get_value_at_percentile(p), max_ns[name] / 1000) if count else 0)
+             for p in PERCENTILES},
             # The exact largest latency: HdrHistogram's max is its bucket's highest value
             # (3 significant digits: 23030.849 ms reads 23035.903 ms).
             max_ns[name] / 1000 if count else 0, h.get_mean_value() if count else 0.0,

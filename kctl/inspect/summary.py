@@ -54,7 +54,9 @@ class ApiStats:
         if h.get_total_count():
             # One pass over the buckets for all percentiles (one walk each cost ~5 ms per API).
             values = h.get_percentile_to_value_dict(list(PERCENTILES))
-            d["latency_ms"] = {f"p{p:g}": values[p] / 1000 for p in PERCENTILES}
+            # Bucket values, never above the largest latency measured (a bucket's highest
+            # value can be: p99 would read above max).
+            d["latency_ms"] = {f"p{p:g}": min(values[p] / 1000, self.latency_max_ns / 1e6) for p in PERCENTILES}
             d["latency_ms"]["max"] = self.latency_max_ns / 1e6
             d["latency_ms"]["mean"] = round(self.latency_sum_us / h.get_total_count() / 1000, 3)
         return d
