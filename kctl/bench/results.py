@@ -246,12 +246,30 @@ def timeline_from_intervals(intervals: Sequence[LoggedInterval], *, unit_ms: flo
     return out
 
 
+def covered_s(spans: Sequence[tuple[float, float]]) -> float:
+    """Seconds covered by the union of (start_s, end_s) spans. A log may hold several
+    repetitions (a bench cell's log holds each of its repetitions, with other cells' runs
+    in between) or intervals that overlap: a rate over first start -> last end would count
+    the gaps, one over the summed lengths would count an overlap twice."""
+    total = 0.0
+    cur_start = cur_end = None
+    for start, end in sorted(spans):
+        if cur_end is None or start > cur_end:
+            if cur_end is not None:
+                total += cur_end - cur_start
+            cur_start, cur_end = start, end
+        else:
+            cur_end = max(cur_end, end)
+    if cur_end is not None:
+        total += cur_end - cur_start
+    return total
+
+
 def _metrics_from_intervals(intervals: Sequence[LoggedInterval], unit_ms: float) -> dict[str, float]:
     merged = merge_intervals(intervals)
     tag = _main_tag(intervals)
     main = merged.get(tag)
-    rows = [iv for iv in intervals if iv.tag == tag]
-    span = (max(iv.end_s for iv in rows) - min(iv.start_s for iv in rows)) if rows else 0.0
+    span = covered_s([(iv.start_s, iv.end_s) for iv in intervals if iv.tag == tag])
     out: dict[str, float] = {}
     n = main.get_total_count() if main is not None else 0
     out["records_per_s"] = n / span if span > 0 else 0.0

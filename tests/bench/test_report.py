@@ -95,3 +95,27 @@ def test_bad_input_is_one_line_and_no_traceback(tmp_path, capsys, monkeypatch):
         assert len(lines) == 1 and message in lines[0], (args, err)
     run = kctl("bench", "--matrix", "acks")       # and once as a real process
     assert run.returncode == 2 and run.stderr.startswith("kctl: error: --matrix") and "Traceback" not in run.stderr
+
+
+def test_hlog_rate_leaves_out_the_gap_between_repetitions(tmp_path):
+    """A bench cell's log holds each repetition, with the other cells' runs in between:
+    the rate is the count over the time the intervals cover (3 s + 3 s), not first start
+    -> last end (which counted the 6 s gap and showed half the rate)."""
+    with open(tmp_path / "cell.hlog", "w") as f:
+        w = HistogramLogWriter(f)
+        w.output_log_format_version()
+        for start_ms in (0, 1000, 2000, 9000, 10000, 11000):
+            h = HdrHistogram(1, 3_600_000_000_000, 3)
+            h.record_value(1000, 5000)
+            h.set_start_time_stamp(1_700_000_000_000 + start_ms)
+            h.set_end_time_stamp(1_700_000_000_000 + start_ms + 1000)
+            w.output_interval_histogram(h)
+    [cell] = load_run(tmp_path / "cell.hlog")
+    assert abs(cell.reps[0].metrics["records_per_s"] - 5000) < 1
+
+
+def test_covered_s_counts_an_overlap_once():
+    from kctl.bench.results import covered_s
+    assert covered_s([(0.0, 3.0), (9.0, 12.0)]) == 6.0
+    assert covered_s([(0.0, 2.0), (1.0, 3.0), (3.0, 4.0)]) == 4.0
+    assert covered_s([]) == 0.0
