@@ -39,7 +39,7 @@ from kctl.bench.results import (
 )
 from kctl.bench.workload import Cell, Workload
 from kctl.config import redact_properties
-from kctl.errors import KctlError
+from kctl.errors import ConfigError, KctlError
 from kctl.load.produce import ProduceOptions, execute, prepare
 from kctl.quantities import parse_duration, parse_warmup
 from kctl.stats.hlog import IntervalLogWriter, LoggedInterval, read_interval_log
@@ -89,9 +89,9 @@ class BenchRunner:
             rate=w.rate, duration=duration, warmup=w.warmup, record_size=w.record_size,
             payload=w.payload, compressibility=w.compressibility, keys=w.keys,
             properties=props, workers=w.workers, interval=self.interval_s,
-            # --consume measures e2e from the identity header; without it the header is
-            # left out, as a plain producer benchmark would not send it.
-            id_headers=w.consume, consume=w.consume)
+            # The identity header as kctl produce sends it (on unless --no-id-headers),
+            # so a cell is the workload a produce run with the same flags is.
+            id_headers=w.id_headers, consume=w.consume)
 
     def run(self) -> BenchResults:
         w = self.workload
@@ -167,6 +167,9 @@ def find_max_rate(workload: Workload, slos: Sequence[Slo], *, start_rate: float,
     if len(w.cells()) > 1:
         raise KctlError("--find-max-rate searches one configuration: give -X properties, not a --matrix")
     consume = w.consume or any(s.clock == "e2e" for s in slos)
+    if consume and not w.id_headers:
+        raise ConfigError("an e2e bound (or --consume) measures e2e from the record identity header: "
+                          "drop --no-id-headers")
     _, warm_s = parse_warmup(w.warmup)
     measure_s = parse_duration(w.duration, "duration")
     interval_s = min(1.0, max(0.25, measure_s / 8))
@@ -184,7 +187,7 @@ def find_max_rate(workload: Workload, slos: Sequence[Slo], *, start_rate: float,
                 bootstrap=bootstrap, topic=f"{w.topic}-max-rate", partitions=w.partitions, rate=rate,
                 duration=f"{measure_s + warm_s:g}s", warmup=w.warmup, record_size=w.record_size,
                 payload=w.payload, compressibility=w.compressibility, keys=w.keys, properties=props,
-                workers=w.workers, interval=interval_s, id_headers=consume, consume=consume))
+                workers=w.workers, interval=interval_s, id_headers=w.id_headers, consume=consume))
             outcome = execute(plan)
             if outcome.result.interrupted:
                 raise KeyboardInterrupt

@@ -40,6 +40,7 @@ def bench(
     repetitions: Optional[int] = typer.Option(None, "--repetitions", help="Repetitions per cell, interleaved (default 3)."),
     workers: Optional[int] = typer.Option(None, "--workers", help="Worker processes per run (default: CPU cores)."),
     consume: bool = typer.Option(False, "--consume", help="Also consume every run (kctl produce --consume): the e2e clock (consumed - intended send time) in the table, results and logs."),
+    no_id_headers: bool = typer.Option(False, "--no-id-headers", help="Do not add the 24-byte kctl identity header (run, worker, sequence, intended time) that every record carries otherwise, as in kctl produce (workload id_headers = false); not with --consume."),
     find_max_rate: bool = typer.Option(False, "--find-max-rate", help="Search for the highest --rate at which every --slo holds: bracketing search over fixed-rate steps (each --warmup then --duration, default 1s + 5s); a step short of its target rate fails."),
     slo: list[str] = typer.Option([], "--slo", help="A latency bound for --find-max-rate: [clock.]percentile<bound, e.g. 'p99<50ms' (intended clock), 'e2e.p99<100ms', 'request.p99.9<20ms' (repeatable: all must hold)."),
     max_steps: int = typer.Option(12, "--max-steps", help="--find-max-rate: most steps to run."),
@@ -72,6 +73,7 @@ def bench(
         bootstrap=bootstrap_server, topic=topic, partitions=partitions, record_size=record_size,
         payload=payload, keys=keys, rate=parse_rate(rate, "--rate") if rate is not None else None, duration=duration, warmup=warmup,
         repetitions=repetitions, workers=workers, matrix=merged_matrix, consume=consume or None,
+        id_headers=False if no_id_headers else None,
         properties=(base.properties + extra) if extra else None)
     if junit_xml and not baseline:
         raise ConfigError("--junit-xml reports the regression gate: give --baseline too")
