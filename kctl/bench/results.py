@@ -284,6 +284,11 @@ def _metrics_from_intervals(intervals: Sequence[LoggedInterval], unit_ms: float)
     return out
 
 
+_READS = ("kctl report reads a bench results.json or its --out directory, a kctl produce "
+          "--json-out summary, or an HdrHistogram .hlog")
+_MAX_RATE_REFUSAL = ("{}: a bench --find-max-rate search, which kctl report does not compare: its "
+                     "steps are in that file and max-rate.png beside it; " + _READS)
+
 _UNIT_MS = {"ns": 1e-6, "us": 1e-3, "ms": 1.0, "s": 1e3}
 
 
@@ -300,9 +305,13 @@ def load_run(path: str | Path, *, hlog_unit: str = "us") -> list[CellResult]:
     ``hlog_unit``: kctl writes microseconds; other tools often nanoseconds)."""
     p = Path(path)
     if p.is_dir():
+        if not (p / "results.json").exists() and (p / "max-rate.json").exists():
+            raise ConfigError(_MAX_RATE_REFUSAL.format(p / "max-rate.json"))
+        if not (p / "results.json").exists():
+            raise ConfigError(f"{path}: a directory without results.json ({_READS})")
         p = p / "results.json"
     if not p.exists():
-        raise ConfigError(f"{path}: no such file (expected results.json, a produce summary or an .hlog)")
+        raise ConfigError(f"{path}: no such file ({_READS})")
     if hlog_unit not in _UNIT_MS:
         raise ConfigError(f"--hlog-unit must be one of {', '.join(_UNIT_MS)}, not {hlog_unit!r}")
     head = p.read_bytes()[:4096].lstrip()
@@ -314,6 +323,8 @@ def load_run(path: str | Path, *, hlog_unit: str = "us") -> list[CellResult]:
                 return BenchResults.from_dict(doc).cells
             except (KeyError, TypeError, ValueError) as e:
                 raise ConfigError(f"{p}: malformed bench results ({e})") from None
+        if isinstance(schema, str) and schema.startswith("kctl.bench.max_rate/"):
+            raise ConfigError(_MAX_RATE_REFUSAL.format(p))
         if isinstance(schema, str) and schema.startswith("kctl.produce.summary/"):
             name = p.stem
             try:

@@ -69,6 +69,8 @@ class BenchRunner:
                  on_event: Callable[[str], None] = lambda _m: None,
                  on_run: Callable[[Cell, int, RepResult], None] = lambda _c, _r, _x: None) -> None:
         self.workload = workload.validate()
+        if workload.consumer_properties and not workload.consume:
+            raise ConfigError("--consumer-property configures the consumers of --consume: give --consume too")
         self.cells = workload.cells()
         self.out_dir = Path(out_dir) if out_dir else None
         self.on_event = on_event
@@ -91,7 +93,8 @@ class BenchRunner:
             properties=props, workers=w.workers, interval=self.interval_s,
             # The identity header as kctl produce sends it (on unless --no-id-headers),
             # so a cell is the workload a produce run with the same flags is.
-            id_headers=w.id_headers, consume=w.consume)
+            id_headers=w.id_headers, consume=w.consume,
+            consumer_properties=w.consumer_properties)
 
     def run(self) -> BenchResults:
         w = self.workload
@@ -170,6 +173,9 @@ def find_max_rate(workload: Workload, slos: Sequence[Slo], *, start_rate: float,
     if consume and not w.id_headers:
         raise ConfigError("an e2e bound (or --consume) measures e2e from the record identity header: "
                           "drop --no-id-headers")
+    if w.consumer_properties and not consume:
+        raise ConfigError("--consumer-property configures the consumers of --consume or an e2e bound: "
+                          "give one of them too")
     _, warm_s = parse_warmup(w.warmup)
     measure_s = parse_duration(w.duration, "duration")
     interval_s = min(1.0, max(0.25, measure_s / 8))
@@ -187,7 +193,8 @@ def find_max_rate(workload: Workload, slos: Sequence[Slo], *, start_rate: float,
                 bootstrap=bootstrap, topic=f"{w.topic}-max-rate", partitions=w.partitions, rate=rate,
                 duration=f"{measure_s + warm_s:g}s", warmup=w.warmup, record_size=w.record_size,
                 payload=w.payload, compressibility=w.compressibility, keys=w.keys, properties=props,
-                workers=w.workers, interval=interval_s, id_headers=w.id_headers, consume=consume))
+                workers=w.workers, interval=interval_s, id_headers=w.id_headers, consume=consume,
+                consumer_properties=w.consumer_properties))
             outcome = execute(plan)
             if outcome.result.interrupted:
                 raise KeyboardInterrupt

@@ -78,6 +78,8 @@ class Workload:
     #: unless --no-id-headers: a bench cell and a produce run with the same flags are the
     #: same workload, bytes on the wire included
     id_headers: bool = True
+    #: consumer properties of the --consume side (``kctl produce --consumer-property``)
+    consumer_properties: tuple[str, ...] = ()
     properties: tuple[tuple[str, str], ...] = ()
     matrix: tuple[tuple[str, tuple[str, ...]], ...] = ()
     source: str | None = field(default=None, compare=False)
@@ -146,6 +148,8 @@ class Workload:
                 "rate": self.rate or None, "duration": self.duration, "warmup": self.warmup,
                 "repetitions": self.repetitions, "workers": self.workers, "consume": self.consume,
                 "id_headers": self.id_headers,
+                "consumer_properties": redact_properties(
+                    dict(x.partition("=")[::2] for x in self.consumer_properties)),
                 # for output (bench results): secrets such as sasl.password are redacted
                 "properties": redact_properties(dict(self.properties)),
                 "matrix": {k: [REDACTED] * len(v) if k in SECRET_PROPERTIES else list(v)

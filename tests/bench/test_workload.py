@@ -115,3 +115,14 @@ def test_cells_send_the_identity_header_as_kctl_produce_does(tmp_path):
     assert load_workload(f).validate().id_headers is False
     with pytest.raises(ConfigError, match="drop --no-id-headers"):
         Workload().with_overrides(id_headers=False, consume=True).validate()
+
+
+def test_consumer_properties_reach_the_consume_side():
+    from kctl.bench.runner import BenchRunner
+
+    cell = Workload().cells()[0]
+    w = Workload().with_overrides(consume=True, consumer_properties=("fetch.max.wait.ms=20",))
+    assert BenchRunner(w)._options(cell, "127.0.0.1:9").consumer_properties == ("fetch.max.wait.ms=20",)
+    assert w.to_dict()["consumer_properties"] == {"fetch.max.wait.ms": "20"}
+    with pytest.raises(ConfigError, match="give --consume too"):
+        BenchRunner(Workload().with_overrides(consumer_properties=("fetch.max.wait.ms=20",)))
