@@ -222,14 +222,6 @@ class _Round:
             _add_hists(self.measured, hists)
         self.delta = metrics_sum(self.delta, delta)
 
-    def window_ns(self, previous_end_ns: int | None) -> int:
-        """The round's length on one clock: from the previous round's end (or, for the
-        first round, its earliest report's start) to its latest report's end. A round
-        whose reports all ended before the previous round's end (a lagging worker's
-        reports only) is measured over its own reports instead."""
-        if previous_end_ns is not None and self.end_ns > previous_end_ns:
-            return self.end_ns - previous_end_ns
-        return max(0, self.end_ns - self.start_ns)
 
 
 def _add_hists(into: dict[str, HdrHistogram], hists: Mapping[str, HdrHistogram]) -> None:
@@ -240,6 +232,17 @@ def _add_hists(into: dict[str, HdrHistogram], hists: Mapping[str, HdrHistogram])
         if dest is None:
             dest = into[clock] = new_histogram()
         dest.add(h)
+
+
+def round_window_ns(start_ns: int, end_ns: int, previous_end_ns: int | None) -> int:
+    """A round's length on one clock (the producers' and the consumers'): from the
+    previous round's end (or, for the first round, its earliest report's start
+    ``start_ns``) to its latest report's end ``end_ns``. A round whose reports all ended
+    before the previous round's end (a lagging member's reports only) is measured over
+    its own reports instead."""
+    if previous_end_ns is not None and end_ns > previous_end_ns:
+        return end_ns - previous_end_ns
+    return max(0, end_ns - start_ns)
 
 
 def closable_round(rounds: Mapping[int, object], closed_upto: int, next_round: Mapping[int, int],
@@ -430,7 +433,7 @@ class RunStats:
                     self.hlog.output(clock, rnd.m_start_ns, rnd.m_end_ns,
                                      rnd.measured.get(clock) or new_histogram())
         d = rnd.delta
-        length_s = rnd.window_ns(self._last_round_end_ns) / 1e9
+        length_s = round_window_ns(rnd.start_ns, rnd.end_ns, self._last_round_end_ns) / 1e9
         self._last_round_end_ns = max(self._last_round_end_ns or 0, rnd.end_ns)
         first = _first_sent_batches(d)
         self._last = _ClosedRound(
