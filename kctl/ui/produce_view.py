@@ -310,9 +310,9 @@ def summary_renderable(summary: RunSummary) -> Group:
     if wu.intervals:
         head.add_row("warm-up (excluded)", f"{wu.intervals} intervals, {wu.records_acked:,} records acked")
     b = summary.batching
-    head.add_row("records/batch", f"{b.records_per_batch:.1f}")
-    head.add_row("batch fill", f"{100 * b.batch_fill:.0f}%")
     measured = " (measured)" if wu.intervals else ""
+    head.add_row(f"records/batch{measured}", f"{b.records_per_batch:.1f}")
+    head.add_row(f"batch fill{measured}", f"{100 * b.batch_fill:.0f}%")
     head.add_row(f"throttled{measured}", f"{summary.throttle.time_ms:,} ms in {summary.throttle.requests:,} requests")
     head.add_row(f"retries{measured}", f"{summary.retries:,} ({summary.batching.splits:,} splits)")
     txn = summary.transactions
