@@ -26,7 +26,8 @@ from dataclasses import dataclass
 from kctl.bench.results import METRIC_BY_KEY, CellResult, Stat
 from kctl.errors import ConfigError
 
-__all__ = ["DEFAULT_MAX_REGRESSION", "Bound", "Check", "GateResult", "check", "parse_bounds"]
+__all__ = ["DEFAULT_MAX_REGRESSION", "Bound", "Check", "GateResult", "check", "parse_bounds",
+           "workload_differences"]
 
 DEFAULT_MAX_REGRESSION = "records_per_s=10%,p99_ms=20%"
 
@@ -62,10 +63,14 @@ def parse_bounds(text: str) -> list[Bound]:
             known = ", ".join(m.key for m in METRIC_BY_KEY.values() if m.better)
             raise ConfigError(f"--max-regression: unknown metric {name!r} (known: {known})")
         rel = ab = 0.0
+        in_ms = name.endswith("_ms")
         for part in value.split("+"):
             m = _PART.match(part)
             if not m:
                 raise ConfigError(f"--max-regression {name}: {value.strip()!r} is not N%, Nms or N%+Nms")
+            if m.group(2) == "ms" and not in_ms:
+                raise ConfigError(f"--max-regression {name}: {value.strip()!r}: {name} is not in "
+                                  f"milliseconds; give N% or N {metric.label}")
             if m.group(2) == "%":
                 rel += float(m.group(1)) / 100.0
             else:
@@ -116,6 +121,37 @@ class GateResult:
     def ok(self) -> bool:
         """Nothing regressed, and something was checked."""
         return bool(self.checks) and not self.regressions
+
+
+#: The workload settings of a produce run (its summary's config) that make two runs
+#: comparable: a gate across different ones compares different work.
+WORKLOAD_KEYS = ("record_size", "payload", "compressibility", "keys", "rate", "partitions",
+                 "headers", "id_headers", "workers", "duration_s", "warmup_s", "warmup_records",
+                 "num_records")
+
+
+def _workload(cell: CellResult) -> dict[str, object] | None:
+    for rep in cell.reps:
+        if rep.summary is not None:
+            return {k: rep.summary.config.get(k) for k in WORKLOAD_KEYS}
+    return None
+
+
+def workload_differences(current: Sequence[CellResult], baseline: Sequence[CellResult]) -> list[str]:
+    """``"record_size 100 -> 200"`` per workload setting in which a cell differs from the
+    baseline's cell of the same name (each setting once); cells without a produce summary
+    (an .hlog) have no known workload and are not compared."""
+    base = {c.name: c for c in baseline}
+    out: dict[str, str] = {}
+    for cell in current:
+        b = base.get(cell.name)
+        now, then = _workload(cell), _workload(b) if b is not None else None
+        if now is None or then is None:
+            continue
+        for k in WORKLOAD_KEYS:
+            if now[k] != then[k] and k not in out:
+                out[k] = f"{k} {then[k]} -> {now[k]}"
+    return list(out.values())
 
 
 def check(current: Sequence[CellResult], baseline: Sequence[CellResult],

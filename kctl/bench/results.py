@@ -270,12 +270,30 @@ def timeline_from_intervals(intervals: Sequence[LoggedInterval], *, unit_ms: flo
     return out
 
 
+def covered_s(spans: Sequence[tuple[float, float]]) -> float:
+    """Seconds covered by the union of (start_s, end_s) spans. A log may hold several
+    repetitions (a bench cell's log holds each of its repetitions, with other cells' runs
+    in between) or intervals that overlap: a rate over first start -> last end would count
+    the gaps, one over the summed lengths would count an overlap twice."""
+    total = 0.0
+    cur_start = cur_end = None
+    for start, end in sorted(spans):
+        if cur_end is None or start > cur_end:
+            if cur_end is not None:
+                total += cur_end - cur_start
+            cur_start, cur_end = start, end
+        else:
+            cur_end = max(cur_end, end)
+    if cur_end is not None:
+        total += cur_end - cur_start
+    return total
+
+
 def _metrics_from_intervals(intervals: Sequence[LoggedInterval], unit_ms: float) -> dict[str, float]:
     merged = merge_intervals(intervals)
     tag = _main_tag(intervals)
     main = merged.get(tag)
-    rows = [iv for iv in intervals if iv.tag == tag]
-    span = (max(iv.end_s for iv in rows) - min(iv.start_s for iv in rows)) if rows else 0.0
+    span = covered_s([(iv.start_s, iv.end_s) for iv in intervals if iv.tag == tag])
     out: dict[str, float] = {}
     n = main.get_total_count() if main is not None else 0
     out["records_per_s"] = n / span if span > 0 else 0.0
@@ -289,6 +307,11 @@ def _metrics_from_intervals(intervals: Sequence[LoggedInterval], unit_ms: float)
         out[f"{prefix}max_ms"] = h.get_max_value() * unit_ms
     return out
 
+
+_READS = ("kctl report reads a bench results.json or its --out directory, a kctl produce "
+          "--json-out summary, or an HdrHistogram .hlog")
+_MAX_RATE_REFUSAL = ("{}: a bench --find-max-rate search, which kctl report does not compare: its "
+                     "steps are in that file and max-rate.png beside it; " + _READS)
 
 _UNIT_MS = {"ns": 1e-6, "us": 1e-3, "ms": 1.0, "s": 1e3}
 
@@ -306,9 +329,13 @@ def load_run(path: str | Path, *, hlog_unit: str = "us") -> list[CellResult]:
     ``hlog_unit``: kctl writes microseconds; other tools often nanoseconds)."""
     p = Path(path)
     if p.is_dir():
+        if not (p / "results.json").exists() and (p / "max-rate.json").exists():
+            raise ConfigError(_MAX_RATE_REFUSAL.format(p / "max-rate.json"))
+        if not (p / "results.json").exists():
+            raise ConfigError(f"{path}: a directory without results.json ({_READS})")
         p = p / "results.json"
     if not p.exists():
-        raise ConfigError(f"{path}: no such file (expected results.json, a produce summary or an .hlog)")
+        raise ConfigError(f"{path}: no such file ({_READS})")
     if hlog_unit not in _UNIT_MS:
         raise ConfigError(f"--hlog-unit must be one of {', '.join(_UNIT_MS)}, not {hlog_unit!r}")
     head = p.read_bytes()[:4096].lstrip()
@@ -320,6 +347,8 @@ def load_run(path: str | Path, *, hlog_unit: str = "us") -> list[CellResult]:
                 return BenchResults.from_dict(doc).cells
             except (KeyError, TypeError, ValueError) as e:
                 raise ConfigError(f"{p}: malformed bench results ({e})") from None
+        if isinstance(schema, str) and schema.startswith("kctl.bench.max_rate/"):
+            raise ConfigError(_MAX_RATE_REFUSAL.format(p))
         if isinstance(schema, str) and schema.startswith("kctl.produce.summary/"):
             name = p.stem
             try:

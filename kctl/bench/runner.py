@@ -46,7 +46,7 @@ from kctl.bench.results import (
 )
 from kctl.bench.workload import Cell, Workload
 from kctl.config import redact_properties
-from kctl.errors import KctlError
+from kctl.errors import ConfigError, KctlError
 from kctl.load.produce import ProduceOptions, execute, prepare
 from kctl.quantities import parse_duration, parse_warmup
 from kctl.stats.hlog import IntervalLogWriter, LoggedInterval, read_interval_log
@@ -76,6 +76,8 @@ class BenchRunner:
                  on_event: Callable[[str], None] = lambda _m: None,
                  on_run: Callable[[Cell, int, RepResult], None] = lambda _c, _r, _x: None) -> None:
         self.workload = workload.validate()
+        if workload.consumer_properties and not workload.consume:
+            raise ConfigError("--consumer-property configures the consumers of --consume: give --consume too")
         self.cells = workload.cells()
         self.out_dir = Path(out_dir) if out_dir else None
         self.on_event = on_event
@@ -96,9 +98,10 @@ class BenchRunner:
             rate=w.rate, duration=duration, warmup=w.warmup, record_size=w.record_size,
             payload=w.payload, compressibility=w.compressibility, keys=w.keys,
             properties=props, workers=w.workers, interval=self.interval_s,
-            # --consume measures e2e from the identity header; without it the header is
-            # left out, as a plain producer benchmark would not send it.
-            id_headers=w.consume, consume=w.consume)
+            # The identity header as kctl produce sends it (on unless --no-id-headers),
+            # so a cell is the workload a produce run with the same flags is.
+            id_headers=w.id_headers, consume=w.consume,
+            consumer_properties=w.consumer_properties)
 
     def run(self) -> BenchResults:
         w = self.workload
@@ -183,6 +186,12 @@ def find_max_rate(workload: Workload, slos: Sequence[Slo], *, start_rate: float,
     if len(w.cells()) > 1:
         raise KctlError("--find-max-rate searches one configuration: give -X properties, not a --matrix")
     consume = w.consume or any(s.clock == "e2e" for s in slos)
+    if consume and not w.id_headers:
+        raise ConfigError("an e2e bound (or --consume) measures e2e from the record identity header: "
+                          "drop --no-id-headers")
+    if w.consumer_properties and not consume:
+        raise ConfigError("--consumer-property configures the consumers of --consume or an e2e bound: "
+                          "give one of them too")
     _, warm_s = parse_warmup(w.warmup)
     measure_s = parse_duration(w.duration, "duration")
     interval_s = min(1.0, max(0.25, measure_s / 8))
@@ -200,7 +209,8 @@ def find_max_rate(workload: Workload, slos: Sequence[Slo], *, start_rate: float,
                 bootstrap=bootstrap, topic=f"{w.topic}-max-rate", partitions=w.partitions, rate=rate,
                 duration=f"{measure_s + warm_s:g}s", warmup=w.warmup, record_size=w.record_size,
                 payload=w.payload, compressibility=w.compressibility, keys=w.keys, properties=props,
-                workers=w.workers, interval=interval_s, id_headers=consume, consume=consume))
+                workers=w.workers, interval=interval_s, id_headers=w.id_headers, consume=consume,
+                consumer_properties=w.consumer_properties))
             outcome = execute(plan)
             if outcome.result.interrupted:
                 raise KeyboardInterrupt

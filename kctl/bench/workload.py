@@ -74,6 +74,12 @@ class Workload:
     workers: int | None = None
     #: also consume each run (``kctl produce --consume``): the e2e clock in every figure
     consume: bool = False
+    #: the 24-byte ``kctl`` identity header on every record, as ``kctl produce`` sends it
+    #: unless --no-id-headers: a bench cell and a produce run with the same flags are the
+    #: same workload, bytes on the wire included
+    id_headers: bool = True
+    #: consumer properties of the --consume side (``kctl produce --consumer-property``)
+    consumer_properties: tuple[str, ...] = ()
     properties: tuple[tuple[str, str], ...] = ()
     matrix: tuple[tuple[str, tuple[str, ...]], ...] = ()
     source: str | None = field(default=None, compare=False)
@@ -90,6 +96,9 @@ class Workload:
             raise ConfigError(f"{where}record_size must not be negative, not {self.record_size}")
         if self.workers is not None and self.workers < 1:
             raise ConfigError(f"{where}workers must be at least 1, not {self.workers}")
+        if self.consume and not self.id_headers:
+            raise ConfigError(f"{where}consume measures e2e from the record identity header: "
+                              "drop --no-id-headers (id_headers = false)")
         parse_duration(self.duration, f"{where}duration")
         parse_warmup(self.warmup, f"{where}warmup")
         validate_topic_name(self.topic, f"{where}topic")
@@ -138,6 +147,9 @@ class Workload:
                 "compressibility": self.compressibility, "keys": self.keys,
                 "rate": self.rate or None, "duration": self.duration, "warmup": self.warmup,
                 "repetitions": self.repetitions, "workers": self.workers, "consume": self.consume,
+                "id_headers": self.id_headers,
+                "consumer_properties": redact_properties(
+                    dict(x.partition("=")[::2] for x in self.consumer_properties)),
                 # for output (bench results): secrets such as sasl.password are redacted
                 "properties": redact_properties(dict(self.properties)),
                 "matrix": {k: [REDACTED] * len(v) if k in SECRET_PROPERTIES else list(v)
@@ -162,7 +174,8 @@ def parse_matrix_option(text: str) -> tuple[str, tuple[str, ...]]:
 
 
 _WORKLOAD_KEYS = {"bootstrap", "topic", "partitions", "record_size", "payload", "compressibility",
-                  "keys", "rate", "duration", "warmup", "repetitions", "workers", "consume"}
+                  "keys", "rate", "duration", "warmup", "repetitions", "workers", "consume",
+                  "id_headers"}
 
 
 def _workload_from_table(t: Mapping[str, Any], src: str) -> dict[str, Any]:
@@ -181,10 +194,11 @@ def _workload_from_table(t: Mapping[str, Any], src: str) -> dict[str, Any]:
             out[k] = t[k]
     if "compressibility" in t:
         out["compressibility"] = float(t["compressibility"])
-    if "consume" in t:
-        if not isinstance(t["consume"], bool):
-            raise ConfigError(f"{src}: [workload] consume must be true or false, not {t['consume']!r}")
-        out["consume"] = t["consume"]
+    for k in ("consume", "id_headers"):
+        if k in t:
+            if not isinstance(t[k], bool):
+                raise ConfigError(f"{src}: [workload] {k} must be true or false, not {t[k]!r}")
+            out[k] = t[k]
     for k in ("duration", "warmup"):
         if k in t:
             v = t[k]

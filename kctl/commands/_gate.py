@@ -8,7 +8,7 @@ from pathlib import Path
 
 from rich.console import Console
 
-from kctl.bench.gate import check, parse_bounds
+from kctl.bench.gate import check, parse_bounds, workload_differences
 from kctl.bench.junit import write_junit
 from kctl.bench.results import CellResult, load_run
 from kctl.ui.bench_view import gate_table
@@ -18,7 +18,12 @@ def run_gate(cells: Sequence[CellResult], baseline: Path, max_regression: str,
              junit_xml: Path | None, out: Console, *, elapsed_s: float = 0.0) -> bool:
     """Prints the gate's verdict; writes JUnit XML when asked; True when nothing regressed."""
     bounds = parse_bounds(max_regression)
-    result = check(cells, load_run(baseline), bounds)
+    base_cells = load_run(baseline)
+    result = check(cells, base_cells, bounds)
+    diffs = workload_differences(cells, base_cells)
+    if diffs:
+        out.print(f"gate: WARNING: the baseline {baseline} ran a different workload: "
+                  f"{', '.join(diffs)}", highlight=False)
     if junit_xml:
         write_junit(result, junit_xml, elapsed_s=elapsed_s)
     for name in result.missing_in_baseline:

@@ -12,7 +12,7 @@ import typer
 
 from kctl.bench.charts import write_charts, write_max_rate_chart
 from kctl.bench.gate import DEFAULT_MAX_REGRESSION, parse_bounds
-from kctl.bench.results import best_cells
+from kctl.bench.results import best_cells, load_run
 from kctl.bench.max_rate import parse_precision, parse_slo
 from kctl.bench.runner import BenchRunner, find_max_rate
 from kctl.bench.workload import Workload, load_workload, parse_matrix_option
@@ -42,9 +42,11 @@ def bench(
     repetitions: Optional[int] = typer.Option(None, "--repetitions", help="Repetitions per cell, interleaved (default 3)."),
     workers: Optional[int] = typer.Option(None, "--workers", help="Worker processes per run (default: CPU cores)."),
     consume: bool = typer.Option(False, "--consume", help="Also consume every run (kctl produce --consume): the e2e clock (consumed - intended send time) in the table, results and logs."),
+    consumer_property: list[str] = typer.Option([], "--consumer-property", metavar="NAME=VALUE", help="Consumer property for --consume (or an e2e --slo): fetch.min.bytes, fetch.max.wait.ms (default 500), ... as in kctl produce (repeatable)."),
+    no_id_headers: bool = typer.Option(False, "--no-id-headers", help="Do not add the 24-byte kctl identity header (run, worker, sequence, intended time) that every record carries otherwise, as in kctl produce (workload id_headers = false); not with --consume."),
     find_max_rate: bool = typer.Option(False, "--find-max-rate", help="Search for the highest --rate at which every --slo holds: bracketing search over fixed-rate steps (each --warmup then --duration, default 1s + 5s); a step short of its target rate fails."),
     slo: list[str] = typer.Option([], "--slo", help="A latency bound for --find-max-rate: [clock.]percentile<bound, e.g. 'p99<50ms' (intended clock), 'e2e.p99<100ms', 'request.p99.9<20ms' (repeatable: all must hold)."),
-    max_steps: int = typer.Option(12, "--max-steps", help="--find-max-rate: most steps to run."),
+    max_steps: int = typer.Option(12, "--max-steps", help="--find-max-rate: most steps to run (at least 2: one to start from, one to bracket)."),
     precision: str = typer.Option("5%", "--precision", help="--find-max-rate: stop when the bracket is this narrow (relative to the rate found)."),
     out_dir: Optional[Path] = typer.Option(None, "--out", help="Write results.json, hlog/<cell>.hlog, PNG charts and report.html here."),
     baseline: Optional[Path] = typer.Option(None, "--baseline", help="results.json of an earlier run: fail on a regression."),
@@ -76,12 +78,19 @@ def bench(
         bootstrap=bootstrap_server, topic=topic, partitions=partitions, record_size=record_size,
         payload=payload, keys=keys, rate=parse_rate(rate, "--rate") if rate is not None else None, duration=duration, warmup=warmup,
         repetitions=repetitions, workers=workers, matrix=merged_matrix, consume=consume or None,
+        id_headers=False if no_id_headers else None,
+        consumer_properties=tuple(consumer_property) or None,
         properties=(base.properties + extra) if extra else None)
     if junit_xml and not baseline:
         raise ConfigError("--junit-xml reports the regression gate: give --baseline too")
     parse_bounds(max_regression)
     if baseline is not None and not baseline.exists():
         raise ConfigError(f"--baseline {baseline}: no such file")
+    if baseline is not None:
+        try:
+            load_run(baseline)   # a bad baseline fails before the runs, not after them
+        except ConfigError as e:
+            raise ConfigError(f"--baseline {e}") from None
     if out_dir is not None and out_dir.exists() and not out_dir.is_dir():
         raise ConfigError(f"--out {out_dir} exists and is not a directory")
 

@@ -47,6 +47,11 @@ def report(
             raise ConfigError("--baseline gates one run: give exactly one RUN")
     if junit_xml and baseline is None:
         raise ConfigError("--junit-xml reports the regression gate: give --baseline too")
+    if baseline is not None:
+        try:
+            load_run(baseline)   # as the gate reads it; a bad baseline fails before the table
+        except ConfigError as e:
+            raise ConfigError(f"--baseline {e}") from None
     cells: list[CellResult] = []
     for path, prefix in zip(runs, run_names(runs), strict=True):
         loaded = load_run(path, hlog_unit=hlog_unit)

@@ -21,8 +21,11 @@ Definitions (also in docs/produce-summary.md):
 
 * rate: records ACKED per second. Over the run: measured acked records / the measured
   span (earliest non-warm-up interval start to latest end, over all workers). For one
-  round: the sum over workers of that worker's acked records / its interval length
-  (workers run concurrently and their intervals are staggered by their start-up).
+  round: the records acked in it / its length on one clock, as perf-test's window: from
+  the previous round's end (the first round: its earliest report's start) to the
+  latest end of its reports. Rounds so tile the run, and a run of one round shows the
+  closing rate. (Summing each worker's own rate over its own interval overstated the
+  total when workers were staggered by their start-up: 359,232 vs 276,928 records/s.)
 * MB/s: bytes of acknowledged record values / 2**20 per second, as
   kafka-producer-perf-test counts MB; the wire rate (``wire_mb_per_s``) is RecordBatch
   bytes written in Produce requests (``bytes_sent``: record framing, headers, batch
@@ -142,9 +145,11 @@ def _summed(counts: Iterable[Mapping[str, int]]) -> dict[str, int]:
 class DashboardState:
     """Everything the live view shows, as plain data (the dicts are the state's own copies).
 
-    ``interval_*`` figures are the last closed round's (warm-up included, flagged by
-    ``warmup``); ``cumulative_*`` and the ``records_*`` counts are results (warm-up
-    excluded). Errors, retries and throttling are totals since the start, warm-up included.
+    Each field covers one window, named in its comment: ``interval_*`` figures and the
+    batching, throttling, retry and split figures are the last closed round's (a warm-up
+    round's too, flagged by ``warmup``); ``cumulative_*``, the ``records_*`` counts and
+    ``records_by_node`` are results (warm-up excluded); errors and transactions are
+    totals since the start, warm-up included (an error in the warm-up is still news).
     """
 
     elapsed_s: float
@@ -169,12 +174,12 @@ class DashboardState:
     batch_fill: float                  # last interval, 0..1
     queue_time_ms: float               # last interval, mean time in the accumulator
     in_flight_by_node: dict[int, int]  # requests in flight now, summed over workers
-    records_by_node: dict[int, int]    # records acked per broker since the start
-    throttle_time_ms: int
-    throttled_requests: int
-    retries: int
-    errors_by_name: dict[str, int]
-    failed_by_error: dict[str, int]
+    records_by_node: dict[int, int]    # records acked per broker, measured (warm-up excluded)
+    throttle_time_ms: int              # last interval
+    throttled_requests: int            # last interval
+    retries: int                       # last interval
+    errors_by_name: dict[str, int]     # since the start, warm-up included
+    failed_by_error: dict[str, int]    # since the start, warm-up included
     buffer_used: int                   # bytes, summed over workers
     buffer_total: int
     progress: float | None             # 0..1 of --duration / --num-records; None: open-ended
@@ -187,13 +192,13 @@ class DashboardState:
     transactions_committed: int = 0
     transactions_aborted: int = 0
     commit_latency: LatencyFigures = EMPTY_FIGURES
-    splits: int = 0
+    splits: int = 0                    # last interval
 
 
 # -- rounds ----------------------------------------------------------------------------------------
 class _Round:
     __slots__ = ("index", "start_ns", "end_ns", "m_start_ns", "m_end_ns", "reports",
-                 "measured_reports", "hists", "measured", "delta", "per_worker")
+                 "measured_reports", "hists", "measured", "delta")
 
     def __init__(self, index: int) -> None:
         self.index = index
@@ -204,7 +209,6 @@ class _Round:
         self.hists: dict[str, HdrHistogram] = {}
         self.measured: dict[str, HdrHistogram] = {}
         self.delta = zero_metrics()
-        self.per_worker: dict[int, list[int]] = {}   # worker -> [acked, bytes, duration_ns]
 
     def add(self, msg: WorkerInterval, hists: dict[str, HdrHistogram], delta: MetricsSnapshot) -> None:
         self.reports += 1
@@ -217,22 +221,7 @@ class _Round:
             self.m_end_ns = max(self.m_end_ns, msg.end_wall_ns)
             _add_hists(self.measured, hists)
         self.delta = metrics_sum(self.delta, delta)
-        w = self.per_worker.setdefault(msg.worker, [0, 0, 0, 0])
-        w[0] += delta.records_acked
-        w[1] += delta.value_bytes_acked
-        w[2] += delta.bytes_sent
-        w[3] += msg.duration_ns
 
-    def rates(self) -> tuple[float, float, float]:
-        """(records/s, value MB/s, wire MB/s): the sum of each worker's own rate over its
-        own interval."""
-        rate = mbps = wire = 0.0
-        for acked, values, nbytes, dur in self.per_worker.values():
-            if dur > 0:
-                rate += acked * 1e9 / dur
-                mbps += values * 1e9 / dur / MB
-                wire += nbytes * 1e9 / dur / MB
-        return rate, mbps, wire
 
 
 def _add_hists(into: dict[str, HdrHistogram], hists: Mapping[str, HdrHistogram]) -> None:
@@ -243,6 +232,17 @@ def _add_hists(into: dict[str, HdrHistogram], hists: Mapping[str, HdrHistogram])
         if dest is None:
             dest = into[clock] = new_histogram()
         dest.add(h)
+
+
+def round_window_ns(start_ns: int, end_ns: int, previous_end_ns: int | None) -> int:
+    """A round's length on one clock (the producers' and the consumers'): from the
+    previous round's end (or, for the first round, its earliest report's start
+    ``start_ns``) to its latest report's end ``end_ns``. A round whose reports all ended
+    before the previous round's end (a lagging member's reports only) is measured over
+    its own reports instead."""
+    if previous_end_ns is not None and end_ns > previous_end_ns:
+        return end_ns - previous_end_ns
+    return max(0, end_ns - start_ns)
 
 
 def closable_round(rounds: Mapping[int, object], closed_upto: int, next_round: Mapping[int, int],
@@ -273,6 +273,10 @@ class _ClosedRound:
     records_per_batch: float
     batch_fill: float
     queue_time_ms: float
+    throttle_time_ms: int
+    throttled_requests: int
+    retries: int
+    splits: int
 
 
 class RunStats:
@@ -340,6 +344,7 @@ class RunStats:
         self._warmup_rounds = 0
         self._measured_rounds = 0
         self._last: _ClosedRound | None = None
+        self._last_round_end_ns: int | None = None   # where the next round's window starts
 
     @property
     def open_loop(self) -> bool:
@@ -427,16 +432,21 @@ class RunStats:
                 for clock in self._logged_clocks():
                     self.hlog.output(clock, rnd.m_start_ns, rnd.m_end_ns,
                                      rnd.measured.get(clock) or new_histogram())
-        rate, mbps, wire = rnd.rates()
         d = rnd.delta
+        length_s = round_window_ns(rnd.start_ns, rnd.end_ns, self._last_round_end_ns) / 1e9
+        self._last_round_end_ns = max(self._last_round_end_ns or 0, rnd.end_ns)
         first = _first_sent_batches(d)
         self._last = _ClosedRound(
-            index=r, warmup=warmup, length_s=max(0, rnd.end_ns - rnd.start_ns) / 1e9,
-            rate=rate, mb_per_s=mbps, wire_mb_per_s=wire, acked=d.records_acked,
+            index=r, warmup=warmup, length_s=length_s,
+            rate=_ratio(d.records_acked, length_s),
+            mb_per_s=_ratio(d.value_bytes_acked, length_s) / MB,
+            wire_mb_per_s=_ratio(d.bytes_sent, length_s) / MB, acked=d.records_acked,
             latency=self._figures(rnd.hists),
             records_per_batch=_ratio(d.records_acked, d.batches_acked),
             batch_fill=_ratio(d.batch_fill_total, first),
-            queue_time_ms=_ratio(d.queue_time_ns_total, first) / 1e6)
+            queue_time_ms=_ratio(d.queue_time_ns_total, first) / 1e6,
+            throttle_time_ms=d.throttle_time_ms, throttled_requests=d.throttled_requests,
+            retries=d.retries, splits=d.splits)
 
     def _logged_clocks(self) -> tuple[str, ...]:
         # Max-throughput mode records nothing on the intended clock: leave its tag out
@@ -515,9 +525,10 @@ class RunStats:
             batch_fill=last.batch_fill if last else 0.0,
             queue_time_ms=last.queue_time_ms if last else 0.0,
             in_flight_by_node=dict(sorted(in_flight.items())),
-            records_by_node=dict(sorted(total.records_by_node.items())),
-            throttle_time_ms=total.throttle_time_ms, throttled_requests=total.throttled_requests,
-            retries=total.retries,
+            records_by_node=dict(sorted(res.records_by_node.items())),
+            throttle_time_ms=last.throttle_time_ms if last else 0,
+            throttled_requests=last.throttled_requests if last else 0,
+            retries=last.retries if last else 0,
             errors_by_name=dict(sorted(total.errors_by_name.items())),
             failed_by_error=dict(sorted(total.failed_by_error.items())),
             buffer_used=max(0, buf_total - avail), buffer_total=buf_total,
@@ -531,7 +542,7 @@ class RunStats:
             transactions_aborted=total.transactions_aborted,
             commit_latency=(LatencyFigures.from_histogram(self._commit_latency)
                             if self.transactional else EMPTY_FIGURES),
-            splits=total.splits,
+            splits=last.splits if last else 0,
         )
 
     def cumulative_histograms(self) -> dict[str, HdrHistogram]:

@@ -14,7 +14,8 @@ appends a point to the lag timeline and writes the ``e2e`` (and ``e2e_negative``
 of the .hlog.
 
 Definitions (docs/consume-summary.md): records/s = records handed out (warm-up
-excluded) / the measured span; MB/s = their keys and values in MiB/s
+excluded) / the measured span, and for one round its records / its window on one
+clock (``round_window_ns``, as the producers'); MB/s = their keys and values in MiB/s
 (kafka-consumer-perf-test's MB.sec); wire MB/s = record batch bytes fetched; fetch
 requests/s; records per fetch = records / Fetch answers; lag = end offset - position
 per partition (clamped at 0: a broker whose high watermark trails its log, as Tansu's
@@ -33,7 +34,7 @@ from typing import Any
 from hdrh.histogram import HdrHistogram
 
 from kctl.engine.consumer_metrics import ConsumerMetricsSnapshot
-from kctl.stats.aggregate import closable_round, combine_counters
+from kctl.stats.aggregate import closable_round, combine_counters, round_window_ns
 from kctl.stats.consume_report import ClockOffset, ConsumerFailed, ConsumerInterval, PartitionProgress
 from kctl.stats.consume_summary import (
     ConsumeCounts, ConsumeRates, ConsumeRunInfo, ConsumeSummary, LagPoint, PartitionState)
@@ -74,7 +75,7 @@ class ConsumeDashboard:
 
 
 class _Round:
-    __slots__ = ("reports", "start_ns", "end_ns", "hists", "measured", "per_consumer", "warmup_only")
+    __slots__ = ("reports", "start_ns", "end_ns", "hists", "measured", "delta", "warmup_only")
 
     def __init__(self) -> None:
         self.reports = 0
@@ -82,7 +83,7 @@ class _Round:
         self.end_ns = 0
         self.hists: dict[str, HdrHistogram] = {}
         self.measured: dict[str, HdrHistogram] = {}
-        self.per_consumer: dict[int, list[int]] = {}   # records, kv bytes, fetch responses, duration
+        self.delta: list[int] = [0, 0, 0]   # records, key+value bytes, fetch responses
         self.warmup_only = True
 
 
@@ -121,6 +122,7 @@ class ConsumeStats:
         self._timeline: list[LagPoint] = []
         self._lag_max = 0
         self._last_round: tuple | None = None
+        self._last_round_end_ns: int | None = None   # where the next round's window starts
         self.clock: ClockOffset | None = None
 
     # -- input -----------------------------------------------------------------------------------
@@ -162,11 +164,9 @@ class ConsumeStats:
             if not msg.warmup:
                 rnd.warmup_only = False
                 merged(rnd.measured, hists)
-            w = rnd.per_consumer.setdefault(c, [0, 0, 0, 0])
-            w[0] += delta.records_consumed
-            w[1] += delta.key_value_bytes
-            w[2] += delta.fetch_responses
-            w[3] += msg.duration_ns
+            rnd.delta[0] += delta.records_consumed
+            rnd.delta[1] += delta.key_value_bytes
+            rnd.delta[2] += delta.fetch_responses
             if msg.final:
                 self._done.add(c)
             return self._close_ready()
@@ -195,19 +195,17 @@ class ConsumeStats:
             self.hlog.output(E2E, rnd.start_ns, rnd.end_ns, pos if pos is not None else new_e2e_histogram())
             if neg is not None:
                 self.hlog.output(E2E_NEGATIVE, rnd.start_ns, rnd.end_ns, neg)
-        rate = mbps = fetch = 0.0
-        records = responses = 0
-        for recs, kv, resp, dur in rnd.per_consumer.values():
-            records += recs
-            responses += resp
-            if dur > 0:
-                rate += recs * 1e9 / dur
-                mbps += kv * 1e9 / dur / MB
-                fetch += resp * 1e9 / dur
+        # The round's records over its length on one clock, as the producers' (stats/aggregate.py).
+        records, kv, responses = rnd.delta
+        length_s = round_window_ns(rnd.start_ns, rnd.end_ns, self._last_round_end_ns) / 1e9
+        self._last_round_end_ns = max(self._last_round_end_ns or 0, rnd.end_ns)
+        rate = records / length_s if length_s else 0.0
+        mbps = kv / length_s / MB if length_s else 0.0
+        fetch = responses / length_s if length_s else 0.0
         lag, per = self._lag()
         self._lag_max = max(self._lag_max, lag)
         self._timeline.append(LagPoint(round(max(0, rnd.end_ns - self.start_wall_ns) / 1e9, 3), lag, per))
-        self._last_round = (rnd.warmup_only, max(0, rnd.end_ns - rnd.start_ns) / 1e9, rate, mbps, fetch,
+        self._last_round = (rnd.warmup_only, length_s, rate, mbps, fetch,
                             records / responses if responses else 0.0,
                             signed_figures(rnd.hists.get(E2E), rnd.hists.get(E2E_NEGATIVE)), records)
 

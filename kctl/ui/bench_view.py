@@ -27,8 +27,12 @@ def _fig(key: str, v: float) -> str:
 
 def comparison_table(cells: Sequence[CellResult], *, title: str = "kctl bench") -> Table:
     best = best_cells(cells)
-    reps = max((len(c.reps) for c in cells), default=0)
-    t = Table(title=f"{title}: median (min–max) over {reps} repetition(s); * best per column",
+    counts = sorted({len(c.reps) for c in cells})
+    if len(counts) > 1:   # kctl report of runs with different repetitions: say each
+        over = "over " + ", ".join(f"{c.label}: {len(c.reps)}" for c in cells) + " repetition(s)"
+    else:
+        over = f"over {counts[0] if counts else 0} repetition(s)"
+    t = Table(title=f"{title}: median (min–max) {over}; * best per column",
               title_justify="left", show_lines=True)
     t.add_column("cell", no_wrap=True)
     # The e2e columns only when some cell consumed (kctl bench --consume).

@@ -164,28 +164,29 @@ class ProduceDashboard:
         b.add_row("batch fill", f"{100 * s.batch_fill:.0f}%")
         b.add_row("accumulator time", f"{s.queue_time_ms:.2f} ms")
         used_pct = 100 * s.buffer_used / s.buffer_total if s.buffer_total else 0.0
-        b.add_row("buffer pool", f"{human_bytes(s.buffer_used)} / {human_bytes(s.buffer_total)} ({used_pct:.0f}%)")
+        b.add_row("buffer pool now", f"{human_bytes(s.buffer_used)} / {human_bytes(s.buffer_total)} ({used_pct:.0f}%)")
         b.add_row("throttled", f"{s.throttle_time_ms:,} ms in {s.throttled_requests:,} requests")
         b.add_row("retries", f"{s.retries:,} ({s.splits:,} splits)")
         if s.transactional:
-            b.add_row("transactions", f"{s.transactions_committed:,} committed, "
+            b.add_row("transactions (since start)", f"{s.transactions_committed:,} committed, "
                       f"{s.transactions_aborted:,} aborted")
-            b.add_row("commit p50/p99", f"{_ms(s.commit_latency.p50_ms)} / {_ms(s.commit_latency.p99_ms)} ms")
+            b.add_row("commit p50/p99 (since start)", f"{_ms(s.commit_latency.p50_ms)} / {_ms(s.commit_latency.p99_ms)} ms")
 
         n = Table(title="brokers", title_justify="left")
         n.add_column("node", no_wrap=True)
-        n.add_column("in flight", justify="right", no_wrap=True)
-        n.add_column("records acked", justify="right", no_wrap=True)
+        n.add_column("in flight now", justify="right", no_wrap=True)
+        n.add_column("acked (cumulative)", justify="right", no_wrap=True)
         for node in sorted(set(s.in_flight_by_node) | set(s.records_by_node)):
             n.add_row(str(node), str(s.in_flight_by_node.get(node, 0)), f"{s.records_by_node.get(node, 0):,}")
         grid.add_row(b, n)
         if not s.errors_by_name and not s.failed_by_error:
             return Group(grid, Text("errors: none"))
-        return Group(grid, _error_table(s.errors_by_name, s.failed_by_error))
+        return Group(grid, _error_table(s.errors_by_name, s.failed_by_error,
+                                        title="errors (since start, warm-up included)"))
 
 
-def _error_table(seen: Mapping[str, int], failed: Mapping[str, int]) -> Table:
-    e = Table(title="errors", title_justify="left")
+def _error_table(seen: Mapping[str, int], failed: Mapping[str, int], *, title: str = "errors") -> Table:
+    e = Table(title=title, title_justify="left")
     e.add_column("error", no_wrap=True)
     e.add_column("seen (retries too)", justify="right")
     e.add_column("records failed", justify="right")
@@ -226,7 +227,7 @@ def plain_line(s: DashboardState, consume: ConsumeDashboard | None = None) -> st
     if s.target_rate is not None:
         parts.append(f"; target {s.target_rate:.0f}/s")
     if s.errors_by_name:
-        parts.append(f"; errors {_counts(s.errors_by_name)}")
+        parts.append(f"; errors since start {_counts(s.errors_by_name)}")
     if s.records_failed:
         parts.append(f"; {s.records_failed} failed")
     if s.workers_failed:
@@ -302,21 +303,25 @@ def summary_renderable(summary: RunSummary) -> Group:
     if run.interrupted:
         head.add_row(Text("interrupted", style="bold red"),
                      Text("Ctrl-C cut the run short: the figures cover what ran", style="red"))
-    head.add_row("records", f"{counts.scheduled:,} scheduled: {counts.acked + run.warmup.records_acked:,} "
-                 f"acked, {counts.failed + run.warmup.records_failed:,} failed, "
-                 f"{counts.abandoned:,} abandoned ({counts.sent:,} sent)")
+    wu = run.warmup
+    head.add_row("records (whole run)", f"{counts.scheduled:,} scheduled: {counts.acked + wu.records_acked:,} "
+                 f"acked, {counts.failed + wu.records_failed:,} failed, "
+                 f"{counts.abandoned:,} abandoned ({counts.sent + wu.records_sent:,} sent)")
+    if wu.intervals:
+        head.add_row("records (measured)", f"{counts.acked:,} acked, {counts.failed:,} failed "
+                     f"({counts.sent:,} sent)")
     for reason, n in counts.abandoned_by_reason.items():
         head.add_row("abandoned", f"{n:,}: {reason}")
     head.add_row("rate", f"{rates.records_per_s:,.1f} records/s (target {_rate(rates.target_records_per_s)})")
     head.add_row("throughput", f"{rates.mb_per_s:.2f} MB/s of values, {rates.wire_mb_per_s:.2f} MB/s on the wire")
-    wu = run.warmup
     if wu.intervals:
         head.add_row("warm-up (excluded)", f"{wu.intervals} intervals, {wu.records_acked:,} records acked")
     b = summary.batching
-    head.add_row("records/batch", f"{b.records_per_batch:.1f}")
-    head.add_row("batch fill", f"{100 * b.batch_fill:.0f}%")
-    head.add_row("throttled", f"{summary.throttle.time_ms:,} ms in {summary.throttle.requests:,} requests")
-    head.add_row("retries", f"{summary.retries:,} ({summary.batching.splits:,} splits)")
+    measured = " (measured)" if wu.intervals else ""
+    head.add_row(f"records/batch{measured}", f"{b.records_per_batch:.1f}")
+    head.add_row(f"batch fill{measured}", f"{100 * b.batch_fill:.0f}%")
+    head.add_row(f"throttled{measured}", f"{summary.throttle.time_ms:,} ms in {summary.throttle.requests:,} requests")
+    head.add_row(f"retries{measured}", f"{summary.retries:,} ({summary.batching.splits:,} splits)")
     txn = summary.transactions
     if txn is not None:
         head.add_row("transactions", f"{txn.committed:,} committed, {txn.aborted:,} aborted")
@@ -350,7 +355,7 @@ def summary_renderable(summary: RunSummary) -> Group:
     if errors or failed:
         parts.append(_error_table(errors, failed))
     if summary.brokers:
-        n = Table(title="brokers", title_justify="left")
+        n = Table(title="brokers" + (" (measured)" if run.warmup.intervals else ""), title_justify="left")
         n.add_column("node")
         n.add_column("records acked", justify="right")
         for row in summary.brokers:

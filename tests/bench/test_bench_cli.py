@@ -56,6 +56,7 @@ def test_example_workload_writes_results_hlogs_and_table(baseline_run):
             assert rep["summary"]["counts"]["acked"] > 0 and rep["summary"]["counts"]["failed"] == 0
             assert abs(rep["metrics"]["records_per_s"] - 5000) / 5000 < 0.05
             assert rep["summary"]["config"]["producer"]["acks"] == c["properties"]["acks"]
+            assert rep["summary"]["config"]["id_headers"] is True    # as kctl produce sends
             assert len(rep["timeline"]) >= 4
         stat = c["stats"]["records_per_s"]
         assert stat["min"] <= stat["median"] <= stat["max"]

@@ -22,9 +22,18 @@ def test_parse_bounds():
     assert [(x.metric, x.relative, x.absolute) for x in b] == [
         ("records_per_s", 0.10, 0.0), ("p99_ms", 0.20, 0.5), ("max_ms", 0.0, 3.0)]
     for bad, msg in (("records_per_s", "metric=N% pairs"), ("rps=10%", "unknown metric 'rps'"),
-                     ("p99_ms=lots", "not N%, Nms"), ("requests_per_s=5%", "unknown metric"), ("", "empty")):
+                     ("p99_ms=lots", "not N%, Nms"), ("requests_per_s=5%", "unknown metric"), ("", "empty"),
+                     # a unit that does not fit the metric (it was taken as 5 records/s)
+                     ("records_per_s=5ms", "records_per_s is not in milliseconds"),
+                     ("records_per_batch=10%+1ms", "not in milliseconds")):
         with pytest.raises(ConfigError, match=msg):
             parse_bounds(bad)
+
+
+def test_absolute_bounds_in_the_metrics_own_unit():
+    b = parse_bounds("records_per_s=500,throttle_ms=5ms,errors=2")
+    assert [(x.metric, x.absolute) for x in b] == [("records_per_s", 500.0), ("throttle_ms", 5.0),
+                                                   ("errors", 2.0)]
 
 
 def test_same_figures_pass_and_a_drop_beyond_bound_and_spread_fails():

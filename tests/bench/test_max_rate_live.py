@@ -34,7 +34,7 @@ def test_find_max_rate_converges_on_the_throttled_rate(broker, tmp_path):
         proxy.set_faults(FaultPlan(delay_ms=100, delay_apis=("Produce",)))
         # What the throttled path sustains: a run well above it, all of its records
         # acknowledged (the backlog drains at the path's rate). Records as the search's
-        # steps send them (no identity header without --consume), so batches hold as many.
+        # steps send them (both --no-id-headers), so batches hold as many.
         cap_json = tmp_path / "cap.json"
         kctl("produce", "-b", proxy.bootstrap, "-t", "cap", "--partitions", "1", "--workers", "1",
              "--rate", "400", "--duration", "2s", "--quiet", "--no-id-headers", "--json-out", str(cap_json), *THROTTLE)
@@ -43,7 +43,8 @@ def test_find_max_rate_converges_on_the_throttled_rate(broker, tmp_path):
         out = tmp_path / "search"
         run = kctl("bench", "--find-max-rate", "--slo", "p99<1500ms", "-b", proxy.bootstrap, "-t", "mr",
                    "--partitions", "1", "--workers", "1", "--rate", "40", "--warmup", "500ms",
-                   "--duration", "2s", "--precision", "10%", "--max-steps", "10", "--out", str(out), *THROTTLE)
+                   "--duration", "2s", "--precision", "10%", "--max-steps", "10", "--no-id-headers",
+                   "--out", str(out), *THROTTLE)
     result = json.loads((out / "max-rate.json").read_text())
     steps = result["steps"]
     assert result["converged"], run.stdout

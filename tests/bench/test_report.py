@@ -11,7 +11,10 @@ import sys
 from hdrh.histogram import HdrHistogram
 from hdrh.log import HistogramLogWriter
 
+import pytest
+
 from kctl.bench.results import load_run
+from kctl.errors import ConfigError
 
 
 def kctl(*args):
@@ -95,3 +98,91 @@ def test_bad_input_is_one_line_and_no_traceback(tmp_path, capsys, monkeypatch):
         assert len(lines) == 1 and message in lines[0], (args, err)
     run = kctl("bench", "--matrix", "acks")       # and once as a real process
     assert run.returncode == 2 and run.stderr.startswith("kctl: error: --matrix") and "Traceback" not in run.stderr
+
+
+def test_hlog_rate_leaves_out_the_gap_between_repetitions(tmp_path):
+    """A bench cell's log holds each repetition, with the other cells' runs in between:
+    the rate is the count over the time the intervals cover (3 s + 3 s), not first start
+    -> last end (which counted the 6 s gap and showed half the rate)."""
+    with open(tmp_path / "cell.hlog", "w") as f:
+        w = HistogramLogWriter(f)
+        w.output_log_format_version()
+        for start_ms in (0, 1000, 2000, 9000, 10000, 11000):
+            h = HdrHistogram(1, 3_600_000_000_000, 3)
+            h.record_value(1000, 5000)
+            h.set_start_time_stamp(1_700_000_000_000 + start_ms)
+            h.set_end_time_stamp(1_700_000_000_000 + start_ms + 1000)
+            w.output_interval_histogram(h)
+    [cell] = load_run(tmp_path / "cell.hlog")
+    assert abs(cell.reps[0].metrics["records_per_s"] - 5000) < 1
+
+
+def test_covered_s_counts_an_overlap_once():
+    from kctl.bench.results import covered_s
+    assert covered_s([(0.0, 3.0), (9.0, 12.0)]) == 6.0
+    assert covered_s([(0.0, 2.0), (1.0, 3.0), (3.0, 4.0)]) == 4.0
+    assert covered_s([]) == 0.0
+
+
+def _summary(tmp_path, sub, **config):
+    doc = json.loads(json.dumps(SUMMARY))
+    doc["config"].update(config)
+    (tmp_path / sub).mkdir(exist_ok=True)
+    path = tmp_path / sub / "run.json"
+    path.write_text(json.dumps(doc))
+    return path
+
+
+def test_gate_warns_once_naming_a_different_workload(tmp_path):
+    now = _summary(tmp_path, "now", record_size=100, rate=5000, partitions=6)
+    base = _summary(tmp_path, "base", record_size=200, rate=10000, partitions=6)
+    run = kctl("report", str(now), "--baseline", str(base))
+    assert run.returncode == 0, run.stdout + run.stderr
+    warnings = [line for line in run.stdout.splitlines() if "WARNING" in line]
+    assert warnings == [f"gate: WARNING: the baseline {base} ran a different workload: "
+                        "record_size 200 -> 100, rate 10000 -> 5000"], run.stdout
+    same = kctl("report", str(now), "--baseline", str(now))
+    assert same.returncode == 0 and "WARNING" not in same.stdout
+
+
+def test_report_refuses_a_bad_baseline_before_the_table(tmp_path):
+    now = _summary(tmp_path, "now")
+    run = kctl("report", str(now), "--baseline", str(tmp_path / "nope.json"))
+    assert run.returncode == 2 and run.stdout == "", run.stdout
+    assert "--baseline" in run.stderr and "no such file" in run.stderr and "Traceback" not in run.stderr
+
+
+def test_report_says_what_it_reads_of_a_max_rate_directory(tmp_path):
+    d = tmp_path / "max-rate"
+    d.mkdir()
+    (d / "max-rate.json").write_text(json.dumps({"schema": "kctl.bench.max_rate/1", "steps": []}))
+    for arg in (d, d / "max-rate.json"):
+        with pytest.raises(ConfigError, match="a bench --find-max-rate search, which kctl report does "
+                                              "not compare.*kctl report reads a bench results.json"):
+            load_run(arg)
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(ConfigError, match="a directory without results.json"):
+        load_run(tmp_path / "empty")
+
+
+def test_table_title_gives_each_runs_repetitions_when_they_differ():
+    from io import StringIO
+
+    from rich.console import Console
+
+    from kctl.bench.results import CellResult, RepResult
+    from kctl.ui.bench_view import comparison_table
+
+    cells = [CellResult("b1", "b1", {}, [RepResult(i, {"records_per_s": 1.0}) for i in (1, 2)]),
+             CellResult("b3", "b3", {}, [RepResult(1, {"records_per_s": 1.0})])]
+    out = StringIO()
+    Console(file=out, width=300, color_system=None).print(comparison_table(cells, title="kctl report"))
+    assert "over b1: 2, b3: 1 repetition(s)" in out.getvalue()
+    out = StringIO()
+    Console(file=out, width=300, color_system=None).print(comparison_table(cells[:1]))
+    assert "over 2 repetition(s)" in out.getvalue()
+
+
+def test_bench_help_states_the_max_steps_minimum():
+    run = kctl("bench", "--help")
+    assert "at least 2" in " ".join(run.stdout.split())

@@ -97,3 +97,32 @@ def test_bench_admin_client_gets_the_security_settings(monkeypatch):
     (address, security), = seen
     assert address == "broker.example:9093"
     assert security.uses_tls and security.uses_sasl and security.sasl_username == "u"
+
+
+def test_cells_send_the_identity_header_as_kctl_produce_does(tmp_path):
+    """A cell runs what `kctl produce` with the same flags runs: the 24-byte identity
+    header on every record unless --no-id-headers (id_headers = false); it was left out
+    unless --consume."""
+    from kctl.bench.runner import BenchRunner
+
+    cell = Workload().cells()[0]
+    assert BenchRunner(Workload())._options(cell, "127.0.0.1:9").id_headers is True
+    off = Workload().with_overrides(id_headers=False)
+    assert BenchRunner(off)._options(cell, "127.0.0.1:9").id_headers is False
+    assert off.to_dict()["id_headers"] is False
+    f = tmp_path / "w.toml"
+    f.write_text("[workload]\nid_headers = false\n")
+    assert load_workload(f).validate().id_headers is False
+    with pytest.raises(ConfigError, match="drop --no-id-headers"):
+        Workload().with_overrides(id_headers=False, consume=True).validate()
+
+
+def test_consumer_properties_reach_the_consume_side():
+    from kctl.bench.runner import BenchRunner
+
+    cell = Workload().cells()[0]
+    w = Workload().with_overrides(consume=True, consumer_properties=("fetch.max.wait.ms=20",))
+    assert BenchRunner(w)._options(cell, "127.0.0.1:9").consumer_properties == ("fetch.max.wait.ms=20",)
+    assert w.to_dict()["consumer_properties"] == {"fetch.max.wait.ms": "20"}
+    with pytest.raises(ConfigError, match="give --consume too"):
+        BenchRunner(Workload().with_overrides(consumer_properties=("fetch.max.wait.ms=20",)))

@@ -220,3 +220,47 @@ def test_paced_rate_is_over_the_schedule_window_or_to_the_last_completion() -> N
                               metrics=metrics(records_acked=300), final=True, last_done_wall_ns=done))
         st.finish()
         assert st.summary().rates.records_per_s == pytest.approx(expected), done
+
+
+def test_interval_rate_is_the_rounds_records_over_its_length_on_one_clock() -> None:
+    """Workers staggered by their start-up: worker 1's intervals begin 0.5 s after worker
+    0's. A round's rate is its acked records over its window on one clock (perf-test's
+    definition), so a one-round run prints the closing rate; summing each worker's own
+    rate over its own interval said 2,000 records/s for 2,000 records in 1.5 s."""
+    st = RunStats(workers=2, start_wall_ns=T0)
+    st.add(report(0, 0, metrics(records_acked=1000, value_bytes_acked=1024 * 1024), final=True))
+    st.add(report(1, 0, metrics(records_acked=1000, value_bytes_acked=1024 * 1024),
+                  offset_ns=S // 2, final=True))
+    snap = st.snapshot(T0 + 2 * S)
+    closing = st.summary().rates
+    assert snap.interval_s == pytest.approx(1.5)
+    assert snap.interval_rate == pytest.approx(2000 / 1.5)
+    assert snap.interval_rate == pytest.approx(closing.records_per_s)
+    assert snap.interval_mb_per_s == pytest.approx(closing.mb_per_s)
+
+
+def test_rounds_tile_the_run_from_the_previous_rounds_end() -> None:
+    st = RunStats(workers=2, start_wall_ns=T0)
+    for k in range(3):
+        st.add(report(0, k, metrics(records_acked=1000 * (k + 1))))
+        st.add(report(1, k, metrics(records_acked=1000 * (k + 1)), offset_ns=S // 2))
+    st.finish()
+    snap = st.snapshot(T0 + 4 * S)
+    # the last round: from the previous round's end (T0 + 2.5 s) to T0 + 3.5 s
+    assert snap.interval_s == pytest.approx(1.0)
+    assert snap.interval_rate == pytest.approx(2000)
+
+
+def test_last_interval_panel_figures_are_the_last_rounds_and_brokers_are_measured() -> None:
+    """Throttling, retries and splits in the snapshot are the last round's (they were
+    totals since the start, warm-up included); records per broker are the measured ones,
+    as the cumulative records acked beside them."""
+    st = RunStats(workers=1, start_wall_ns=T0, target_rate=100)
+    st.add(report(0, 0, metrics(records_acked=100, throttle_time_ms=1480, throttled_requests=74,
+                                retries=5, splits=1, records_by_node={1: 100}), warmup=True))
+    st.add(report(0, 1, metrics(records_acked=300, throttle_time_ms=3100, throttled_requests=155,
+                                retries=7, splits=1, records_by_node={1: 300})))
+    snap = st.snapshot(T0 + 2 * S)
+    assert (snap.throttle_time_ms, snap.throttled_requests) == (1620, 81)
+    assert (snap.retries, snap.splits) == (2, 0)
+    assert snap.records_by_node == {1: 200} and snap.records_acked == 200

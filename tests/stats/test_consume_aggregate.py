@@ -127,3 +127,18 @@ def test_with_negative_values_the_hlog_holds_the_signed_figures(tmp_path):
     assert set(hist) == {"e2e", "e2e_negative"}
     assert signed_figures(hist["e2e"], hist["e2e_negative"]) == s.latency["e2e"]
     assert s.latency["e2e"].negative == 30 and s.latency["e2e"].p50_ms == 1.777
+
+
+def test_interval_rate_is_the_rounds_records_over_its_length_on_one_clock():
+    """Consumers staggered by half a second: the round's rate is its records over its
+    window (1.5 s) on one clock, not the sum of each consumer's own rate (2,000/s)."""
+    import dataclasses
+
+    st = ConsumeStats(consumers=2, start_wall_ns=T0, run_id="r")
+    st.add(_interval(0, 0, 1000, final=True))
+    late = _interval(1, 0, 1000, final=True)
+    st.add(dataclasses.replace(late, start_wall_ns=late.start_wall_ns + S // 2,
+                               end_wall_ns=late.end_wall_ns + S // 2))
+    snap = st.snapshot(T0 + 2 * S)
+    assert abs(snap.interval_s - 1.5) < 1e-9
+    assert abs(snap.interval_rate - 2000 / 1.5) < 1e-6

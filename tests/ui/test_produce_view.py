@@ -85,7 +85,7 @@ def test_plain_line_format() -> None:
     assert re.match(r"^2000 records acked, 2000\.0 records/sec \(3\.00 MB/sec\), "
                     r"\d+\.\d ms avg latency, \d+\.\d ms max latency\. intended p50 [\d.]+ p99 [\d.]+ "
                     r"p99\.9 [\d.]+ ms; send p99 [\d.]+ ms; request p99 [\d.]+ ms; target 2000/s; "
-                    r"errors NOT_LEADER_OR_FOLLOWER 3; 7 failed; t=5\.0s$", line), line
+                    r"errors since start NOT_LEADER_OR_FOLLOWER 3; 7 failed; t=5\.0s$", line), line
 
 
 def test_plain_line_max_throughput() -> None:
@@ -105,6 +105,27 @@ def test_summary_rendering() -> None:
                         r"latency, \d+\.\d\d ms max latency, \d+ ms 50th, \d+ ms 95th, \d+ ms 99th, "
                         r"\d+ ms 99\.9th\.", line), line
     assert clock_line(s).startswith("latency clock: intended: ")
+
+
+def test_each_row_and_panel_says_its_window_after_a_warm_up() -> None:
+    """A warm-up round (20,000 records) then a measured one (60,000): the summary's records
+    row is the whole run's throughout (it mixed whole-run acked with measured sent), the
+    measured counts have their own row, and the live panels name their windows."""
+    st = RunStats(workers=1, start_wall_ns=T0, target_rate=40_000, run_id="w1")
+    st.add(report(0, 0, metrics(records_acked=20_000, records_sent=20_000, throttle_time_ms=1480,
+                                throttled_requests=74, records_by_node={1: 20_000}),
+                  warmup=True, records_scheduled=20_000))
+    st.add(report(0, 1, metrics(records_acked=80_000, records_sent=80_000, throttle_time_ms=3100,
+                                throttled_requests=155, records_by_node={1: 80_000}),
+                  records_scheduled=80_000, final=True))
+    live = _render(ProduceDashboard(lambda: st.snapshot(T0 + 2 * S)), width=160)
+    assert "producer (last interval)" in live and "1,620 ms in 81 requests" in live, live
+    assert "acked (cumulative)" in live and re.search(r"1\s+│?\s*0\s+│?\s*60,000", live), live
+    assert "80,000" not in live
+    text = _render(summary_renderable(st.summary()), width=160)
+    assert "records (whole run)" in text and "80,000 scheduled: 80,000 acked, 0 failed, 0 abandoned (80,000 sent)" in text, text
+    assert "records (measured)" in text and "60,000 acked, 0 failed (60,000 sent)" in text, text
+    assert "throttled (measured)" in text and "brokers (measured)" in text
 
 
 def _consume_state():
