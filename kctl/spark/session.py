@@ -203,10 +203,10 @@ def _launch_driver_jvm(options: dict[str, str]) -> None:
     -TERM -PGID``, systemd's ``KillMode=control-group`` stopping kctl) reaches kctl and not
     the JVM, whose SIGTERM would run its shutdown hooks, stopping the SparkContext under the
     run's stop (its tasks killed, kctl failing with the JVM's error); kctl stops the job
-    its own way and ends the JVM at its exit. The JVM never outlives kctl: it reads its
-    stdin, a pipe from kctl (pyspark's), and exits at its end (Spark's
-    ``PythonGatewayServer``), so also when kctl is killed (SIGKILL): it then stops its
-    SparkContext (tasks, pyspark's daemon and Python workers) in its shutdown hooks."""
+    its own way. The JVM never outlives kctl: it reads its stdin, a pipe from kctl
+    (pyspark's), and exits at its end (Spark's ``PythonGatewayServer``), so when kctl exits
+    or is killed (SIGKILL) it stops its SparkContext (tasks, pyspark's daemon and Python
+    workers) in its shutdown hooks and exits; ``end_at_exit`` kills it sooner (above)."""
     from pyspark import SparkConf, SparkContext
     from pyspark.java_gateway import launch_gateway
     if SparkContext._gateway is not None or "PYSPARK_GATEWAY_PORT" in os.environ:  # noqa: SLF001
