@@ -8,6 +8,8 @@ loopback for local masters and standalone masters on this host (works offline), 
 ``PYSPARK_PYTHON`` / ``PYSPARK_DRIVER_PYTHON`` to the running interpreter unless set
 (otherwise tasks run the ``python3`` on PATH, which has no kctl). The driver JVM maps
 an AppCDS archive of Spark's classes when it has one (``class_archive_options``).
+kctl launches the driver JVM itself, in a session of its own (``_launch_driver_jvm``): a
+signal to kctl's process group never reaches it, and it exits when kctl does, even SIGKILLed.
 The UI and the console progress bar are off and log4j is quiet. A task is
 never retried (``spark.task.maxFailures=1``): a retried load task would produce
 its records twice, and a failure must fail the run with its own error.
@@ -191,10 +193,20 @@ JVM_INCUBATOR_WARNING = b"WARNING: Using incubator modules: jdk.incubator.vector
 def _launch_driver_jvm(options: dict[str, str]) -> None:
     """Starts the driver JVM as pyspark would (its ``launch_gateway``, with these settings
     as ``--conf``), but with its stderr on a pipe that ``forward_jvm_stderr`` passes on to
-    this process's stderr, all but ``JVM_INCUBATOR_WARNING``; the SparkContext then takes
-    this JVM (pyspark keeps the gateway of the process in ``SparkContext._gateway``, and
-    launches one only when it has none: a private handle, with no public one). Nothing is
-    launched when the process has a JVM already (a session made before, pyspark's shell)."""
+    this process's stderr, all but ``JVM_INCUBATOR_WARNING``, and in a session of its own;
+    the SparkContext then takes this JVM (pyspark keeps the gateway of the process in
+    ``SparkContext._gateway``, and launches one only when it has none: a private handle,
+    with no public one). Nothing is launched when the process has a JVM already (a session
+    made before, pyspark's shell).
+
+    A session of its own: a signal to kctl's process group (a terminal's Ctrl-C, ``kill
+    -TERM -PGID``, systemd's ``KillMode=control-group`` stopping kctl) reaches kctl and not
+    the JVM, whose SIGTERM would run its shutdown hooks, stopping the SparkContext under the
+    run's stop (its tasks killed, kctl failing with the JVM's error); kctl stops the job
+    its own way. The JVM never outlives kctl: it reads its stdin, a pipe from kctl
+    (pyspark's), and exits at its end (Spark's ``PythonGatewayServer``), so when kctl exits
+    or is killed (SIGKILL) it stops its SparkContext (tasks, pyspark's daemon and Python
+    workers) in its shutdown hooks and exits; ``end_at_exit`` kills it sooner (above)."""
     from pyspark import SparkConf, SparkContext
     from pyspark.java_gateway import launch_gateway
     if SparkContext._gateway is not None or "PYSPARK_GATEWAY_PORT" in os.environ:  # noqa: SLF001
@@ -207,7 +219,7 @@ def _launch_driver_jvm(options: dict[str, str]) -> None:
     threading.Thread(target=forward_jvm_stderr, args=(os.fdopen(read_fd, "rb"),),
                      name="kctl-jvm-stderr", daemon=True).start()
     try:
-        gateway = launch_gateway(conf, popen_kwargs={"stderr": write_fd})
+        gateway = launch_gateway(conf, popen_kwargs={"stderr": write_fd, "start_new_session": True})
     finally:
         os.close(write_fd)              # the JVM has its own; the reader ends when it exits
     with SparkContext._lock:                                        # noqa: SLF001

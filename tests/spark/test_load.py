@@ -151,12 +151,15 @@ def test_distributed_run_over_tls(spark, tmp_path):
     assert outcome.verify is not None and outcome.verify.ok and outcome.verify.found == acked
 
 
-@pytest.mark.parametrize("signame,to_group", [("SIGINT", True), ("SIGTERM", False)],
-                         ids=["ctrl-c-to-the-group", "sigterm-to-kctl"])
+@pytest.mark.parametrize("signame,to_group", [("SIGINT", True), ("SIGTERM", True), ("SIGTERM", False)],
+                         ids=["ctrl-c-to-the-group", "sigterm-to-the-group", "sigterm-to-kctl"])
 def test_a_stop_ends_the_tasks_with_their_final_reports(broker, tmp_path, signame, to_group):
-    """Ctrl-C (SIGINT to the whole process group, as a terminal sends it: kctl and Spark's
-    JVM, which ignores it) or SIGTERM to kctl alone mid-run (``produce --spark`` on local[2],
-    two tasks): the driver tells the tasks to stop over their report connections; each
+    """Ctrl-C (SIGINT to the whole process group, as a terminal sends it), SIGTERM to the
+    whole group (``kill -TERM -PGID``, systemd's ``KillMode=control-group``) or SIGTERM to
+    kctl alone mid-run (``produce --spark`` on local[2], two tasks; Spark's driver JVM is in
+    a session of its own, so a signal to kctl's group does not reach it: before, a group
+    SIGTERM ran its shutdown hooks, which stopped the SparkContext under the run and kctl
+    failed with the JVM's error): the driver tells the tasks to stop over their report connections; each
     task's worker ends
     its schedule as a local worker does (due records never handed over and in-flight ones
     past the grace abandoned, with the reason) and makes its final report, then the job is
@@ -194,7 +197,35 @@ def test_a_stop_ends_the_tasks_with_their_final_reports(broker, tmp_path, signam
                                f"+ abandoned {c.abandoned}"
     assert c.abandoned == sum(c.abandoned_by_reason.values())
     # Spark's JVM, pyspark's daemon and its Python workers (a process group of their own).
-    assert session_gone(run.pgid, 30), "a process of the run outlived kctl"
+    assert session_gone(run.sessions, 30), "a process of the run outlived kctl"
+
+
+def test_the_driver_jvm_never_outlives_a_killed_kctl(broker):
+    """SIGKILL to kctl alone mid-run (``produce --spark``, local[1]): kctl can end nothing,
+    yet Spark's driver JVM (in a session of its own, out of reach of signals to kctl's
+    group) sees its stdin, a pipe from kctl, end and exits, stopping its SparkContext:
+    the JVM, pyspark's daemon and its Python workers are gone within the bound."""
+    import signal
+
+    from tests.spark.conftest import _need_spark
+    from tests.stop_signal import KctlProcess, command_of, session_gone
+
+    _need_spark()
+    run = KctlProcess("produce", "-b", broker.bootstrap, "-t", "spark-sigkill", "--spark",
+                      "--master", "local[1]", "--tasks", "1", "--rate", "500", "--duration", "120s",
+                      "--interval", "0.5")
+    try:
+        run.wait_for(lambda line: line.strip() != "", timeout_s=180)    # an interval line
+        jvms = [pid for pid in run.note_sessions() if command_of(pid) == "java"]
+        assert len(jvms) == 1, "no driver JVM among kctl's processes"
+        assert run.sessions - {run.pgid}, "the driver JVM is in kctl's session"
+        t = time.monotonic()
+        status = run.stop(signal.SIGKILL)
+        assert status == -signal.SIGKILL
+        assert session_gone(run.sessions, 30), "a Spark process outlived the killed kctl"
+    finally:
+        run.kill_group()
+    print(f"kctl killed: its Spark processes ended within {time.monotonic() - t:.1f} s")
 
 
 def test_tasks_that_do_not_hear_the_stop_are_cancelled_after_the_bound(spark, broker, monkeypatch):

@@ -42,12 +42,15 @@ def test_replay_parquet_with_verify(spark, broker, tmp_path):
 
 
 def test_sigterm_stops_the_replay_as_ctrl_c_does(broker, tmp_path):
-    """SIGTERM to kctl alone mid-replay (a fresh ``kctl replay`` process with its own Spark
-    driver) stops the tasks as Ctrl-C does: each makes its final report, the summary is
+    """SIGTERM to kctl's whole process group mid-replay (a fresh ``kctl replay`` process with
+    its own Spark driver; ``kill -TERM -PGID`` as systemd's ``KillMode=control-group`` sends
+    it: the driver JVM, in a session of its own, does not get it) stops the tasks as Ctrl-C
+    does: each makes its final report (linger.ms=400 keeps records in flight), the summary is
     written, says ``interrupted`` and balances (scheduled = acked + failed + abandoned:
     before, the job was cancelled and the records in flight at the task's last interval
     report had no verdict), exit 130, no traceback, and neither Spark's JVM nor its Python
-    workers outlive kctl (before, SIGTERM killed the Python driver alone)."""
+    workers outlive kctl (before, SIGTERM killed the Python driver alone; then the group's
+    SIGTERM reached the JVM, which stopped the SparkContext under the run)."""
     from tests.spark.conftest import _need_spark
     from kctl.stats.summary import RunSummary
     from tests.stop_signal import KctlProcess, group_gone, session_gone
@@ -57,10 +60,11 @@ def test_sigterm_stops_the_replay_as_ctrl_c_does(broker, tmp_path):
     path.write_text("".join(json.dumps({"id": i}) + "\n" for i in range(30_000)))
     js = tmp_path / "s.json"
     run = KctlProcess("replay", str(path), "-t", "replay-sigterm", "-b", broker.bootstrap, "--rate", "1000",
-                      "--tasks", "1", "--master", "local[1]", "--interval", "0.5", "--json-out", str(js))
+                      "--tasks", "1", "--master", "local[1]", "--interval", "0.5", "-X", "linger.ms=400",
+                      "--json-out", str(js))
     try:
         run.wait_for(lambda line: line.strip() != "", timeout_s=120)    # an interval line
-        status = run.stop()
+        status = run.stop(to_group=True)
     finally:
         run.kill_group()
     assert status == 130, run.stderr
@@ -68,4 +72,4 @@ def test_sigterm_stops_the_replay_as_ctrl_c_does(broker, tmp_path):
     assert "no verdict" not in run.stderr and "jdk.incubator.vector" not in run.stderr
     s = RunSummary.from_json(json.loads(js.read_text()))
     assert s.run.interrupted and 0 < s.counts.acked < 30_000 and s.unaccounted == 0
-    assert group_gone(run.pgid, 30) and session_gone(run.pgid, 30), "a Spark process outlived kctl replay"
+    assert group_gone(run.pgid, 30) and session_gone(run.sessions, 30), "a Spark process outlived kctl replay"
