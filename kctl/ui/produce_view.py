@@ -308,6 +308,8 @@ def summary_renderable(summary: RunSummary) -> Group:
     b = summary.batching
     head.add_row("records/batch", f"{b.records_per_batch:.1f}")
     head.add_row("batch fill", f"{100 * b.batch_fill:.0f}%")
+    if b.compression_rate_avg is not None:
+        head.add_row("compression rate", f"{b.compression_rate_avg:.3f} (compressed / uncompressed, per batch)")
     head.add_row("throttled", f"{summary.throttle.time_ms:,} ms in {summary.throttle.requests:,} requests")
     head.add_row("retries", f"{summary.retries:,} ({summary.batching.splits:,} splits)")
     txn = summary.transactions
