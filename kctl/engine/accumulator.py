@@ -60,7 +60,10 @@ from kctl.engine.batch import (
 )
 from kctl.engine.buffer_pool import BufferPool
 from kctl.engine.clock import NS_PER_MS
-from kctl.engine.compression_ratio import CompressionRatioEstimator
+from kctl.engine.compression_ratio import (
+    COMPRESSION_RATE_ESTIMATION_FACTOR,
+    CompressionRatioEstimator,
+)
 from kctl.protocol.batch_builder import BatchTemplate, GeneralBatchBuilder
 from kctl.protocol.compression import Compression
 from kctl.protocol.records import Header
@@ -442,6 +445,13 @@ class RecordAccumulator:
             dq.insert(i, batch)
         else:
             dq.appendleft(batch)
+
+    def written_factor(self, topic: str) -> float:
+        """What a new batch of ``topic`` multiplies its records' bytes by to estimate
+        its written size: the ratio estimate x 1.05; 0.0 without compression."""
+        if not self.compression:
+            return 0.0
+        return self.estimator.estimation(topic, self.compression) * COMPRESSION_RATE_ESTIMATION_FACTOR
 
     def batch_encoded(self, batch: ProducerBatch) -> None:
         """A batch was encoded for its first send: with compression, its ratio moves
