@@ -252,7 +252,7 @@ class ProducerBatch:
         # (upper bounds); with compression, the header plus those bytes x the
         # topic's ratio estimate x 1.05 (compression_ratio.py), ``written_factor``.
         self.estimated_bytes = RECORD_BATCH_OVERHEAD
-        self.uncompressed_bytes = RECORD_BATCH_OVERHEAD   # header + records' bytes as counted
+        self.uncompressed_bytes = RECORD_BATCH_OVERHEAD   # header + records' bytes as counted (compression on only)
         self.written_factor = (ratio_estimate * COMPRESSION_RATE_ESTIMATION_FACTOR
                                if compression else 0.0)   # 0.0: no compression
         self.records_size = 0         # the records section's bytes before compression (encode)
