@@ -60,6 +60,10 @@ from kctl.engine.batch import (
 )
 from kctl.engine.buffer_pool import BufferPool
 from kctl.engine.clock import NS_PER_MS
+from kctl.engine.compression_ratio import (
+    COMPRESSION_RATE_ESTIMATION_FACTOR,
+    CompressionRatioEstimator,
+)
 from kctl.protocol.batch_builder import BatchTemplate, GeneralBatchBuilder
 from kctl.protocol.compression import Compression
 from kctl.protocol.records import Header
@@ -170,6 +174,9 @@ class RecordAccumulator:
         self.availability_timeout_ns = config.partition_availability_timeout_ms * NS_PER_MS
         self._builder = GeneralBatchBuilder(compression=self.compression,
                                             compression_level=self.compression_level)
+        # Per topic, how well batches compress: sizes batches against batch.size
+        # when compression is on (compression_ratio.py).
+        self.estimator = CompressionRatioEstimator()
         self._deques: dict[TopicPartition, deque[ProducerBatch]] = {}
         self._muted: set[TopicPartition] = set()
         self._drain_index: dict[int, int] = {}
@@ -193,11 +200,14 @@ class RecordAccumulator:
         buffer = self.pool.try_allocate(capacity)
         if buffer is None:
             return None
-        batch = ProducerBatch(tp, now_ns, capacity, buffer, compression=self.compression,
+        compression = self.compression
+        batch = ProducerBatch(tp, now_ns, capacity, buffer, compression=compression,
                               compression_level=self.compression_level, template=template,
                               value_size=value_size, created_wall_ms=wall_ms,
                               wall_offset_ns=self.wall_offset_ns, builder=self._builder,
-                              keyed=keyed)
+                              keyed=keyed,
+                              ratio_estimate=self.estimator.estimation(tp.topic, compression)
+                              if compression else 1.0)
         self._deque(tp).append(batch)
         self._incomplete.add(batch)
         return batch
@@ -435,6 +445,27 @@ class RecordAccumulator:
             dq.insert(i, batch)
         else:
             dq.appendleft(batch)
+
+    def written_factor(self, topic: str) -> float:
+        """What a new batch of ``topic`` multiplies its records' bytes by to estimate
+        its written size: the ratio estimate x 1.05; 0.0 without compression."""
+        if not self.compression:
+            return 0.0
+        return self.estimator.estimation(topic, self.compression) * COMPRESSION_RATE_ESTIMATION_FACTOR
+
+    def batch_encoded(self, batch: ProducerBatch) -> None:
+        """A batch was encoded for its first send: with compression, its ratio moves
+        its topic's estimate (Java does it in ``ProducerBatch.close()`` at drain)."""
+        if self.compression:
+            self.estimator.update_estimation(batch.tp.topic, self.compression, batch.observed_ratio)
+
+    def batch_too_large(self, batch: ProducerBatch) -> None:
+        """The broker refused ``batch`` as too large and it is being split: the
+        topic's estimate becomes the larger of 1.0 and the batch's ratio, so
+        splits stay rare (Java's ``splitAndReenqueue``)."""
+        if self.compression:
+            self.estimator.set_estimation(batch.tp.topic, self.compression,
+                                          max(1.0, batch.observed_ratio))
 
     def requeue_split(self, batches: Sequence[ProducerBatch]) -> None:
         """Batches split from one too large for the broker go to the front, in order."""

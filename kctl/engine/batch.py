@@ -39,6 +39,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
+from kctl.engine.compression_ratio import COMPRESSION_RATE_ESTIMATION_FACTOR
 from kctl.protocol.batch_builder import BatchTemplate, GeneralBatchBuilder, IdRun
 from kctl.protocol.compression import Compression
 from kctl.protocol.records import (
@@ -222,7 +223,8 @@ class ProducerBatch:
         "_values", "_keys", "_timestamps", "_headers", "_callbacks", "template", "value_size",
         "slices", "_encoded_for", "compression", "compression_level", "result", "retry_after_ns",
         "sent_ns", "node_id", "split_generation", "created_wall_ms", "_encoded", "wall_offset_ns",
-        "_builder", "_split_into", "value_bytes", "sequence_reset",
+        "_builder", "_split_into", "value_bytes", "sequence_reset", "uncompressed_bytes",
+        "written_factor", "records_size",
     )
 
     def __init__(self, tp: TopicPartition, created_ns: int, capacity: int,
@@ -230,7 +232,8 @@ class ProducerBatch:
                  compression_level: int | None = None,
                  template: BatchTemplate | None = None, value_size: int | None = None,
                  created_wall_ms: int = -1, wall_offset_ns: int = 0,
-                 builder: GeneralBatchBuilder | None = None, keyed: bool = False) -> None:
+                 builder: GeneralBatchBuilder | None = None, keyed: bool = False,
+                 ratio_estimate: float = 1.0) -> None:
         self.tp = tp
         self.wall_offset_ns = wall_offset_ns  # wall-clock ns minus monotonic ns
         self.created_wall_ms = created_wall_ms
@@ -244,7 +247,15 @@ class ProducerBatch:
         self.attempts = 0
         self.record_count = 0
         self.value_bytes = 0          # bytes of record values (what MB/s counts)
+        # Java's estimatedBytesWritten: what the batch will take encoded. Without
+        # compression it is the header plus the records' bytes as counted on append
+        # (upper bounds); with compression, the header plus those bytes x the
+        # topic's ratio estimate x 1.05 (compression_ratio.py), ``written_factor``.
         self.estimated_bytes = RECORD_BATCH_OVERHEAD
+        self.uncompressed_bytes = RECORD_BATCH_OVERHEAD   # header + records' bytes as counted (compression on only)
+        self.written_factor = (ratio_estimate * COMPRESSION_RATE_ESTIMATION_FACTOR
+                               if compression else 0.0)   # 0.0: no compression
+        self.records_size = 0         # the records section's bytes before compression (encode)
         self.capacity = capacity
         self.buffer = buffer          # from the BufferPool (None: not pooled); never replaced
         self._encoded: memoryview | None = None
@@ -335,7 +346,12 @@ class ProducerBatch:
         elif self._callbacks is not None:
             self._callbacks.append(None)
         self.record_count = n + 1
-        self.estimated_bytes += size_estimate
+        f = self.written_factor
+        if f:
+            u = self.uncompressed_bytes = self.uncompressed_bytes + size_estimate
+            self.estimated_bytes = RECORD_BATCH_OVERHEAD + int((u - RECORD_BATCH_OVERHEAD) * f)
+        else:
+            self.estimated_bytes += size_estimate
         self.last_append_ns = now_ns
         return n
 
@@ -347,10 +363,27 @@ class ProducerBatch:
         cbs[index] = fn if cur is None else (cur + [fn] if type(cur) is list else [cur, fn])
 
     def room_for(self, record_bytes: int) -> int:
-        """How many more bulk records of ``record_bytes`` each fit (at least one if empty)."""
+        """How many more bulk records of ``record_bytes`` each fit (at least one if empty):
+        as many as Java's ``hasRoomFor`` would take one by one (the record itself
+        counted uncompressed, the batch so far at its estimated written size)."""
         if self.state is not _OPEN or self.template is None:
             return 0
-        n = (self.capacity - self.estimated_bytes) // record_bytes if record_bytes else 1 << 30
+        if not record_bytes:
+            return 1 << 30
+        f = self.written_factor
+        if not f:
+            n = (self.capacity - self.estimated_bytes) // record_bytes
+        else:
+            # The (j+1)-th more record fits while header + int((U + j*rb) * f) + rb
+            # <= capacity, U the records' bytes so far: solve for j, then settle
+            # the float rounding at the boundary.
+            u = self.uncompressed_bytes - RECORD_BATCH_OVERHEAD
+            limit = self.capacity - RECORD_BATCH_OVERHEAD - record_bytes
+            n = max(0, int(((limit + 1) / f - u) / record_bytes) + 1)
+            while n and int((u + (n - 1) * record_bytes) * f) > limit:
+                n -= 1
+            while int((u + n * record_bytes) * f) <= limit:
+                n += 1
         return max(n, 0 if self.record_count else 1)
 
     def append_bulk(self, values: Sequence[bytes], keys: Sequence[bytes | None] | None,
@@ -369,11 +402,33 @@ class ProducerBatch:
         self.slices.append(AppendSlice(n, now_ns if handed_ns < 0 else handed_ns, intended_first_ns,
                                        intended_step_ns, first_seq, positions, positions_base))
         self.record_count += n
-        self.estimated_bytes += n * record_bytes
+        f = self.written_factor
+        if f:
+            u = self.uncompressed_bytes = self.uncompressed_bytes + n * record_bytes
+            self.estimated_bytes = RECORD_BATCH_OVERHEAD + int((u - RECORD_BATCH_OVERHEAD) * f)
+        else:
+            self.estimated_bytes += n * record_bytes
         self.last_append_ns = now_ns
 
     def is_full(self) -> bool:
         return self.state is not _OPEN or self.estimated_bytes >= self.capacity
+
+    @property
+    def observed_ratio(self) -> float:
+        """Compressed records bytes / records bytes as counted on append, once encoded
+        (what the ratio estimate learns from: it multiplies the same count)."""
+        counted = self.uncompressed_bytes - RECORD_BATCH_OVERHEAD
+        if not self.encoded_size or counted <= 0:
+            return 1.0
+        return (self.encoded_size - RECORD_BATCH_OVERHEAD) / counted
+
+    @property
+    def compression_rate(self) -> float:
+        """Java's ``compressionRatio()``: compressed / uncompressed records bytes, once
+        encoded (1.0 without compression)."""
+        if not self.records_size:
+            return 1.0
+        return (self.encoded_size - RECORD_BATCH_OVERHEAD) / self.records_size
 
     # -- encoding ------------------------------------------------------------------
     def set_producer_state(self, producer_id: int, producer_epoch: int, base_sequence: int,
@@ -403,6 +458,7 @@ class ProducerBatch:
                     producer_id=self.producer_id, producer_epoch=self.producer_epoch,
                     base_sequence=self.base_sequence, is_transactional=self.is_transactional,
                     value_size=self.value_size, ids=self._ids())
+                self.records_size = self.template.records_size
             else:
                 builder = self._builder or GeneralBatchBuilder(
                     compression=self.compression, compression_level=self.compression_level)
@@ -411,6 +467,7 @@ class ProducerBatch:
                                      producer_epoch=self.producer_epoch,
                                      base_sequence=self.base_sequence,
                                      is_transactional=self.is_transactional)
+                self.records_size = builder.records_size
             n = len(data)
             if self.buffer is not None and len(self.buffer) >= n:
                 self.buffer[:n] = data
@@ -505,6 +562,8 @@ class ProducerBatch:
             b.record_count = hi - lo
             b.value_bytes = sum(len(v) for v in b._values if v)
             b.estimated_bytes = RECORD_BATCH_OVERHEAD + (self.estimated_bytes - RECORD_BATCH_OVERHEAD) * (hi - lo) // n
+            b.uncompressed_bytes = (RECORD_BATCH_OVERHEAD
+                                    + (self.uncompressed_bytes - RECORD_BATCH_OVERHEAD) * (hi - lo) // n)
             b.attempts = self.attempts
             b.split_generation = self.split_generation + 1
             b.last_append_ns = now_ns

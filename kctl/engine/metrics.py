@@ -38,6 +38,8 @@ class MetricsSnapshot:
     abandoned_by_reason: dict[str, int] = field(default_factory=dict)
     transactions_committed: int = 0
     transactions_aborted: int = 0
+    compression_rate_total: float = 0.0
+    compression_rate_batches: int = 0
 
 
 @dataclass
@@ -62,6 +64,10 @@ class ProducerMetrics:
     records_abandoned: int = 0   # records given up without a verdict (the run stopped first)
     transactions_committed: int = 0
     transactions_aborted: int = 0
+    # Java's compression-rate-avg, as a sum and a count: compressed / uncompressed
+    # records bytes of every batch in a request (retries too); compression on only.
+    compression_rate_total: float = 0.0
+    compression_rate_batches: int = 0
     errors_by_name: Counter = field(default_factory=Counter)   # every error seen, retries too
     failed_by_error: Counter = field(default_factory=Counter)  # records that finally failed
     abandoned_by_reason: Counter = field(default_factory=Counter)
@@ -78,4 +84,4 @@ class ProducerMetrics:
             {(tp[0], tp[1]): n for tp, n in self.records_by_partition.items()},
             dict(self.records_by_node), self.epoch_bumps, self.value_bytes_acked,
             self.records_abandoned, dict(self.abandoned_by_reason), self.transactions_committed,
-            self.transactions_aborted)
+            self.transactions_aborted, self.compression_rate_total, self.compression_rate_batches)

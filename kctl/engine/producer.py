@@ -357,6 +357,10 @@ class Producer:
                 budget[0] = part
                 budget[1], budget[2] = pt.sticky_bytes_left(topic)
             size = (len(value) if value else 0) + (len(key) if key else 0)
+            f = batch.written_factor
+            if f:
+                # Java counts a batch's estimated written bytes: compressed, the ratio's.
+                size = int(size * f)
             budget[1] -= size
             budget[2] -= size
             budget[3] += size
@@ -547,6 +551,11 @@ class Producer:
         pt = self.partitioner
         acc = self.accumulator
         rb = run.record_bytes
+        # KIP-794 counts the bytes a record adds to its batch's estimated written
+        # size (Java's appendedBytes): with compression, scaled by the topic's ratio
+        # estimate (compression_ratio.py).
+        f = acc.written_factor(t.topic)
+        rbw = max(1, int(rb * f)) if f else rb
         keyed = keys is not None
         done = 0
         while done < n:
@@ -556,11 +565,11 @@ class Producer:
             if self._kip794:
                 may, must = pt.sticky_bytes_left(t.topic)
                 if may > 0:
-                    take = -(-may // rb)
+                    take = -(-may // rbw)
                 else:
                     room = acc.open_room(tp, run.template, rb, keyed)
-                    take = room if room > 0 else max(1, (self.config.batch_size - RECORD_BATCH_OVERHEAD) // rb)
-                    take = min(take, max(1, -(-must // rb)))
+                    take = room if room > 0 else max(1, (self.config.batch_size - RECORD_BATCH_OVERHEAD) // rbw)
+                    take = min(take, max(1, -(-must // rbw)))
             else:
                 take = acc.open_room(tp, run.template, rb, keyed)
                 if take == 0 and not run.switched:
@@ -576,7 +585,7 @@ class Producer:
             self._append(tp, values[s:s + take], keys[s:s + take] if keyed else None, run,
                          None, offset + done)
             if self._kip794:
-                pt.on_append(t.topic, part, take * rb, acc.all_batches_full(tp))
+                pt.on_append(t.topic, part, take * rbw, acc.all_batches_full(tp))
             done += take
 
     def _append(self, tp: TopicPartition, values: Sequence[bytes],

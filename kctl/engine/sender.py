@@ -297,12 +297,19 @@ class Sender:
     def _send_produce(self, node: int, batches: Sequence[ProducerBatch], now_ns: int) -> None:
         wall = self.wall_ms()
         metrics = self.metrics
+        compressed = self.accumulator.compression
         by_topic: dict[str, list] = {}
         for b in batches:
             by_topic.setdefault(b.tp.topic, []).append((b.tp.partition, b.encode(wall)))
+            if compressed:
+                # Java's compression-rate-avg: every batch of every request.
+                metrics.compression_rate_total += b.compression_rate
+                metrics.compression_rate_batches += 1
             if b.state is BatchState.RETRY:
                 metrics.retries += 1
             else:
+                if compressed:
+                    self.accumulator.batch_encoded(b)
                 metrics.records_sent += b.record_count
                 metrics.queue_time_ns_total += now_ns - b.created_ns
                 metrics.batch_fill_total += min(1.0, b.estimated_bytes / max(self.batch_size, 1))
@@ -421,6 +428,7 @@ class Sender:
             self.accumulator.unmute(b.tp)
 
     def _split(self, b: ProducerBatch, now_ns: int) -> None:
+        self.accumulator.batch_too_large(b)
         parts = b.split(2, now_ns)
         self.metrics.splits += 1
         self._in_flight.discard(b)

@@ -82,7 +82,8 @@ class BatchTemplate:
 
     __slots__ = ("headers", "identity", "compression", "compression_level", "xerial",
                  "_headers_raw", "_headers_len", "_pieces", "_piece_total", "_kpieces",
-                 "_key_parts", "_middles", "_attributes", "_id_struct", "_id_head")
+                 "_key_parts", "_middles", "_attributes", "_id_struct", "_id_head",
+                 "records_size")
 
     def __init__(self, *, headers: Sequence[Header] = (),
                  compression: int = Compression.NONE, compression_level: int | None = None,
@@ -120,6 +121,9 @@ class BatchTemplate:
         self._middles: dict[int, dict[bytes | None, bytes]] = {}
         self._attributes = (batch_attributes(self.compression, 0, False),
                             batch_attributes(self.compression, 0, True))
+        # The records section's bytes before compression of the last batch built
+        # (the producer's compression ratio: compressed / this).
+        self.records_size = 0
 
     # -- sizes ----------------------------------------------------------------------------
     def record_size(self, value_len: int, key: bytes | None = None) -> int:
@@ -295,6 +299,7 @@ class BatchTemplate:
     def _finish(self, body: bytes, n: int, base_timestamp: int, producer_id: int,
                 producer_epoch: int, base_sequence: int, base_offset: int,
                 is_transactional: bool, partition_leader_epoch: int) -> bytes:
+        self.records_size = len(body)
         if self.compression:
             body = compress(self.compression, body, level=self.compression_level,
                             xerial=self.xerial)
@@ -330,7 +335,7 @@ class GeneralBatchBuilder:
     """
 
     __slots__ = ("compression", "compression_level", "xerial", "_pieces", "_glued_pieces",
-                 "_attributes")
+                 "_attributes", "records_size")
 
     def __init__(self, *, compression: int = Compression.NONE,
                  compression_level: int | None = None, xerial: bool = True) -> None:
@@ -341,6 +346,7 @@ class GeneralBatchBuilder:
         self._glued_pieces: dict[tuple[int, int], list[bytes]] = {}
         self._attributes = (batch_attributes(self.compression, 0, False),
                             batch_attributes(self.compression, 0, True))
+        self.records_size = 0         # as BatchTemplate's: the last batch's, uncompressed
 
     def _piece(self, td: int, klen: int, vlen: int, od: int) -> bytes:
         key = (td, klen, vlen)
@@ -454,6 +460,7 @@ class GeneralBatchBuilder:
     def _finish(self, body: bytes, n: int, timestamps: Sequence[int], base_ts: int,
                 producer_id: int, producer_epoch: int, base_sequence: int, base_offset: int,
                 is_transactional: bool, partition_leader_epoch: int) -> bytes:
+        self.records_size = len(body)
         if self.compression:
             body = compress(self.compression, body, level=self.compression_level,
                             xerial=self.xerial)

@@ -33,6 +33,8 @@ Definitions (also in docs/produce-summary.md):
 * records per batch: records acked / batches acked.
 * batch fill: ``batch_fill_total`` / batches first sent; queue time: ``queue_time_ns_total``
   / batches first sent, where batches first sent = ``batches_sent - retries``.
+* compression rate (compression on): ``compression_rate_total`` /
+  ``compression_rate_batches``, Java's compression-rate-avg over the run.
 * max-throughput mode (no target rate): there is no schedule, so the intended clock is
   not recorded and is reported from the send clock (``intended_from_send``).
 """
@@ -597,7 +599,10 @@ class RunStats:
                 records_per_batch=round(_ratio(res.records_acked, res.batches_acked), 3),
                 batch_fill=round(_ratio(res.batch_fill_total, first), 6),
                 queue_time_ms_mean=round(_ratio(res.queue_time_ns_total, first) / 1e6, 6),
-                splits=res.splits),
+                splits=res.splits,
+                compression_rate_avg=round(_ratio(res.compression_rate_total,
+                                                  res.compression_rate_batches), 6)
+                if res.compression_rate_batches else None),
             throttle=Throttle(res.throttle_time_ms, res.throttled_requests),
             retries=res.retries,
             errors_by_name=dict(sorted(res.errors_by_name.items())),

@@ -165,13 +165,24 @@ class Batching:
     batch_fill: float = 0.0
     queue_time_ms_mean: float = 0.0
     splits: int = 0
+    # Java's compression-rate-avg (compressed / uncompressed records bytes per batch
+    # sent, averaged); None without compression, and then left out of the JSON.
+    compression_rate_avg: float | None = None
 
     def to_json(self) -> dict[str, Any]:
-        return numbers_to_json(self)
+        d: dict[str, Any] = {"records_per_batch": self.records_per_batch,
+                             "batch_fill": self.batch_fill,
+                             "queue_time_ms_mean": self.queue_time_ms_mean, "splits": self.splits}
+        if self.compression_rate_avg is not None:
+            d["compression_rate_avg"] = self.compression_rate_avg
+        return d
 
     @classmethod
     def from_json(cls, d: Mapping[str, Any]) -> Batching:
-        return numbers_from_json(cls, d)
+        rate = d.get("compression_rate_avg")
+        return cls(float(d.get("records_per_batch", 0.0)), float(d.get("batch_fill", 0.0)),
+                   float(d.get("queue_time_ms_mean", 0.0)), int(d.get("splits", 0)),
+                   float(rate) if rate is not None else None)
 
 
 @dataclass(frozen=True, slots=True)

@@ -320,6 +320,9 @@ def summary_renderable(summary: RunSummary) -> Group:
     measured = " (measured)" if wu.intervals else ""
     head.add_row(f"records/batch{measured}", f"{b.records_per_batch:.1f}")
     head.add_row(f"batch fill{measured}", f"{100 * b.batch_fill:.0f}%")
+    if b.compression_rate_avg is not None:
+        head.add_row(f"compression rate{measured}",
+                     f"{b.compression_rate_avg:.3f} (compressed / uncompressed, per batch)")
     head.add_row(f"throttled{measured}", f"{summary.throttle.time_ms:,} ms in {summary.throttle.requests:,} requests")
     head.add_row(f"retries{measured}", f"{summary.retries:,} ({summary.batching.splits:,} splits)")
     txn = summary.transactions

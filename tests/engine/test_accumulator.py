@@ -195,3 +195,130 @@ def test_split_keeps_handles_and_order():
     assert sum((p.handles() for p in parts), []) == handles
     values = [r.value for p in parts for r in decode_batches(p.encode(0)).records]
     assert values == [bytes([i]) for i in range(10)]
+
+
+# -- compression: batch.size counts Java's estimated written bytes (RecordAccumulatorTest) --
+
+def _half_compressible(rng, n, size=100):
+    """Values that lz4 compresses to about half: random bytes, then zeros."""
+    return [rng.randbytes(size // 2) + bytes(size - size // 2) for _ in range(n)]
+
+
+def _send_all(acc, cluster, now, *, split_above=None):
+    """Drains every ready batch as the sender does on a first send (encode, then the
+    ratio estimate learns from it), acks or splits it; returns (batches, splits)."""
+    sent, splits = [], 0
+    while True:
+        ready = acc.ready(cluster, now).ready_nodes
+        drained = acc.drain(cluster.by_node(), ready, 10**9, now).get(1, [])
+        if not drained:
+            return sent, splits
+        for b in drained:
+            b.encode(0)
+            acc.batch_encoded(b)
+            if split_above is not None and b.encoded_size > split_above and b.record_count > 1:
+                acc.batch_too_large(b)
+                acc.requeue_split(b.split(2, now))
+                splits += 1
+            else:
+                sent.append((b.record_count, b.encoded_size))
+            acc.deallocate(b)
+
+
+def test_compressed_bulk_batches_fill_batch_size_once_the_estimate_settles():
+    import random
+    acc, pool = make(**{"compression.type": "lz4", "batch.size": "16384", "linger.ms": "10"})
+    cluster = Cluster({TP0: 1})
+    template = BatchTemplate(compression=acc.compression)
+    values = _half_compressible(random.Random(1), 1000)
+    rb = template.record_size(100)
+    sent = []
+    for _ in range(60):
+        acc.append_bulk(TP0, values, rb, template, T0, 1_700_000_000_000, value_size=100)
+        sent += _send_all(acc, cluster, T0)[0]
+    sent += _send_all(acc, cluster, T0 + 20 * NS_PER_MS)[0]
+    # The first batches are sized as if nothing compressed (estimate 1.0) ...
+    first_records, first_size = sent[0]
+    assert first_records * rb * 1.05 <= 16384 and first_size < 16384 * 0.6
+    # ... then the estimate settles near the observed ratio and batches fill
+    # batch.size on the wire, with about twice the records.
+    settled = sent[-40:-1]
+    mean_size = sum(s for _, s in settled) / len(settled)
+    assert 0.85 * 16384 < mean_size <= 16384
+    assert all(n > 1.7 * first_records for n, _ in settled)
+    assert 0.45 < acc.estimator.estimation("t", acc.compression) < 0.6
+    assert pool.available_memory == pool.total_memory
+
+
+def test_compressed_single_sends_fill_batch_size_once_the_estimate_settles():
+    import random
+    acc, pool = make(**{"compression.type": "lz4", "batch.size": "16384", "linger.ms": "10"})
+    cluster = Cluster({TP0: 1})
+    sent = []
+    for v in _half_compressible(random.Random(2), 60_000):
+        acc.append(TP0, 0, None, v, (), T0)
+        if acc._deque(TP0)[0].is_full():
+            sent += _send_all(acc, cluster, T0)[0]
+    settled = sent[-30:]
+    _send_all(acc, cluster, T0 + 20 * NS_PER_MS)
+    assert 0.85 * 16384 < sum(s for _, s in settled) / len(settled) <= 16384
+    assert pool.available_memory == pool.total_memory
+
+
+def test_without_compression_nothing_changes():
+    acc, _ = make(**{"batch.size": "1024", "linger.ms": "10"})
+    assert acc.written_factor("t") == 0.0
+    for _ in range(20):
+        acc.append(TP0, 0, None, b"x" * 100, (), T0)
+    b = acc._deque(TP0)[0]
+    # Header + the records' counted bytes, no estimate involved.
+    assert b.estimated_bytes == 61 + b.record_count * 136
+    assert b.record_count == (1024 - 61) // 136
+
+
+def test_split_and_reenqueue_resets_the_estimate():
+    # Java: splitAndReenqueue sets the estimate to max(1.0, the big batch's ratio).
+    import random
+    acc, _ = make(**{"compression.type": "gzip", "batch.size": "1024", "linger.ms": "0"})
+    cluster = Cluster({TP0: 1})
+    acc.estimator.set_estimation("t", acc.compression, 0.1)
+    rng = random.Random(3)
+    for _ in range(20):                              # incompressible: far worse than 0.1
+        acc.append(TP0, 0, None, rng.randbytes(100), (), T0)
+    (big,) = acc.drain(cluster.by_node(), [1], 10**9, T0)[1]
+    big.encode(0)
+    acc.batch_encoded(big)
+    assert big.encoded_size > 1024 + 61        # what the broker refuses as too large
+    acc.batch_too_large(big)
+    assert acc.estimator.estimation("t", acc.compression) == max(1.0, big.observed_ratio)
+    acc.requeue_split(big.split(2, T0))
+    acc.deallocate(big)
+    sent, _ = _send_all(acc, cluster, T0, split_above=1024 + 61)
+    assert sum(n for n, _ in sent) == 20
+    assert all(size <= 1024 + 61 for _, size in sent)
+
+
+def test_split_frequency():
+    # Java's testSplitFrequency: whatever the mix of well and badly compressing
+    # records, fewer than 10% of the batches are split.
+    import random
+    rng = random.Random(4)
+    acc, _ = make(**{"compression.type": "gzip", "batch.size": "1024", "buffer.memory": "3072",
+                     "linger.ms": "10"})
+    cluster = Cluster({TP0: 1})
+    for good_pct in (1, 25, 50, 75, 99):
+        acc.estimator.reset_estimation("t")
+        batches = splits = 0
+        for _ in range(1000):
+            if rng.randrange(100) < good_pct:
+                value = b"".join(rng.randrange(1000).to_bytes(4, "big") for _ in range(25))
+            else:
+                value = rng.randbytes(100)
+            acc.append(TP0, 0, None, value, (), T0)
+            sent, s = _send_all(acc, cluster, T0, split_above=1024 + 61)
+            batches += len(sent) + s
+            splits += s
+        sent, s = _send_all(acc, cluster, T0 + 10 * NS_PER_MS, split_above=1024 + 61)
+        batches += len(sent) + s
+        splits += s
+        assert splits / batches < 0.1, (good_pct, splits, batches)

@@ -111,6 +111,38 @@ def test_message_too_large_splits_the_batch_in_order():
     assert h.producer.metrics.splits == 1
 
 
+def test_message_too_large_splits_a_compressed_batch_and_resets_the_estimate():
+    # RecordAccumulatorTest.testSplitAndReenqueue with compression: the split batches
+    # go out in order, and the topic's ratio estimate becomes max(1.0, the big
+    # batch's ratio) so the next batches are sized conservatively.
+    h = Harness(**{"enable.idempotence": "false", "acks": "1", "compression.type": "gzip"})
+    h.start()
+    acc = h.producer.accumulator
+    acc.estimator.set_estimation("t", acc.compression, 0.2)
+    handles = h.send(10, value=b"v" * 200)
+    h.step(ms=5)
+    (req,) = h.net.requests("Produce")
+    # The first send taught the estimate (compressible values: it improved) and
+    # counted the batch's compression rate.
+    assert acc.estimator.estimation("t", acc.compression) < 0.2
+    m = h.producer.metrics
+    assert m.compression_rate_batches == 1 and 0 < m.compression_rate_total < 0.5
+    h.net.respond(req, produce_body(req, errors={0: "MESSAGE_TOO_LARGE"}))
+    h.step()
+    assert acc.estimator.estimation("t", acc.compression) == 1.0
+    h.step(ms=200)
+    offset = 0
+    while (pending := h.net.pending("Produce")):
+        for r in pending:
+            b = sent_batches(r)[0]
+            assert b.compression.name == "GZIP"
+            h.net.respond(r, produce_body(r, base_offset=offset))
+            offset += len(b.records)
+        h.step(ms=200)
+    assert [x.offset for x in handles] == list(range(10))
+    assert h.producer.metrics.splits == 1
+
+
 def test_throttle_mutes_the_broker_for_that_long():
     h = Harness(**{"enable.idempotence": "false", "acks": "1", "linger.ms": "0"})
     h.start()

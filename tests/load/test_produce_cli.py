@@ -185,3 +185,23 @@ def test_ctrl_c_still_writes_summary_and_histograms(broker, tmp_path):
     assert 0 < s["counts"]["acked"] < 60 * 2000
     assert s["counts"]["acked"] + s["counts"]["failed"] + s["counts"]["abandoned"] >= s["counts"]["sent"]
     assert read_interval_log(hlog)
+
+
+def test_compressed_batches_fill_batch_size_on_the_wire(broker, tmp_path):
+    # batch.size counts the estimated compressed size, as the Java client's does
+    # (ratio estimate x 1.05): half-compressible records under lz4 fill 16 KB
+    # batches on the wire, not 16 KB of uncompressed records (~8 KB compressed).
+    # The estimate starts at 1.0 and improves by 0.005 a batch, and at full speed
+    # many batches queue with the estimate they were created with: the run is long
+    # enough for the settled batches (~15 KB) to dominate the average.
+    out = tmp_path / "s.json"
+    kctl("produce", "-b", broker.bootstrap, "-t", "cli-lz4-fill", "--num-records", "400000",
+         "--record-size", "100", "--compressibility", "0.5", "-X", "compression.type=lz4",
+         "-X", "batch.size=16384", "-X", "linger.ms=100", "--workers", "1",
+         "--json-out", str(out), "--quiet")
+    s = summary_of(out)
+    counts, batching = s["counts"], s["batching"]
+    assert counts["acked"] == 400_000 and counts["failed"] == 0
+    wire_batch = counts["bytes_sent"] / counts["batches_sent"]
+    assert 12 * 1024 < wire_batch <= 16384 * 1.1, wire_batch
+    assert 0.3 < batching["compression_rate_avg"] < 0.8

@@ -264,3 +264,20 @@ def test_last_interval_panel_figures_are_the_last_rounds_and_brokers_are_measure
     assert (snap.throttle_time_ms, snap.throttled_requests) == (1620, 81)
     assert (snap.retries, snap.splits) == (2, 0)
     assert snap.records_by_node == {1: 200} and snap.records_acked == 200
+
+
+def test_compression_rate_avg_is_the_mean_over_batches_and_only_with_compression() -> None:
+    # Java's compression-rate-avg: per-batch ratios summed over workers, averaged.
+    st = RunStats(workers=2, start_wall_ns=T0)
+    st.add(report(0, 0, metrics(records_acked=10, batches_acked=2, compression_rate_total=1.0,
+                                compression_rate_batches=2)))
+    st.add(report(1, 0, metrics(records_acked=10, batches_acked=2, compression_rate_total=0.8,
+                                compression_rate_batches=2)))
+    s = st.summary().to_json()
+    assert s["batching"]["compression_rate_avg"] == pytest.approx(0.45)
+    assert RunSummary.from_json(s).batching.compression_rate_avg == pytest.approx(0.45)
+    st = RunStats(workers=1, start_wall_ns=T0)
+    st.add(report(0, 0, metrics(records_acked=10, batches_acked=2)))
+    s = st.summary().to_json()
+    assert "compression_rate_avg" not in s["batching"]
+    assert RunSummary.from_json(s).batching.compression_rate_avg is None

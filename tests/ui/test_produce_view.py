@@ -151,3 +151,11 @@ def test_dashboard_and_plain_line_show_the_e2e_clock_with_consume() -> None:
         assert needle in row, (needle, row)
     line = plain_line(st.snapshot(T0 + 5 * S), _consume_state())
     assert "e2e p50 12.5 p99 31.2 ms (0 negative), lag 17" in line
+
+
+def test_summary_shows_the_compression_rate_only_with_compression() -> None:
+    import dataclasses
+    s = _stats().summary()
+    assert "compression rate" not in _render(summary_renderable(s))
+    s = dataclasses.replace(s, batching=dataclasses.replace(s.batching, compression_rate_avg=0.482))
+    assert "compression rate" in _render(summary_renderable(s)) and "0.482" in _render(summary_renderable(s))
