@@ -93,6 +93,7 @@ class Consumer:
                             if group is not None else None)
         self.metadata_updater = MetadataUpdater(self.metadata, self.network, self._on_metadata_update)
         self._closed = False
+        self.close_commit_error: str | None = None   # why close()'s commit failed (None: it did not)
         self._next_wake_ns = now
 
     # -- what to read ----------------------------------------------------------------------------
@@ -315,9 +316,14 @@ class Consumer:
             if c is not None and c.coordinator is not None and c.fatal_error is None:
                 if self.config.enable_auto_commit and self.subscriptions.all_consumed():
                     try:
-                        self.commit_sync(timeout_s=timeout_s)
+                        result = self.commit_sync(timeout_s=timeout_s)
+                        if not result.ok:
+                            self.close_commit_error = ", ".join(
+                                f"{tp.topic}-{tp.partition} {name}" for tp, name in sorted(result.errors.items()))
                     except KctlError as e:
-                        log.info("commit on close failed: %s", e)
+                        self.close_commit_error = str(e)
+                    if self.close_commit_error:
+                        log.info("commit on close failed: %s", self.close_commit_error)
                 c.closing = True
                 now = self.clock.now_ns()
                 if c.maybe_leave_group("the consumer is being closed", now):

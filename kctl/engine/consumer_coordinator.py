@@ -327,7 +327,9 @@ class ConsumerCoordinator(GroupCoordinator):
             self.fatal_error = KctlError("the group coordinator has no OffsetCommit version kctl speaks")
             return False
         version = min(version, _BY_TOPIC_ID_VERSION - 1)
-        gen = self.generation if self.needs_join else None
+        # A subscribed member commits with its generation even while closing (its revoke
+        # listener's commit comes before LeaveGroup, as in Java); assign mode with -1 and "".
+        gen = self.generation if self.subscriptions.has_auto_assigned_partitions else None
         by_topic: dict[str, list] = {}
         for tp, pos in sorted(offsets.items()):
             by_topic.setdefault(tp.topic, []).append(_OffsetCommit.OffsetCommitRequestPartition(

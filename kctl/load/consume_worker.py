@@ -397,6 +397,7 @@ class ConsumerWorker:
             consumer=self.spec.consumer, start_wall_ns=self._interval_start, end_wall_ns=now_wall,
             histograms=self.e2e.encode_interval(), metrics=self.consumer.metrics.snapshot(),
             partitions=self._progress() if progress is None else progress, matched=self.matched, warmup=self._interval_warmup, final=final,
+            close_commit_error=(self.consumer.close_commit_error or "") if final else "",
             caught_up=bool(self.caught_up_wall_ns), caught_up_wall_ns=self.caught_up_wall_ns,
             first_record_wall_ns=self.first_record_wall_ns,
             seen=dict(self.seen) if final and self.spec.verify else None,

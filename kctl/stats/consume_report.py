@@ -80,6 +80,7 @@ class ConsumerInterval:
     foreign: int = 0                         # cumulative: records of another run (other tag)
     rejoin_ns: int = 0                       # cumulative: time after the start spent rejoining
                                              # (every partition revoked until assigned again)
+    close_commit_error: str = ""             # final report: why the closing commit failed ("": it did not)
 
     @property
     def duration_ns(self) -> int:

@@ -394,3 +394,67 @@ def test_assign_mode_with_a_group_fetches_committed_offsets_without_joining():
     c.commit_async({tp(0): 6})
     req = h.net.pending("OffsetCommit")[0]
     assert (req.body.generation_id_or_member_epoch, req.body.member_id) == (-1, "")
+
+
+def test_close_dynamic_assignment_commits_in_the_revoke_listener_with_the_generation():
+    """Java's ConsumerCoordinatorTest.testCloseDynamicAssignment: the listener's commit of
+    the revoked partitions, sent while closing, carries the member's generation and id, and
+    comes before LeaveGroup (it used to go out with -1 and "": UNKNOWN_MEMBER_ID)."""
+    h = harness(**{"enable.auto.commit": "false"})
+    c = h.consumer
+    c.subscribe(["t"])
+    joined(h, (0, 1), generation=3)
+    c.seek(tp(0), 10)
+    c.seek(tp(1), 20)
+    order = []
+
+    def revoked(partitions, positions):
+        c.coordinator.commit_async(positions, h.clock.now_ns())
+    h.on_partitions_revoked = revoked
+    orig_send = h.net.send
+
+    def send(req, now_ns):
+        order.append(req)
+        return orig_send(req, now_ns)
+    h.net.send = send
+    orig_poll = h.net.poll
+
+    def poll(timeout_ns, now_ns):
+        from .consumer_harness import LeaveGroupResponse
+        for r in h.net.pending("OffsetCommit"):
+            h.net.respond(r, commit_body(r))
+        for r in h.net.pending("LeaveGroup"):
+            h.net.respond(r, LeaveGroupResponse(throttle_time_ms=0, error_code=0, members=[]))
+        return orig_poll(timeout_ns, now_ns)
+    h.net.poll = poll
+    c.close()
+    commits = [r for r in order if r.api_key == 8]
+    leaves = [i for i, r in enumerate(order) if r.api_key == 13]
+    assert len(commits) == 1 and len(leaves) == 1
+    assert order.index(commits[0]) < leaves[0]
+    assert commits[0].body.generation_id_or_member_epoch == 3 and commits[0].body.member_id == "m1"
+    assert {p.partition_index: p.committed_offset for t in commits[0].body.topics for p in t.partitions} == {
+        0: 10, 1: 20}
+
+
+def test_close_with_a_failed_commit_says_why():
+    """Java's ConsumerCoordinatorTest close/commit tests: a closing commit answered with an
+    error is kept (close_commit_error, the WARNING kctl consume prints), not only counted."""
+    h = harness()
+    c = h.consumer
+    c.subscribe(["t"])
+    joined(h, (0,))
+    c.seek(tp(0), 5)
+    orig_poll = h.net.poll
+
+    def poll(timeout_ns, now_ns):
+        for r in h.net.pending("OffsetCommit"):
+            h.net.respond(r, commit_body(r, {0: "UNKNOWN_MEMBER_ID"}))
+        from .consumer_harness import LeaveGroupResponse
+        for r in h.net.pending("LeaveGroup"):
+            h.net.respond(r, LeaveGroupResponse(throttle_time_ms=0, error_code=0, members=[]))
+        return orig_poll(timeout_ns, now_ns)
+    h.net.poll = poll
+    c.close()
+    assert c.close_commit_error == "t-0 UNKNOWN_MEMBER_ID"
+    assert c.metrics.snapshot().commit_failures >= 1
