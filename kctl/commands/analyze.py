@@ -9,6 +9,7 @@ import typer
 from rich.table import Table
 
 from kctl.errors import ConfigError
+from kctl.commands._output import check_outputs
 
 if TYPE_CHECKING:
     from kctl.spark.analyze import AnalyzeResult
@@ -81,6 +82,7 @@ def analyze(
     from kctl.spark.session import exit_now, require_pyspark, spark_session
     from kctl.spark.storage import open_at
     from kctl.ui.console import stderr_console
+    check_outputs(dirs={"--out": out_dir})
     bucket_s = parse_duration(bucket, "--bucket")
     if bucket_s <= 0:
         raise ConfigError(f"--bucket must be longer than 0, not {bucket!r}")

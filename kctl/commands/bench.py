@@ -20,6 +20,7 @@ from kctl.commands._gate import run_gate
 from kctl.commands._stop import EXIT_INTERRUPTED
 from kctl.config import parse_assignment
 from kctl.errors import ConfigError
+from kctl.commands._output import check_outputs
 from kctl.quantities import parse_duration, parse_rate, parse_warmup
 from kctl.ui.bench_view import (comparison_table, interrupted_line, max_rate_line, max_rate_table,
                                 run_line)
@@ -62,6 +63,7 @@ def bench(
     ends the matrix: the table and --out hold the runs completed so far (the run under way
     is left out and named), exit 130."""
     t0 = time.monotonic()
+    check_outputs(files={"--junit-xml": junit_xml}, dirs={"--out": out_dir})
     base = load_workload(workload_file) if workload_file else Workload()
     extra = tuple((s.name, str(s.value)) for s in (parse_assignment(x, "-X") for x in properties))
     cli_matrix = tuple(parse_matrix_option(m) for m in matrix)
@@ -91,8 +93,6 @@ def bench(
             load_run(baseline)   # a bad baseline fails before the runs, not after them
         except ConfigError as e:
             raise ConfigError(f"--baseline {e}") from None
-    if out_dir is not None and out_dir.exists() and not out_dir.is_dir():
-        raise ConfigError(f"--out {out_dir} exists and is not a directory")
 
     out = stdout_console()
     err = stderr_console()

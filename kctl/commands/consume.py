@@ -14,6 +14,7 @@ from rich.live import Live
 
 from kctl.commands._stop import EXIT_INTERRUPTED
 from kctl.errors import ConfigError, KctlError
+from kctl.commands._output import check_outputs
 from kctl.load.consume import ConsumeOptions, execute, prepare, short_of_num_records
 from kctl.quantities import parse_duration
 from kctl.ui.console import stderr_console, stdout_console
@@ -52,6 +53,7 @@ def consume(
     group with --group. The last two lines on stdout are kafka-consumer-perf-test's header
     and values line.
     """
+    check_outputs(files={"--hdr-out": hdr_out, "--json-out": json_out})
     if from_latest:
         if start is not None:
             raise ConfigError("give --from or --from-latest, not both")

@@ -13,6 +13,7 @@ import typer
 from kctl.commands._stop import sigterm_as_ctrl_c
 from kctl.config import ProducerConfig, SecurityConfig, Setting, parse_assignment
 from kctl.errors import ConfigError, KctlError
+from kctl.commands._output import check_outputs
 from kctl.inspect.faults import ErrorRewrite, FaultPlan
 from kctl.inspect.proxy import (
     FrameEvent, InspectorProxy, ListenerTls, default_processors, parse_hostport)
@@ -135,6 +136,7 @@ def inspect(
     --capture file holds those frames in clear, as the proxy forwards them (no TLS),
     SASL credentials included: treat it as a secret (kctl decode redacts them on display).
     """
+    check_outputs(files={"--capture": capture, "--json-out": json_out})
     duration_s = parse_duration(duration, "--duration") if duration is not None else None
     if show not in ("stats", "frames"):
         raise ConfigError(f"--show {show!r}: expected stats or frames")

@@ -13,6 +13,7 @@ from rich.live import Live
 
 from kctl.commands._stop import EXIT_INTERRUPTED
 from kctl.errors import ConfigError, KctlError
+from kctl.commands._output import check_outputs
 from kctl.load.produce import ProduceOptions, execute, prepare
 from kctl.quantities import parse_byte_rate, parse_duration, parse_rate
 from kctl.ui.console import stderr_console, stdout_console
@@ -118,6 +119,7 @@ def produce(
     is perf-test's closing line (then --verify's, when asked); the line before it names the
     latency clock.
     """
+    check_outputs(files={"--hdr-out": hdr_out, "--json-out": json_out})
     if warmup_records is not None:
         if warmup is not None:
             raise ConfigError("give --warmup or --warmup-records, not both")

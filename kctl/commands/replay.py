@@ -12,6 +12,7 @@ import typer
 
 from kctl.commands._stop import EXIT_INTERRUPTED
 from kctl.errors import ConfigError
+from kctl.commands._output import check_outputs
 
 
 def replay(
@@ -48,6 +49,7 @@ def replay(
                                       summary_line)
     err = stderr_console()
     # Every value is checked before Spark starts.
+    check_outputs(files={"--hdr-out": hdr_out, "--json-out": json_out})
     validate_topic_name(topic)
     rate_per_s = parse_rate(rate, "--rate")
     interval_s = parse_duration(interval, "--interval")

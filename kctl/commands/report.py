@@ -12,6 +12,7 @@ from kctl.bench.gate import DEFAULT_MAX_REGRESSION, parse_bounds
 from kctl.bench.results import CellResult, best_cells, load_run
 from kctl.commands._gate import run_gate
 from kctl.errors import ConfigError
+from kctl.commands._output import check_outputs
 from kctl.ui.bench_view import comparison_table
 from kctl.ui.console import stderr_console, stdout_console
 
@@ -41,6 +42,7 @@ def report(
     junit_xml: Optional[Path] = typer.Option(None, "--junit-xml", help="Write the gate's checks as JUnit XML (with --baseline)."),
 ) -> None:
     """Compare earlier runs: the comparison table and the charts, no broker needed."""
+    check_outputs(files={"--junit-xml": junit_xml}, dirs={"--out": out_dir})
     if baseline is not None:
         parse_bounds(max_regression)
         if len(runs) != 1:
