@@ -68,6 +68,15 @@ def parse_warmup(text: str | None, what: str = "--warmup") -> tuple[int, float]:
     return 0, parse_duration(t, what)
 
 
+def check_warmup_within(warmup_s: float, duration_s: float | None, warmup: str | None,
+                        duration: str | None) -> None:
+    """``--duration`` includes the warm-up (produce, consume): a warm-up as long as the
+    run would leave nothing measured, so it is refused."""
+    if duration_s is not None and warmup_s > 0 and warmup_s >= duration_s:
+        given = duration if duration is not None else f"{duration_s:g}s (the default)"
+        raise ConfigError(f"--warmup {warmup} is not shorter than --duration {given}: --duration "
+                          "includes the warm-up, so nothing would be measured")
+
 _SI = {"": 1.0, "k": 1e3, "K": 1e3, "M": 1e6, "G": 1e9}
 _RATE = re.compile(r"(?P<num>(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d+)?)\s*(?P<si>[kKMG]?)\s*(?:/s)?")
 _BYTE_UNITS = {"": 1, "B": 1, "kB": 1000, "KB": 1000, "MB": 1000**2, "GB": 1000**3,

@@ -47,7 +47,7 @@ from kctl.load.consume_verify import verify_against_acks, verify_sequences
 from kctl.load.consume_worker import StartPosition
 from kctl.load.worker_count import WorkerCount, default_workers
 from kctl.protocol.identity import run_tag
-from kctl.quantities import parse_duration, parse_warmup
+from kctl.quantities import check_warmup_within, parse_duration, parse_warmup
 from kctl.stats.consume_aggregate import ConsumeStats
 from kctl.stats.consume_summary import BacklogResult, ConsumeSummary
 from kctl.stats.summary import VerifyResult
@@ -201,6 +201,7 @@ def prepare(o: ConsumeOptions) -> ConsumePlan:
     if duration_s is None and o.num_records is None and o.backlog is None and idle_s is None:
         duration_s = 10.0
     warm_records, warm_s = parse_warmup(o.warmup)
+    check_warmup_within(warm_s, duration_s, o.warmup, o.duration)
     if warm_records:
         raise ConfigError("--warmup for kctl consume is a time (5s), not a record count")
     if o.consumers is not None:

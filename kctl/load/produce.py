@@ -36,7 +36,7 @@ from kctl.load.payload import MAX_MONOTONIC, KeySpec, PayloadSpec, make_pool, pa
 from kctl.load.run import LoadResult, LoadRun, LoadSpec
 from kctl.load.verify import VerifyResult, log_end_offsets, verify
 from kctl.load.worker_count import WorkerCount, default_workers, paced_workers
-from kctl.quantities import parse_duration, parse_warmup
+from kctl.quantities import check_warmup_within, parse_duration, parse_warmup
 from kctl.topics import validate_topic_name
 from kctl.protocol.identity import run_tag
 from kctl.stats.aggregate import RunStats
@@ -151,6 +151,7 @@ def prepare(o: ProduceOptions) -> ProducePlan:
     if duration_s is None and num_records is None:
         duration_s = 10.0
     warm_records, warm_s = parse_warmup(o.warmup)
+    check_warmup_within(warm_s, duration_s, o.warmup, o.duration)
 
     settings: list[Setting] = []
     for f in o.producer_config:

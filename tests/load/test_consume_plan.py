@@ -39,3 +39,21 @@ def test_num_records_alone_gets_perf_tests_idle_timeout():
     # A --duration already ends the run: no idle stop unless asked.
     assert plan(num_records=100, duration="30s").idle_timeout_s is None
     assert plan(duration="30s").idle_timeout_s is None
+
+
+def test_a_warmup_as_long_as_the_duration_is_refused():
+    """--duration includes the warm-up: --warmup 5s --duration 3s measured nothing (all
+    zeros, exit 0). produce has the same rule and the same line."""
+    from kctl.load import produce
+
+    def plan(**kw):
+        return prepare(ConsumeOptions(bootstrap="127.0.0.1:9092", consumers=1, **kw))
+    for warmup, duration in (("5s", "3s"), ("3s", "3s")):
+        with pytest.raises(ConfigError, match=rf"--warmup {warmup} is not shorter than --duration {duration}"):
+            plan(warmup=warmup, duration=duration)
+        with pytest.raises(ConfigError, match=rf"--warmup {warmup} is not shorter than --duration {duration}"):
+            produce.prepare(produce.ProduceOptions(bootstrap="127.0.0.1:9092", workers=1, warmup=warmup,
+                                                   duration=duration))
+    assert plan(warmup="2s", duration="3s").warmup_s == 2.0
+    with pytest.raises(ConfigError, match="not shorter than --duration"):
+        plan(warmup="11s")                        # the default --duration is 10s
