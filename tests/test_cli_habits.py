@@ -393,3 +393,13 @@ def test_charts_name_the_clock_and_the_html_lists_settings(tmp_path):
     assert "Workload and settings" in page and "acks=all" in page and "intended clock" in page
     assert "solid: first" in page
     assert _ticks_upto(_x_end(cells))[-1] == 99.99     # the summary's last percentile, not 99.9999
+
+
+@pytest.mark.broker
+def test_metadata_of_a_missing_topic_exits_1(broker):
+    """It printed ERROR: UNKNOWN_TOPIC_OR_PARTITION and exited 0."""
+    for extra in ((), ("--json",)):
+        r = kctl("metadata", "-b", broker.bootstrap, "--no-apis", "-t", "no-such-topic-here", *extra)
+        assert r.returncode == 1, r.stderr
+        assert r.stderr.strip().splitlines() == [
+            "kctl: error: metadata: topic no-such-topic-here (UNKNOWN_TOPIC_OR_PARTITION)"], r.stderr

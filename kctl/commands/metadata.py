@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 from typing import Optional
 
@@ -15,13 +16,16 @@ from kctl.topics import validate_topic_name
 
 def metadata(
     bootstrap_server: str = typer.Option(..., "-b", "--bootstrap-server", help="Brokers (host:port,...)."),
-    topic: list[str] = typer.Option([], "-t", "--topic", help="Only these topics (repeatable; default all)."),
+    topic: list[str] = typer.Option([], "-t", "--topic", help="Only these topics (repeatable; default all). A topic named here that comes back with an error exits 1."),
     properties: list[str] = typer.Option([], "-X", help="Client property name=value (security.protocol, ssl.*, sasl.*)."),
     producer_config: list[Path] = typer.Option([], "--producer-config", help="Java .properties file."),
     apis: bool = typer.Option(True, "--apis/--no-apis", help="List the API versions each broker supports."),
     json_out: bool = typer.Option(False, "--json", help="One JSON document instead of text."),
 ) -> None:
-    """List the cluster's brokers, topics, partitions and leaders, and each broker's API versions."""
+    """List the cluster's brokers, topics, partitions and leaders, and each broker's API versions.
+
+    Exits 1 when a topic named with -t comes back with an error (UNKNOWN_TOPIC_OR_PARTITION,
+    an authorization error): the listing is printed first, then one line naming it."""
     for t in topic:
         validate_topic_name(t)
     settings: list[Setting] = []
@@ -43,6 +47,7 @@ def metadata(
                  "isr": list(p.isr), "error": p.error} for p in t.partitions]}
                 for t in sorted(md.topics.values(), key=lambda t: t.name)],
         }, indent=2))
+        _exit_if_a_topic_failed(md, topic)
         return
     print(f"Metadata for {'all topics' if not topic else ', '.join(topic)} "
           f"(cluster {md.cluster_id or '-'}, controller {md.controller_id}):")
@@ -63,6 +68,17 @@ def metadata(
             print(f"    partition {p.partition}, leader {p.leader}, replicas: "
                   f"{','.join(map(str, p.replicas))}, isrs: {','.join(map(str, p.isr))}"
                   + (f", error {p.error}" if p.error else ""))
+    _exit_if_a_topic_failed(md, topic)
+
+
+def _exit_if_a_topic_failed(md, asked: list[str]) -> None:
+    """Exit 1 (after the listing) when a topic named with -t came back with an error."""
+    failed = [f"{t} ({md.topics[t].error if t in md.topics else 'not in the answer'})"
+              for t in dict.fromkeys(asked) if t not in md.topics or md.topics[t].error]
+    if failed:
+        print(f"kctl: error: metadata: topic{'s' if len(failed) > 1 else ''} {', '.join(failed)}",
+              file=sys.stderr)
+        raise typer.Exit(1)
 
 
 def register(app: typer.Typer) -> None:
