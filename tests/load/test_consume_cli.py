@@ -78,6 +78,8 @@ def test_group_of_two_consumers_rebalances_and_reads_everything_once(broker, tmp
     # Each member took part in a rebalance (they may join in one generation; a second
     # member joining a settled group is tests/engine/test_consumer_live.py's case).
     assert s["counts"]["rebalances"] >= 2, s["counts"]
+    # Closing commits with the member's generation, then leaves: no UNKNOWN_MEMBER_ID.
+    assert s["counts"]["commits"] >= 1 and s["counts"]["commit_failures"] == 0, s["counts"]
     v = s["verify"]
     assert v["expected"] == v["found"] == 4000 and v["lost"] == v["duplicated"] == v["reordered"] == 0
     assert s["backlog"]["drained"] and s["latency"]["e2e"]["count"] == 4000
