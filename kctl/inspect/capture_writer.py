@@ -32,10 +32,6 @@ Enhanced Packet Block per segment. IPv4 and TCP checksums are real: the payload'
 Cost: a packet is its headers (one small ``bytes``) and the payload the proxy already
 holds (not copied); they are written with ``os.writev`` once ``buffer_bytes`` (or a
 thousand pieces) are waiting, never per frame; ``flush`` and ``close`` write the rest.
-An owner that forwards traffic between packets passes ``deferred=True`` and calls
-``write_due`` when its turn's bytes are on their way: a writev of a megabyte then never
-sits between reading a frame and forwarding it (``write_packet`` itself writes only
-past eight times ``buffer_bytes``, a bound on memory).
 
 One writer has one owner (the processor that writes it); it is not thread-safe.
 Several processors write several files; ``merge_captures`` joins them into one,
@@ -173,16 +169,13 @@ class CaptureWriter:
     Use as a context manager or ``close()``."""
 
     def __init__(self, path: str | Path, *, application: str = "kctl inspect",
-                 buffer_bytes: int = 1 << 20, deferred: bool = False) -> None:
+                 buffer_bytes: int = 1 << 20) -> None:
         self.path = Path(path)
         self._file: BinaryIO = open(self.path, "wb", buffering=0)
         self._fd = self._file.fileno()
         self._parts: list[bytes | bytearray | memoryview] = []
         self._waiting = 0
         self._limit = buffer_bytes
-        # Where write_packet writes: at the limit, or (deferred) only past a hard bound.
-        self._packet_limit = buffer_bytes * 8 if deferred else buffer_bytes
-        self._parts_limit = 8000 if deferred else 1000
         self._closed = False
         self.packets = 0
         self._broker_ports: dict[Leg, set[int]] = {Leg.CLIENT: set(), Leg.UPSTREAM: set()}
@@ -213,14 +206,8 @@ class CaptureWriter:
         parts.append(_TRAILERS[pad] + total.to_bytes(4, "little"))
         self.packets += 1
         self._waiting += total
-        if self._waiting >= self._packet_limit or len(parts) >= self._parts_limit:
+        if self._waiting >= self._limit or len(parts) >= 1000:
             self._write_out()
-
-    def write_due(self) -> None:
-        """Writes what is waiting if it has reached ``buffer_bytes`` (or a thousand pieces)."""
-        if self._waiting >= self._limit or len(self._parts) >= 1000:
-            if not self._closed:
-                self._write_out()
 
     def _write_out(self) -> None:
         parts = self._parts

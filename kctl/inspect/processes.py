@@ -160,7 +160,7 @@ def run_processor(spec: ProcessorSpec, handoffs: socket.socket, control: Pipe, a
     faults = FaultSwitch(spec.plan, budgets=lambda plan: (error_budget, lose_budget))
     rewriter = ResponseRewriter(spec.advertised_host, listener_port, list(spec.virtual) or None)
     stats = ProxyStats(spec.index)
-    capture = CaptureWriter(spec.capture_part, deferred=True) if spec.capture_part else None   # the processor writes it
+    capture = CaptureWriter(spec.capture_part) if spec.capture_part else None
     tls = ProcessorTls(spec.listen_tls.context() if spec.listen_tls else None,
                        _upstream_context(spec.upstream_security))
     send_lock = threading.Lock()

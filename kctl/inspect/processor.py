@@ -46,8 +46,7 @@ back-pressure: the other side has ``HIGH_WATER`` bytes waiting.
 
 Captures: each leg has its own TCP flow on its own pcapng interface
 (``capture_writer``); the client's bytes and the same bytes forwarded upstream are
-written with one checksum. The file is written at the end of a turn (a deferred
-``CaptureWriter``, ``write_due``), after every byte the turn read is on its way. Upstream bytes queued before the upstream connect
+written with one checksum. Upstream bytes queued before the upstream connect
 completes are written to the capture once the flow exists.
 
 TLS: with a listener context the processor terminates TLS from clients, with an
@@ -496,9 +495,6 @@ class Processor:
                     self._flush_client(link, now)
                     if not link.closed:
                         self._update(link)
-        if self.capture is not None:
-            # The turn's bytes are on their way: now the capture may take its time.
-            self.capture.write_due()
 
     # -- interest -----------------------------------------------------------------------------
     def _update(self, link: _Link) -> None:

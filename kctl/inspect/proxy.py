@@ -195,7 +195,7 @@ class InspectorProxy:
             from kctl.engine.tls import context_for
             up_ctx = context_for(self.upstream_security)
         if self.capture_path is not None:
-            self._capture = CaptureWriter(self.capture_path, deferred=True)   # the processor writes it
+            self._capture = CaptureWriter(self.capture_path)
         self._faults = FaultSwitch(self._plan)
         self._stats = ProxyStats(0)
         proc = self._processor = Processor(

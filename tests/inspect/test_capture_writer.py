@@ -225,22 +225,3 @@ def test_parts_merge_in_time_order_each_packet_once(tmp_path):
         mine = [p for p in pkts if p[1] == 41000 + k or p[2] == 41000 + k]
         assert [p[0] for p in _packets(parts[k])] == [p[0] for p in mine]
     assert read_legs(out).broker_ports[0] == frozenset({SERVER[1]})
-
-
-def test_a_deferred_writer_writes_when_its_owner_says(tmp_path):
-    path = tmp_path / "d.pcapng"
-    w = CaptureWriter(path, buffer_bytes=4096, deferred=True)
-    flow = w.open_flow(("127.0.0.1", 5000), ("127.0.0.1", 9092), 1)
-    for i in range(4):
-        flow.data(2 + i, True, b"x" * 2000)
-    assert path.stat().st_size == 0                   # past buffer_bytes, still held
-    w.write_due()
-    written = path.stat().st_size
-    assert written > 8000
-    flow.data(9, True, b"y" * 100)
-    w.write_due()                                     # under buffer_bytes: stays held
-    assert path.stat().st_size == written
-    for i in range(20):                               # past 8 x buffer_bytes: written anyway
-        flow.data(10 + i, True, b"z" * 2000)
-    assert path.stat().st_size > written
-    w.close()
