@@ -43,7 +43,7 @@ from kctl.engine.blocking_client import BlockingClient
 from kctl.errors import ConfigError, KctlError
 from kctl.load.clock_sync import SAME_HOST
 from kctl.load.consume_run import ConsumeResult, ConsumeRun, ConsumeSpec
-from kctl.load.consume_verify import verify_against_acks, verify_sequences
+from kctl.load.consume_verify import ReadExtent, verify_against_acks, verify_sequences
 from kctl.load.consume_worker import StartPosition
 from kctl.load.worker_count import WorkerCount, default_workers
 from kctl.protocol.identity import run_tag
@@ -54,7 +54,7 @@ from kctl.stats.summary import VerifyResult
 from kctl.topics import validate_topic_name
 
 __all__ = ["ConsumeOptions", "ConsumeOutcome", "ConsumePlan", "execute", "parse_start", "prepare",
-           "short_of_num_records"]
+           "read_extents", "short_of_num_records"]
 
 #: How long a backlog may take to drain before the run gives up (and says so).
 BACKLOG_DRAIN_LIMIT_S = 600.0
@@ -358,11 +358,22 @@ def execute(plan: ConsumePlan, *, on_event: Callable[[str], None] = lambda _m: N
         if o.verify and not result.failures:
             on_event("verifying what the consumers read")
             checked = (verify_against_acks(backlog.run_id, backlog.acked, result.seen) if backlog is not None
-                       else verify_sequences(result.seen))
+                       else verify_sequences(result.seen, read_extents(partitions, start, group, summary)))
             summary = summary.with_verify(checked)
         return ConsumeOutcome(bootstrap, embedded, result, summary, checked)
 
 
+
+
+def read_extents(partitions: Sequence[int], start: StartPosition, group: bool,
+                 summary: ConsumeSummary) -> dict[int, ReadExtent]:
+    """How much of each partition the run read, for ``--verify`` without acknowledgements:
+    from the log start when assign mode sought to the beginning; to the end when the
+    partition's final position reached its end offset. A partition never fetched has
+    neither (its end offset is unknown)."""
+    from_start = start.kind == "beginning" and not group
+    at_end = {s.partition for s in summary.partitions if s.end_offset >= 0 and s.position >= s.end_offset}
+    return {p: ReadExtent(from_start, p in at_end) for p in partitions}
 
 
 def short_of_num_records(plan: ConsumePlan, outcome: ConsumeOutcome) -> str | None:
