@@ -347,7 +347,9 @@ def execute(plan: ConsumePlan, *, on_event: Callable[[str], None] = lambda _m: N
         if on_start is not None:
             on_start(stats)
         result = run.wait()
-        summary = result.summary
+        summary = _with_final_ends(result.summary, client_for=lambda: BlockingClient(
+            bootstrap.split(",")[0], client_id="kctl-consume-admin", security=config.security),
+            isolation_level=int(config.isolation_level), on_event=on_event)
         if backlog is not None:
             done = stats.caught_up_at()
             drain_s = (done - stats.start_wall_ns) / 1e9 if done else summary.run.duration_s
@@ -363,6 +365,25 @@ def execute(plan: ConsumePlan, *, on_event: Callable[[str], None] = lambda _m: N
         return ConsumeOutcome(bootstrap, embedded, result, summary, checked)
 
 
+
+
+def _with_final_ends(summary: ConsumeSummary, *, client_for: Callable[[], BlockingClient],
+                     isolation_level: int, on_event: Callable[[str], None]) -> ConsumeSummary:
+    """The final lag over every partition: the end offsets of partitions the consumers
+    never fetched (a run that stopped before reaching them) asked with ListOffsets after
+    the run; when that fails the lag is given as partial (``lag_unknown``)."""
+    unknown = [p.partition for p in summary.partitions if p.end_offset < 0]
+    ends: dict[int, int] = {}
+    if unknown and summary.partitions:
+        topic = summary.partitions[0].topic
+        try:
+            with client_for() as client:
+                ends = admin.log_end_offsets(client, topic, unknown, isolation_level=isolation_level)
+        except (KctlError, OSError) as e:
+            on_event(f"warning: could not ask the end offsets of partition(s) {', '.join(map(str, unknown))} "
+                     f"never fetched: {e}; the final lag leaves them out")
+    summary = summary.with_end_offsets(ends)
+    return summary
 
 
 def read_extents(partitions: Sequence[int], start: StartPosition, group: bool,

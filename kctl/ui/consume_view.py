@@ -133,7 +133,9 @@ def summary_renderable(summary: ConsumeSummary) -> Group:
                          f"{r.wire_mb_per_s:.2f} MB/s of batches")
     head.add_row("fetches", f"{c.fetch_requests:,} requests ({r.fetch_requests_per_s:,.1f}/s), "
                             f"{r.records_per_fetch:,.1f} records per answer")
-    head.add_row("lag", f"{summary.lag_final:,} at the end, {summary.lag_max:,} at most")
+    unknown = (f" (partial: partition(s) {', '.join(map(str, summary.lag_unknown))} unknown)"
+               if summary.lag_unknown else "")
+    head.add_row("lag", f"{summary.lag_final:,} at the end{unknown}, {summary.lag_max:,} at most")
     if c.rebalances or run.mode == "group":
         head.add_row("group", f"{c.rebalances} rebalance(s), {c.commits} commit(s), "
                               f"{c.commit_failures} failed")
