@@ -14,7 +14,7 @@ from rich.live import Live
 
 from kctl.commands._stop import EXIT_INTERRUPTED
 from kctl.errors import ConfigError, KctlError
-from kctl.load.consume import ConsumeOptions, execute, prepare, short_of_num_records
+from kctl.load.consume import ConsumeOptions, execute, past_log_end, prepare, short_of_num_records
 from kctl.quantities import parse_duration
 from kctl.ui.console import stderr_console, stdout_console
 from kctl.ui.consume_view import ConsumeDashboardView, perf_test_lines, plain_line, summary_renderable
@@ -110,6 +110,9 @@ def consume(
         b = summary.backlog
         print(f"backlog: {b.records} records {'drained' if b.drained else 'NOT drained'} in {b.drain_s:.3f} s "
               f"({b.records_per_s:.1f} records/s)")
+    past = past_log_end(summary)
+    if past:
+        print(past)   # stdout, with the WARNING below
     short = short_of_num_records(plan, outcome)
     if short:
         print(short)   # stdout, before the last two lines, as perf-test's WARNING

@@ -54,7 +54,7 @@ from kctl.stats.summary import VerifyResult
 from kctl.topics import validate_topic_name
 
 __all__ = ["ConsumeOptions", "ConsumeOutcome", "ConsumePlan", "execute", "parse_start", "prepare",
-           "read_extents", "short_of_num_records"]
+           "past_log_end", "read_extents", "short_of_num_records"]
 
 #: How long a backlog may take to drain before the run gives up (and says so).
 BACKLOG_DRAIN_LIMIT_S = 600.0
@@ -395,6 +395,19 @@ def read_extents(partitions: Sequence[int], start: StartPosition, group: bool,
     from_start = start.kind == "beginning" and not group
     at_end = {s.partition for s in summary.partitions if s.end_offset >= 0 and s.position >= s.end_offset}
     return {p: ReadExtent(from_start, p in at_end) for p in partitions}
+
+
+def past_log_end(summary: ConsumeSummary) -> str | None:
+    """One WARNING line when partitions ended the run positioned past their log end (a
+    ``--from`` offset beyond it: a broker answers OFFSET_OUT_OF_RANGE and the consumer
+    resets by auto.offset.reset, but one that answers with no records leaves the position
+    there, and lag shows 0); None when none is."""
+    past = [p for p in summary.partitions if 0 <= p.end_offset < p.position]
+    if not past:
+        return None
+    listed = ", ".join(f"{p.partition} (position {p.position}, end offset {p.end_offset})" for p in past)
+    return (f"WARNING: position past the log end in partition(s) {listed}: nothing was there to read "
+            "and their lag shows as 0")
 
 
 def short_of_num_records(plan: ConsumePlan, outcome: ConsumeOutcome) -> str | None:

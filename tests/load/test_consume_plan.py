@@ -8,7 +8,7 @@ import pytest
 from kctl.engine.consumer_metrics import ConsumerMetricsSnapshot
 from kctl.errors import ConfigError, KctlError
 from kctl.load import consume
-from kctl.load.consume import DEFAULT_IDLE_TIMEOUT_S, ConsumeOptions, prepare
+from kctl.load.consume import DEFAULT_IDLE_TIMEOUT_S, ConsumeOptions, past_log_end, prepare
 from kctl.stats.consume_aggregate import ConsumeStats
 from kctl.stats.consume_report import ConsumerInterval, PartitionProgress
 
@@ -84,3 +84,9 @@ def test_final_lag_asks_the_end_of_partitions_never_fetched(monkeypatch):
     assert s.to_json()["lag"]["unknown_partitions"] == [2, 3]
     assert len(events) == 1 and "partition(s) 2, 3" in events[0]
 
+
+def test_a_position_past_the_log_end_is_named():
+    line = past_log_end(_summary_with((0, 999999, 4800), (1, 10, 20)))
+    assert line == ("WARNING: position past the log end in partition(s) 0 (position 999999, end offset 4800): "
+                    "nothing was there to read and their lag shows as 0")
+    assert past_log_end(_summary_with((0, 20, 20))) is None
