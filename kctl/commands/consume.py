@@ -50,7 +50,7 @@ def consume(
 
     Assign mode by default (each consumer takes its share of the partitions), or a consumer
     group with --group. The last two lines on stdout are kafka-consumer-perf-test's header
-    and values line.
+    and values line (after the e2e, backlog, verify and WARNING lines).
     """
     if from_latest:
         if start is not None:
@@ -110,6 +110,10 @@ def consume(
         b = summary.backlog
         print(f"backlog: {b.records} records {'drained' if b.drained else 'NOT drained'} in {b.drain_s:.3f} s "
               f"({b.records_per_s:.1f} records/s)")
+    if outcome.verify is not None:
+        v = outcome.verify   # before perf-test's two lines, which stay last (scripts take tail -1)
+        print(f"verify: {v.expected} expected, {v.found} found, {v.lost} lost, {v.duplicated} duplicated, "
+              f"{v.reordered} reordered, {v.misplaced} misplaced")
     past = past_log_end(summary)
     if past:
         print(past)   # stdout, with the WARNING below
@@ -130,8 +134,6 @@ def consume(
     status = 0
     if outcome.verify is not None:
         v = outcome.verify
-        print(f"verify: {v.expected} expected, {v.found} found, {v.lost} lost, {v.duplicated} duplicated, "
-              f"{v.reordered} reordered, {v.misplaced} misplaced")
         if not v.ok or v.expected == 0:
             status = 1
     if summary.backlog is not None and not summary.backlog.drained:
