@@ -32,7 +32,7 @@ def consume(
     properties: list[str] = typer.Option([], "-X", help="Consumer property name=value (Kafka's names: fetch.min.bytes, fetch.max.wait.ms, max.partition.fetch.bytes, ...; repeatable)."),
     consumer_config: list[str] = typer.Option([], "--consumer-config", "--consumer.config", "--command-config", metavar="FILE", help="Java .properties file of consumer properties."),
     duration: Optional[str] = typer.Option(None, "--duration", help="Run length: 30s, 1m30s (default 10s without --num-records/--backlog)."),
-    num_records: Optional[int] = typer.Option(None, "--num-records", "--messages", help="Stop after this many records over all consumers (perf-test: --messages)."),
+    num_records: Optional[int] = typer.Option(None, "--num-records", "--messages", help="Stop after this many records over all consumers (perf-test: --messages). Counted in whole polls, as the Java consumer hands them out: a run can read up to consumers x max.poll.records more."),
     idle_timeout: Optional[str] = typer.Option(None, "--idle-timeout", help="Stop after this long without a record: 10s (perf-test's --timeout; the default with --num-records and no --duration)."),
     timeout_ms: Optional[int] = typer.Option(None, "--timeout", help="perf-test's spelling of --idle-timeout, in ms."),
     warmup: Optional[str] = typer.Option(None, "--warmup", help="A time excluded from the results (5s): its records are not counted, and the summary's rates and the perf-test line cover only the time after it (start.time = the warm-up's end, rebalance.time.ms the rejoining after it)."),
@@ -103,7 +103,9 @@ def consume(
     if out.is_terminal:
         out.print(summary_renderable(summary))
     e = summary.latency.get("e2e")
-    if e is not None:
+    if e is not None and not e.count:
+        print(no_e2e_samples(summary))
+    elif e is not None:
         print(f"e2e: p50 {e.p50_ms:.3f} ms, p99 {e.p99_ms:.3f} ms, p99.9 {e.p999_ms:.3f} ms, max {e.max_ms:.3f} ms, "
               f"{e.count} records, {e.negative or 0} negative (min {e.min_ms or 0.0:.3f} ms)")
     if summary.backlog is not None:
@@ -140,6 +142,18 @@ def consume(
         status = 1
     if status:
         sys.exit(status)
+
+
+def no_e2e_samples(summary) -> str:
+    """The e2e line of a run without e2e samples: why there are none."""
+    c = summary.counts
+    if not c.records:
+        return "e2e: no samples: no records were read"
+    why = [f"{c.unidentified} without a kctl identity header (not written by kctl produce)"] if c.unidentified else []
+    if c.foreign:
+        why.append(f"{c.foreign} of another run")
+    return f"e2e: no samples: of {c.records} records read, " + (", ".join(why) or "none carried an identity") + \
+        "; e2e needs the send time kctl produce stamps on each record"
 
 
 def register(app: typer.Typer) -> None:

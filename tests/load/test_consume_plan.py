@@ -3,8 +3,11 @@ committed offset start, and the idle stop a --num-records run gets by default.""
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
+from kctl.commands.consume import no_e2e_samples
 from kctl.engine.consumer_metrics import ConsumerMetricsSnapshot
 from kctl.errors import ConfigError, KctlError
 from kctl.load import consume
@@ -90,3 +93,12 @@ def test_a_position_past_the_log_end_is_named():
     assert line == ("WARNING: position past the log end in partition(s) 0 (position 999999, end offset 4800): "
                     "nothing was there to read and their lag shows as 0")
     assert past_log_end(_summary_with((0, 20, 20))) is None
+
+
+def test_no_e2e_samples_says_why():
+    s = _summary_with((0, 500, 500))
+    unstamped = dataclasses.replace(s, counts=dataclasses.replace(s.counts, records=500, unidentified=500))
+    assert no_e2e_samples(unstamped) == (
+        "e2e: no samples: of 500 records read, 500 without a kctl identity header (not written by kctl "
+        "produce); e2e needs the send time kctl produce stamps on each record")
+    assert no_e2e_samples(s) == "e2e: no samples: no records were read"
