@@ -37,7 +37,7 @@ def consume(
     timeout_ms: Optional[int] = typer.Option(None, "--timeout", help="perf-test's spelling of --idle-timeout, in ms."),
     warmup: Optional[str] = typer.Option(None, "--warmup", help="A time excluded from the results (5s): its records are not counted, and the summary's rates and the perf-test line cover only the time after it (start.time = the warm-up's end, rebalance.time.ms the rejoining after it)."),
     interval: str = typer.Option("1s", "--interval", help="Time between interval reports."),
-    verify: bool = typer.Option(False, "--verify", help="Check what was read: against the backlog's acknowledgements with --backlog, else each producer worker's sequence numbers (lost, duplicated, reordered)."),
+    verify: bool = typer.Option(False, "--verify", help="Check what was read: against the backlog's acknowledgements with --backlog, else each producer worker's sequence numbers (lost, duplicated, reordered), expected only where the read covers them in every partition: a partial read (--from an offset, --num-records) checks what it read."),
     backlog: Optional[int] = typer.Option(None, "--backlog", help="Write N records first (kctl produce's load path), then measure how long the consumers take to read them all (OMB's backlog test)."),
     record_size: int = typer.Option(100, "--record-size", help="Value size of --backlog records."),
     partitions: int = typer.Option(6, "--partitions", help="Partitions of a topic --backlog creates."),
