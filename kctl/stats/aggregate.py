@@ -39,6 +39,7 @@ Definitions (also in docs/produce-summary.md):
 
 from __future__ import annotations
 
+import dataclasses
 import enum
 import functools
 import threading
@@ -328,6 +329,7 @@ class RunStats:
         self._cumulative: dict[str, HdrHistogram] = {}   # non-warm-up histograms
         self._cum_figures: dict[str, LatencyFigures] | None = None
         self._measured_start_ns = 1 << 62
+        self._moved_so_far: dict[int, tuple[int, int]] = {}   # worker -> (records, value bytes)
         self._measured_end_ns = 0
         self._last_done_ns = 0          # the latest batch completion any worker reported
         self._last_end_ns = start_wall_ns
@@ -368,10 +370,18 @@ class RunStats:
         delta = msg.metrics if prev is None else metrics_delta(msg.metrics, prev)
         self._last_metrics[w] = msg.metrics
         hists = {c: decode_histogram(b) for c, b in msg.histograms.items() if c in self.clocks}
+        # Records count by when they were scheduled, not by when they were acknowledged:
+        # the warm-up's backlog acknowledged in a measured interval goes to the warm-up,
+        # measured records acknowledged in a warm-up interval to the results (worker.py).
+        moved = self._moved(msg)
         if msg.warmup:
             self._had_warmup = True
-            self._warmup = metrics_sum(self._warmup, delta)
+            self._warmup = combine_counters(self._warmup, metrics_delta(delta, moved), 1)
+            self._results = metrics_sum(self._results, moved)
+            delta = metrics_delta(delta, moved)
         else:
+            self._warmup = metrics_delta(self._warmup, moved)
+            delta = metrics_sum(delta, moved)
             self._results = metrics_sum(self._results, delta)
             _add_hists(self._cumulative, hists)
             self._cum_figures = None
@@ -397,6 +407,17 @@ class RunStats:
             self._done.add(w)
             self._in_flight[w] = {}
         return self._close_ready()
+
+    def _moved(self, msg: WorkerInterval) -> MetricsSnapshot:
+        """The records (and value bytes) this report moves into the results: measured
+        records acknowledged early less warm-up records acknowledged late, since the
+        worker's previous report."""
+        now = (msg.measured_acked_early - msg.warmup_acked_late,
+               msg.measured_bytes_early - msg.warmup_bytes_late)
+        prev = self._moved_so_far.get(msg.worker, (0, 0))
+        self._moved_so_far[msg.worker] = now
+        return dataclasses.replace(zero_metrics(), records_acked=now[0] - prev[0],
+                                   value_bytes_acked=now[1] - prev[1])
 
     def finish(self) -> int:
         with self._lock:

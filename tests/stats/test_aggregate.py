@@ -264,3 +264,20 @@ def test_last_interval_panel_figures_are_the_last_rounds_and_brokers_are_measure
     assert (snap.throttle_time_ms, snap.throttled_requests) == (1620, 81)
     assert (snap.retries, snap.splits) == (2, 0)
     assert snap.records_by_node == {1: 200} and snap.records_acked == 200
+
+
+def test_records_count_by_when_they_were_scheduled_not_when_acked() -> None:
+    """A warm-up that fell behind: 30 of its records are acknowledged in the first measured
+    interval. They are the warm-up's (a 100/s step reported 130/s before), and 5 measured
+    records acknowledged before the warm-up interval closed are the results'."""
+    st = RunStats(workers=1, start_wall_ns=T0, target_rate=100, window_s=2.0)
+    st.add(report(0, 0, metrics(records_acked=75, value_bytes_acked=750), warmup=True,
+                  measured_acked_early=5, measured_bytes_early=50))
+    st.add(report(0, 1, metrics(records_acked=75 + 125, value_bytes_acked=2000), final=True,
+                  warmup_acked_late=30, warmup_bytes_late=300, measured_acked_early=5,
+                  measured_bytes_early=50, last_done_wall_ns=T0 + 2 * S))
+    s = st.summary().to_json()
+    assert s["counts"]["acked"] == 100 and s["counts"]["value_bytes"] == 1000
+    assert s["run"]["warmup"]["records_acked"] == 100
+    assert s["rates"]["records_per_s"] == pytest.approx(100.0)
+    assert st.snapshot(T0 + 2 * S).interval_acked == 95      # the measured round's own
