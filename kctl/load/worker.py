@@ -278,6 +278,7 @@ class Worker:
         self._txn_mark: dict[int, int] = {}
         self.commit_latency = new_histogram()   # µs, this interval's commits
         self.last_done_wall_ns = 0              # the latest batch completion (acked or failed)
+        self.first_measured_done_wall_ns = 0    # the first acknowledgement of a measured record
 
     def _set_start(self, start_wall_ns: int) -> None:
         spec = self.spec
@@ -308,9 +309,13 @@ class Worker:
                 self.acked.add(batch)
             now = self.clock.now_ns()
             if not self.split:
+                if not self.first_measured_done_wall_ns:
+                    self.first_measured_done_wall_ns = self.last_done_wall_ns
                 self.latency.record_batch(now, batch.sent_ns, batch.slices)
                 return
             warm, measured = split_warmup(batch.slices, self.measured_from_ns, self.spec.warmup_records)
+            if measured and not self.first_measured_done_wall_ns:
+                self.first_measured_done_wall_ns = self.last_done_wall_ns
             self.latency.record_batch(now, batch.sent_ns, measured)
             self.warmup_latency.record_batch(now, batch.sent_ns, warm)
             total = batch.record_count
@@ -530,6 +535,7 @@ class Worker:
             records_scheduled=self.seq + self.unsent, abandoned=self.abandoned,
             abandoned_by_reason=self.abandoned_by_reason,
             commit_latency=self._take_commit_latency(), last_done_wall_ns=self.last_done_wall_ns,
+            first_measured_done_wall_ns=self.first_measured_done_wall_ns,
             warmup_acked_late=self.warmup_acked_late, warmup_bytes_late=self.warmup_bytes_late,
             measured_acked_early=self.measured_acked_early, measured_bytes_early=self.measured_bytes_early,
             acked_runs=dict(self.acked.runs) if final and self.spec.verify else None))

@@ -330,6 +330,7 @@ class RunStats:
         self._cum_figures: dict[str, LatencyFigures] | None = None
         self._measured_start_ns = 1 << 62
         self._moved_so_far: dict[int, tuple[int, int]] = {}   # worker -> (records, value bytes)
+        self._first_measured_done_ns = 0                       # the first measured ack, any worker
         self._measured_end_ns = 0
         self._last_done_ns = 0          # the latest batch completion any worker reported
         self._last_end_ns = start_wall_ns
@@ -388,6 +389,9 @@ class RunStats:
             self._measured_start_ns = min(self._measured_start_ns, msg.start_wall_ns)
             self._measured_end_ns = max(self._measured_end_ns, msg.end_wall_ns)
             self._last_done_ns = max(self._last_done_ns, msg.last_done_wall_ns)
+        if msg.first_measured_done_wall_ns:
+            self._first_measured_done_ns = min(self._first_measured_done_ns or msg.first_measured_done_wall_ns,
+                                               msg.first_measured_done_wall_ns)
         self._last_end_ns = max(self._last_end_ns, msg.end_wall_ns)
         self._in_flight[w] = dict(msg.in_flight_by_node)
         self._buffer[w] = (msg.buffer_available, msg.buffer_total)
@@ -493,9 +497,18 @@ class RunStats:
             # or on to the last completion when the cluster fell behind and the records
             # scheduled in the window were still being acknowledged after it.
             schedule_end = self.start_wall_ns + int(self.window_s * 1e9)
-            end = min(end, max(schedule_end, self._last_done_ns))
             if not self._had_warmup:
                 start = min(start, self.start_wall_ns)
+            first_done = self._first_measured_done_ns
+            if first_done:
+                # The records counted are those scheduled in the window (worker.split_warmup),
+                # acknowledged from the first one's ack to the last one's: the span is the
+                # window, or that stretch when it is longer (the cluster fell behind). A
+                # constant latency so shifts both ends (to the last ack from the window's
+                # start understated a 40/s step with 200 ms acks by 10%).
+                window = min(end, schedule_end) - start
+                return max(0, window, self._last_done_ns - first_done) / 1e9
+            end = min(end, max(schedule_end, self._last_done_ns))
         return max(0, end - start) / 1e9
 
     def snapshot(self, now_wall_ns: int) -> DashboardState:
