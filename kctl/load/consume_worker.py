@@ -356,7 +356,8 @@ class ConsumerWorker:
         c = self.consumer
         now_mono, now_wall = self.clock.now_ns(), self.clock.wall_ns()
         self._start_mono = now_mono + ((start_wall - now_wall) if start_wall else 0)
-        if spec.e2e_by_schedule and start_wall:
+        if spec.e2e_by_schedule and start_wall and (spec.warmup_ns or spec.warmup_records):
+            # as the producers split (worker.py): only with a warm-up
             self._e2e_from = start_wall + spec.warmup_ns
         while self.clock.now_ns() < self._start_mono and not self.stop.is_set():
             c.step(min(POLL_S, max(0.0, (self._start_mono - self.clock.now_ns()) / 1e9)))
