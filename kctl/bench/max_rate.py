@@ -18,7 +18,9 @@ It is a bracketing search, a small state table (``_NEXT_PHASE``):
 
 A step (``StepResult``) passes only if (1) the achieved rate (acknowledged records per
 second over the measured part) is within ``SHORTFALL`` of its target, whatever its
-latency: a producer or cluster that cannot keep up has not "met the bound at that rate";
+latency: a producer or cluster that cannot keep up has not "met the bound at that rate"
+(the records counted are those scheduled in the measured part, acknowledged whenever,
+so a rate above the target by more than ``SHORTFALL`` is a miscount and fails too);
 (2) no record failed and no worker or consumer failed; (3) every ``Slo`` holds on its
 clock (an e2e bound also needs every acknowledged record consumed). ``run_step`` runs
 one step as an ordinary ``kctl produce`` run (its own warm-up, then the measured part;
@@ -40,7 +42,8 @@ from kctl.stats.summary import RunSummary
 __all__ = ["SHORTFALL", "MaxRateResult", "RateSearch", "Slo", "StepResult", "judge_step", "parse_precision",
            "parse_slo", "search"]
 
-#: A step whose achieved rate is below (1 - SHORTFALL) x its target failed.
+#: A step whose achieved rate is below (1 - SHORTFALL) x its target failed (or above
+#: (1 + SHORTFALL) x: the measured records are not the window's).
 SHORTFALL = 0.03
 CLOCKS = ("intended", "send", "request", "e2e")
 #: percentile name -> the LatencyFigures field
@@ -131,6 +134,10 @@ def judge_step(step: int, target: float, summary: RunSummary, slos: Sequence[Slo
     reasons = []
     if achieved < (1 - SHORTFALL) * target:
         reasons.append(f"achieved {achieved:,.0f}/s, short of {target:,.0f}/s")
+    elif achieved > (1 + SHORTFALL) * target:
+        # Records count by when they were scheduled, so a measured window holds its
+        # target's records: more means the figures are not that window's (never trusted).
+        reasons.append(f"achieved {achieved:,.0f}/s, above {target:,.0f}/s: not the window's records")
     failed = summary.counts.failed + failures
     if failed:
         reasons.append(f"{failed:,} failed")

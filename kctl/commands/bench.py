@@ -45,7 +45,7 @@ def bench(
     consume: bool = typer.Option(False, "--consume", help="Also consume every run (kctl produce --consume): the e2e clock (consumed - intended send time) in the table, results and logs."),
     consumer_property: list[str] = typer.Option([], "--consumer-property", metavar="NAME=VALUE", help="Consumer property for --consume (or an e2e --slo): fetch.min.bytes, fetch.max.wait.ms (default 500), ... as in kctl produce (repeatable)."),
     no_id_headers: bool = typer.Option(False, "--no-id-headers", help="Do not add the 24-byte kctl identity header (run, worker, sequence, intended time) that every record carries otherwise, as in kctl produce (workload id_headers = false); not with --consume."),
-    find_max_rate: bool = typer.Option(False, "--find-max-rate", help="Search for the highest --rate at which every --slo holds: bracketing search over fixed-rate steps (each --warmup then --duration, default 1s + 5s); a step short of its target rate fails."),
+    find_max_rate: bool = typer.Option(False, "--find-max-rate", help="Search for the highest --rate at which every --slo holds: bracketing search over fixed-rate steps (each --warmup then --duration, default 1s + 5s); a step more than 3% off its target rate fails."),
     slo: list[str] = typer.Option([], "--slo", help="A latency bound for --find-max-rate: [clock.]percentile<bound, e.g. 'p99<50ms' (intended clock), 'e2e.p99<100ms', 'request.p99.9<20ms' (repeatable: all must hold)."),
     max_steps: int = typer.Option(12, "--max-steps", help="--find-max-rate: most steps to run (at least 2: one to start from, one to bracket)."),
     precision: str = typer.Option("5%", "--precision", help="--find-max-rate: stop when the bracket is this narrow (relative to the rate found)."),

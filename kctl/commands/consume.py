@@ -15,7 +15,7 @@ from rich.live import Live
 from kctl.commands._stop import EXIT_INTERRUPTED
 from kctl.errors import ConfigError, KctlError
 from kctl.commands._output import check_outputs
-from kctl.load.consume import ConsumeOptions, execute, prepare, short_of_num_records
+from kctl.load.consume import ConsumeOptions, execute, past_log_end, prepare, short_of_num_records
 from kctl.quantities import parse_duration
 from kctl.ui.console import stderr_console, stdout_console
 from kctl.ui.consume_view import ConsumeDashboardView, perf_test_lines, plain_line, summary_renderable
@@ -33,12 +33,12 @@ def consume(
     properties: list[str] = typer.Option([], "-X", help="Consumer property name=value (Kafka's names: fetch.min.bytes, fetch.max.wait.ms, max.partition.fetch.bytes, ...; repeatable)."),
     consumer_config: list[str] = typer.Option([], "--consumer-config", "--consumer.config", "--command-config", metavar="FILE", help="Java .properties file of consumer properties."),
     duration: Optional[str] = typer.Option(None, "--duration", help="Run length, --warmup included: 30s, 1m30s (default 10s without --num-records/--backlog)."),
-    num_records: Optional[int] = typer.Option(None, "--num-records", "--messages", help="Stop after this many records over all consumers (perf-test: --messages)."),
+    num_records: Optional[int] = typer.Option(None, "--num-records", "--messages", help="Stop after this many records over all consumers (perf-test: --messages). Counted in whole polls, as the Java consumer hands them out: a run can read up to consumers x max.poll.records more."),
     idle_timeout: Optional[str] = typer.Option(None, "--idle-timeout", help="Stop after this long without a record: 10s (perf-test's --timeout; the default with --num-records and no --duration)."),
     timeout_ms: Optional[int] = typer.Option(None, "--timeout", help="perf-test's spelling of --idle-timeout, in ms."),
     warmup: Optional[str] = typer.Option(None, "--warmup", help="A time excluded from the results (5s), the start of --duration (so shorter than it): its records are not counted, and the summary's rates and the perf-test line cover only the time after it (start.time = the warm-up's end, rebalance.time.ms the rejoining after it)."),
     interval: str = typer.Option("1s", "--interval", help="Time between interval reports."),
-    verify: bool = typer.Option(False, "--verify", help="Check what was read: against the backlog's acknowledgements with --backlog, else each producer worker's sequence numbers (lost, duplicated, reordered)."),
+    verify: bool = typer.Option(False, "--verify", help="Check what was read: against the backlog's acknowledgements with --backlog, else each producer worker's sequence numbers (lost, duplicated, reordered), expected only where the read covers them in every partition: a partial read (--from an offset, --num-records) checks what it read."),
     backlog: Optional[int] = typer.Option(None, "--backlog", help="Write N records first (kctl produce's load path), then measure how long the consumers take to read them all (OMB's backlog test)."),
     record_size: int = typer.Option(100, "--record-size", help="Value size of --backlog records."),
     partitions: int = typer.Option(6, "--partitions", help="Partitions of a topic --backlog creates."),
@@ -51,7 +51,7 @@ def consume(
 
     Assign mode by default (each consumer takes its share of the partitions), or a consumer
     group with --group. The last two lines on stdout are kafka-consumer-perf-test's header
-    and values line.
+    and values line (after the e2e, backlog, verify and WARNING lines).
     """
     check_outputs(files={"--hdr-out": hdr_out, "--json-out": json_out})
     if from_latest:
@@ -105,13 +105,22 @@ def consume(
     if out.is_terminal:
         out.print(summary_renderable(summary))
     e = summary.latency.get("e2e")
-    if e is not None:
+    if e is not None and not e.count:
+        print(no_e2e_samples(summary))
+    elif e is not None:
         print(f"e2e: p50 {e.p50_ms:.3f} ms, p99 {e.p99_ms:.3f} ms, p99.9 {e.p999_ms:.3f} ms, max {e.max_ms:.3f} ms, "
               f"{e.count} records, {e.negative or 0} negative (min {e.min_ms or 0.0:.3f} ms)")
     if summary.backlog is not None:
         b = summary.backlog
         print(f"backlog: {b.records} records {'drained' if b.drained else 'NOT drained'} in {b.drain_s:.3f} s "
               f"({b.records_per_s:.1f} records/s)")
+    if outcome.verify is not None:
+        v = outcome.verify   # before perf-test's two lines, which stay last (scripts take tail -1)
+        print(f"verify: {v.expected} expected, {v.found} found, {v.lost} lost, {v.duplicated} duplicated, "
+              f"{v.reordered} reordered, {v.misplaced} misplaced")
+    past = past_log_end(summary)
+    if past:
+        print(past)   # stdout, with the WARNING below
     short = short_of_num_records(plan, outcome)
     if short:
         print(short)   # stdout, before the last two lines, as perf-test's WARNING
@@ -132,14 +141,24 @@ def consume(
     status = 0
     if outcome.verify is not None:
         v = outcome.verify
-        print(f"verify: {v.expected} expected, {v.found} found, {v.lost} lost, {v.duplicated} duplicated, "
-              f"{v.reordered} reordered, {v.misplaced} misplaced")
         if not v.ok or v.expected == 0:
             status = 1
     if summary.backlog is not None and not summary.backlog.drained:
         status = 1
     if status:
         sys.exit(status)
+
+
+def no_e2e_samples(summary) -> str:
+    """The e2e line of a run without e2e samples: why there are none."""
+    c = summary.counts
+    if not c.records:
+        return "e2e: no samples: no records were read"
+    why = [f"{c.unidentified} without a kctl identity header (not written by kctl produce)"] if c.unidentified else []
+    if c.foreign:
+        why.append(f"{c.foreign} of another run")
+    return f"e2e: no samples: of {c.records} records read, " + (", ".join(why) or "none carried an identity") + \
+        "; e2e needs the send time kctl produce stamps on each record"
 
 
 def register(app: typer.Typer) -> None:

@@ -77,7 +77,7 @@ def produce(
     rate_bytes: Optional[str] = typer.Option(None, "--rate-bytes", help="Value bytes/s instead of --rate: 200000, 10MB, 10MiB."),
     duration: Optional[str] = typer.Option(None, "--duration", help="Run length, --warmup included: 500ms, 30s, 1m30s, 2h, or seconds (default 10s)."),
     num_records: Optional[int] = typer.Option(None, "--num-records", help="Records to send (over all workers)."),
-    warmup: Optional[str] = typer.Option(None, "--warmup", help="Excluded from results: a time (5s, 1m; the start of --duration, so shorter than it) or a record count (10000)."),
+    warmup: Optional[str] = typer.Option(None, "--warmup", help="Excluded from results: a time (5s, 1m; the start of --duration, so shorter than it) or a record count (10000); the records scheduled in it, whenever acknowledged."),
     warmup_records: Optional[int] = typer.Option(None, "--warmup-records", help="perf-test's (KIP-1052): the first N records are warm-up, not counted."),
     record_size: int = typer.Option(100, "--record-size", help="Value size in bytes."),
     payload: str = typer.Option("random", "--payload", help="random | text | zeros."),

@@ -195,12 +195,14 @@ def fetch(client: BlockingClient, topic: str, partition: int, offset: int, *,
     return FetchedPartition(raw.high_watermark, raw.log_start_offset, tuple(batches))
 
 
-def log_end_offsets(client: BlockingClient, topic: str, partitions: Iterable[int]) -> dict[int, int]:
-    """Each partition's log end offset (ListOffsets, latest, read_uncommitted) as the
-    broker at ``client`` answers it: ask each partition's leader."""
+def log_end_offsets(client: BlockingClient, topic: str, partitions: Iterable[int], *,
+                    isolation_level: int = requests.READ_UNCOMMITTED) -> dict[int, int]:
+    """Each partition's log end offset (ListOffsets, latest; read_committed: the last
+    stable offset) as the broker at ``client`` answers it: ask each partition's leader."""
     asked = sorted(set(partitions))
     version = client.version_for(_LIST_OFFSETS())
-    req = requests.list_offsets(version, {(topic, p): requests.LATEST_TIMESTAMP for p in asked})
+    req = requests.list_offsets(version, {(topic, p): requests.LATEST_TIMESTAMP for p in asked},
+                                isolation_level=isolation_level)
     resp = client.request(req, version=version)
     out: dict[int, int] = {}
     for t in resp.topics:

@@ -81,8 +81,9 @@ _ETH_TO_CLIENT: Final = _MAC_CLIENT + _MAC_SERVER + _ETH_IPV4   # destination MA
 _ETH_TO_SERVER: Final = _MAC_SERVER + _MAC_CLIENT + _ETH_IPV4
 _IP_HDR: Final = struct.Struct(">BBHHHBBH4s4s")
 _TCP_HDR: Final = struct.Struct(">HHIIBBHHH")
-_WORDS_20: Final = struct.Struct(">10H")           # an IP or TCP header as 16-bit words
 _EPB_HDR: Final = struct.Struct("<IIIIIII")
+#: Ethernet (prebuilt), IPv4 and TCP headers of a segment, in one pack.
+_HEADERS: Final = struct.Struct(">14s" + _IP_HDR.format[1:] + _TCP_HDR.format[1:])
 _BLOCK_HEAD: Final = struct.Struct("<II")
 _TRAILERS: Final = (b"", b"\0", b"\0\0", b"\0\0\0")       # padding to 4 bytes, by its length
 _SECTION_COMMENT: Final = (
@@ -115,12 +116,6 @@ def payload_sum(data: bytes | bytearray | memoryview) -> int:
         v += int.from_bytes(mv)
     s = v % 0xFFFF
     return 0xFFFF if s == 0 and v else s
-
-
-def _fold(s: int) -> int:
-    while s >> 16:
-        s = (s & 0xFFFF) + (s >> 16)
-    return s
 
 
 def _ipv4(host: str) -> bytes:
@@ -269,7 +264,8 @@ class TcpFlow:
     ``from_client`` says which side sent a segment; sequence numbers are kept per
     side (``seq`` is the next byte each side will send)."""
 
-    __slots__ = ("_w", "_ips", "_ports", "_seq", "_ip_id", "_leg", "_pseudo_sum", "closed")
+    __slots__ = ("_w", "_ips", "_ports", "_seq", "_ip_id", "_leg", "_pseudo_sum", "_ip_const", "_tcp_const",
+                 "_eth", "closed")
 
     _ISN: Final = (0x10000000, 0x20000000)   # client, server initial sequence numbers
 
@@ -284,29 +280,42 @@ class TcpFlow:
         # The pseudo header's addresses and protocol are the same both ways.
         ips = self._ips[0] + self._ips[1]
         self._pseudo_sum = sum(struct.unpack(">4H", ips)) + 6
+        # Per side, the header words that never change, summed once: the IP header's
+        # (version/IHL, DF, TTL/protocol, addresses) and the TCP checksum's (pseudo
+        # header, ports, data offset, window); and the Ethernet header.
+        addr_sum = self._pseudo_sum - 6
+        self._ip_const = 0x4500 + 0x4000 + (64 << 8 | 6) + addr_sum
+        self._tcp_const = (self._pseudo_sum + client[1] + server[1] + (5 << 12) + 65535,) * 2
+        self._eth = (_ETH_TO_SERVER, _ETH_TO_CLIENT)
         self.closed = False
 
     def _segment(self, ts_ns: int, side: int, flags: int, payload: bytes | memoryview = b"",
                  psum: int = 0) -> None:
+        # Checksums from the words that change (lengths, IP id, sequence numbers, flags)
+        # added to the per-side constants: one header pack per segment, nothing unpacked.
         other = 1 - side
-        seq = self._seq[side]
-        ack = self._seq[other] if flags & ACK else 0
+        seqs = self._seq
+        seq = seqs[side]
+        ack = seqs[other] if flags & ACK else 0
         n = len(payload)
         tcp_len = 20 + n
-        sport, dport = self._ports[side], self._ports[other]
-        tcp = _TCP_HDR.pack(sport, dport, seq, ack, 5 << 4, flags, 65535, 0, 0)
-        s = self._pseudo_sum + tcp_len + psum + sum(_WORDS_20.unpack(tcp))
-        csum = ~_fold(s) & 0xFFFF
-        tcp = tcp[:16] + csum.to_bytes(2, "big") + tcp[18:]
-        self._ip_id[side] = ip_id = (self._ip_id[side] + 1) & 0xFFFF
-        src, dst = self._ips[side], self._ips[other]
-        ip = _IP_HDR.pack(0x45, 0, 20 + tcp_len, ip_id, 0x4000, 64, 6, 0, src, dst)
-        ip_csum = ~_fold(sum(_WORDS_20.unpack(ip))) & 0xFFFF
-        ip = ip[:10] + ip_csum.to_bytes(2, "big") + ip[12:]
-        eth = _ETH_TO_SERVER if side == 0 else _ETH_TO_CLIENT
-        self._w.write_packet(ts_ns, self._leg, eth + ip + tcp, payload)
+        s = (self._tcp_const[side] + tcp_len + psum + (seq >> 16) + (seq & 0xFFFF)
+             + (ack >> 16) + (ack & 0xFFFF) + flags)
+        while s >> 16:
+            s = (s & 0xFFFF) + (s >> 16)
+        ids = self._ip_id
+        ids[side] = ip_id = (ids[side] + 1) & 0xFFFF
+        ip_s = self._ip_const + 20 + tcp_len + ip_id
+        while ip_s >> 16:
+            ip_s = (ip_s & 0xFFFF) + (ip_s >> 16)
+        ips = self._ips
+        ports = self._ports
+        head = _HEADERS.pack(self._eth[side], 0x45, 0, 20 + tcp_len, ip_id, 0x4000, 64, 6, ~ip_s & 0xFFFF,
+                             ips[side], ips[other], ports[side], ports[other], seq, ack, 5 << 4, flags,
+                             65535, ~s & 0xFFFF, 0)
+        self._w.write_packet(ts_ns, self._leg, head, payload)
         advance = n + (1 if flags & (SYN | FIN) else 0)
-        self._seq[side] = (seq + advance) & 0xFFFFFFFF
+        seqs[side] = (seq + advance) & 0xFFFFFFFF
 
     def handshake(self, ts_ns: int) -> None:
         self._segment(ts_ns, 0, SYN)

@@ -24,7 +24,10 @@ boundaries, so a frame is never forwarded twice or cut.
 Responses (upstream to client). Responses are small except Fetch; each whole frame is
 decoded (error codes, throttle; broker addresses to rewrite in Metadata,
 FindCoordinator, DescribeCluster, ApiVersions and KIP-951 hints) and re-encoded only
-when something changed. Faults act here (``FaultInjector.on_response``): delay,
+when something changed. A Produce response that no fault edits and that has no tagged
+field (KIP-951 hints are tagged) is only read for its error codes and throttle time
+(``peek.produce_answer``): it has nothing to rewrite, and reading costs a quarter of
+decoding. Faults act here (``FaultInjector.on_response``): delay,
 throttle, error codes, drops, tiny segments, blackhole, forged acknowledgements.
 When a chunk held only whole frames that all pass unchanged and undelayed, the chunk
 itself goes to the client (one write, one capture segment per leg, one checksum).
@@ -74,7 +77,7 @@ from kctl.inspect.faults import (
     NO_REQUEST_FAULT, FaultDecision, FaultInjector, FaultSwitch, RequestDecision,
     empty_produce_response, encode_request_frame, segments)
 from kctl.inspect.legs import Leg
-from kctl.inspect.peek import PRODUCE, produce_acks, produce_summary, request_head
+from kctl.inspect.peek import PRODUCE, produce_acks, produce_answer, produce_summary, request_head
 from kctl.inspect.proxy_stats import ProxyStats
 from kctl.inspect.rewrite import ResponseRewriter
 from kctl.inspect.session import SASL_AUTHENTICATE_KEY, redact_auth_bytes
@@ -850,7 +853,6 @@ class Processor:
         is; its release time; the fault decision if any fault acts; the ``_Answer`` to
         count when it is delivered, None for a response to no request seen) or None when
         it is never delivered (blackhole)."""
-        stats = self.stats
         corr = _SIZE.unpack_from(payload, 0)[0] if len(payload) >= 4 else None
         entry = link.in_flight.pop(corr, None) if corr is not None else None
         if entry is None:
@@ -858,34 +860,19 @@ class Processor:
             return None, max(now, link.last_release_ns), None, None
         api_key, api_version = entry.api_key, entry.api_version
         injector = link.injector = self.faults.injector(link.id, link.injector)
-        body = None
-        errors: list[str] = []
-        throttle_ms = 0
-        out: bytes | None = None
         frame = bytes(payload)
-        try:
-            resp = messages.decode_response(frame, api_key, api_version)
-        except KctlError:
-            stats.on_decode_error()
+        quick = None
+        if api_key == PRODUCE and entry.fault is None and not injector.needs_body(api_key):
+            # Nothing to rewrite unless it has a tagged field (leader hints), and no fault
+            # edits it: its error codes and throttle are read in place (peek.py).
+            quick = produce_answer(frame, api_version)
+        if quick is not None:
+            codes, throttle_ms = quick
+            errors = [error_for(c).name for c in codes]
+            out = None
             decision = injector.on_response(api_key, 4 + len(frame), None)
         else:
-            body = resp.body
-            changed = self.rewriter.rewrite(api_key, body)
-            decision = injector.on_response(api_key, 4 + len(frame), body, entry.fault)
-            if decision.throttle_ms or decision.errors_injected or decision.forged:
-                changed = True
-            if changed:
-                try:
-                    out = messages.encode_response(api_key, api_version, corr, body)
-                except KctlError:
-                    stats.on_decode_error()
-            errors = _errors_in(api_key, body)
-            throttle_ms = getattr(body, "throttle_time_ms", 0) or 0
-            if api_key == _SASL_HANDSHAKE or api_key == SASL_AUTHENTICATE_KEY:
-                before = link.observer.state
-                link.observer.on_response(api_key, api_version, not getattr(body, "error_code", 0))
-                if link.observer.state is not before:
-                    stats.on_connection_state(link.id, link.observer.state.value)
+            out, errors, throttle_ms, decision = self._decode_response(link, entry, injector, frame, corr)
         self._count_faults(decision)
         sent = out if out is not None else frame
         event = None
@@ -903,6 +890,35 @@ class Processor:
         answer = _Answer(api_name(api_key), 4 + len(sent), entry.arrived_ns, throttle_ms, errors, event)
         plain = not (decision.delay_ns or decision.drop_at is not None or decision.segment_bytes)
         return out, release, (None if plain else decision), answer
+
+    def _decode_response(self, link: _Link, entry: _Pending, injector: FaultInjector, frame: bytes,
+                         corr: int) -> tuple[bytes | None, list[str], int, FaultDecision]:
+        """A response decoded, rewritten and given to the injector: (the bytes to send
+        instead or None, its error names, its throttle time, the injector's decision)."""
+        stats = self.stats
+        api_key, api_version = entry.api_key, entry.api_version
+        out: bytes | None = None
+        try:
+            resp = messages.decode_response(frame, api_key, api_version)
+        except KctlError:
+            stats.on_decode_error()
+            return None, [], 0, injector.on_response(api_key, 4 + len(frame), None)
+        body = resp.body
+        changed = self.rewriter.rewrite(api_key, body)
+        decision = injector.on_response(api_key, 4 + len(frame), body, entry.fault)
+        if decision.throttle_ms or decision.errors_injected or decision.forged:
+            changed = True
+        if changed:
+            try:
+                out = messages.encode_response(api_key, api_version, corr, body)
+            except KctlError:
+                stats.on_decode_error()
+        if api_key == _SASL_HANDSHAKE or api_key == SASL_AUTHENTICATE_KEY:
+            before = link.observer.state
+            link.observer.on_response(api_key, api_version, not getattr(body, "error_code", 0))
+            if link.observer.state is not before:
+                stats.on_connection_state(link.id, link.observer.state.value)
+        return out, _errors_in(api_key, body), getattr(body, "throttle_time_ms", 0) or 0, decision
 
     def _count_faults(self, d: FaultDecision) -> None:
         stats = self.stats

@@ -43,7 +43,7 @@ from kctl.engine.blocking_client import BlockingClient
 from kctl.errors import ConfigError, KctlError
 from kctl.load.clock_sync import SAME_HOST
 from kctl.load.consume_run import ConsumeResult, ConsumeRun, ConsumeSpec
-from kctl.load.consume_verify import verify_against_acks, verify_sequences
+from kctl.load.consume_verify import ReadExtent, verify_against_acks, verify_sequences
 from kctl.load.consume_worker import StartPosition
 from kctl.load.worker_count import WorkerCount, default_workers
 from kctl.protocol.identity import run_tag
@@ -54,7 +54,7 @@ from kctl.stats.summary import VerifyResult
 from kctl.topics import validate_topic_name
 
 __all__ = ["ConsumeOptions", "ConsumeOutcome", "ConsumePlan", "execute", "parse_start", "prepare",
-           "short_of_num_records"]
+           "past_log_end", "read_extents", "short_of_num_records"]
 
 #: How long a backlog may take to drain before the run gives up (and says so).
 BACKLOG_DRAIN_LIMIT_S = 600.0
@@ -348,7 +348,9 @@ def execute(plan: ConsumePlan, *, on_event: Callable[[str], None] = lambda _m: N
         if on_start is not None:
             on_start(stats)
         result = run.wait()
-        summary = result.summary
+        summary = _with_final_ends(result.summary, client_for=lambda: BlockingClient(
+            bootstrap.split(",")[0], client_id="kctl-consume-admin", security=config.security),
+            isolation_level=int(config.isolation_level), on_event=on_event)
         if backlog is not None:
             done = stats.caught_up_at()
             drain_s = (done - stats.start_wall_ns) / 1e9 if done else summary.run.duration_s
@@ -359,11 +361,54 @@ def execute(plan: ConsumePlan, *, on_event: Callable[[str], None] = lambda _m: N
         if o.verify and not result.failures:
             on_event("verifying what the consumers read")
             checked = (verify_against_acks(backlog.run_id, backlog.acked, result.seen) if backlog is not None
-                       else verify_sequences(result.seen))
+                       else verify_sequences(result.seen, read_extents(partitions, start, group, summary)))
             summary = summary.with_verify(checked)
         return ConsumeOutcome(bootstrap, embedded, result, summary, checked)
 
 
+
+
+def _with_final_ends(summary: ConsumeSummary, *, client_for: Callable[[], BlockingClient],
+                     isolation_level: int, on_event: Callable[[str], None]) -> ConsumeSummary:
+    """The final lag over every partition: the end offsets of partitions the consumers
+    never fetched (a run that stopped before reaching them) asked with ListOffsets after
+    the run; when that fails the lag is given as partial (``lag_unknown``)."""
+    unknown = [p.partition for p in summary.partitions if p.end_offset < 0]
+    ends: dict[int, int] = {}
+    if unknown and summary.partitions:
+        topic = summary.partitions[0].topic
+        try:
+            with client_for() as client:
+                ends = admin.log_end_offsets(client, topic, unknown, isolation_level=isolation_level)
+        except (KctlError, OSError) as e:
+            on_event(f"warning: could not ask the end offsets of partition(s) {', '.join(map(str, unknown))} "
+                     f"never fetched: {e}; the final lag leaves them out")
+    summary = summary.with_end_offsets(ends)
+    return summary
+
+
+def read_extents(partitions: Sequence[int], start: StartPosition, group: bool,
+                 summary: ConsumeSummary) -> dict[int, ReadExtent]:
+    """How much of each partition the run read, for ``--verify`` without acknowledgements:
+    from the log start when assign mode sought to the beginning; to the end when the
+    partition's final position reached its end offset. A partition never fetched has
+    neither (its end offset is unknown)."""
+    from_start = start.kind == "beginning" and not group
+    at_end = {s.partition for s in summary.partitions if s.end_offset >= 0 and s.position >= s.end_offset}
+    return {p: ReadExtent(from_start, p in at_end) for p in partitions}
+
+
+def past_log_end(summary: ConsumeSummary) -> str | None:
+    """One WARNING line when partitions ended the run positioned past their log end (a
+    ``--from`` offset beyond it: a broker answers OFFSET_OUT_OF_RANGE and the consumer
+    resets by auto.offset.reset, but one that answers with no records leaves the position
+    there, and lag shows 0); None when none is."""
+    past = [p for p in summary.partitions if 0 <= p.end_offset < p.position]
+    if not past:
+        return None
+    listed = ", ".join(f"{p.partition} (position {p.position}, end offset {p.end_offset})" for p in past)
+    return (f"WARNING: position past the log end in partition(s) {listed}: nothing was there to read "
+            "and their lag shows as 0")
 
 
 def short_of_num_records(plan: ConsumePlan, outcome: ConsumeOutcome) -> str | None:

@@ -63,6 +63,8 @@ class ConsumeSpec:
     stop_when_caught_up: bool = False
     interval_s: float = 1.0
     warmup_s: float = 0.0
+    e2e_by_schedule: bool = False     # produce --consume: ConsumeWorkerSpec.e2e_by_schedule
+    warmup_records: int = 0           # ... and the producers' warm-up records per worker
     verify: bool = False
     clock_peer: str | None = None
     same_host_clock: bool = False
@@ -148,6 +150,7 @@ class ConsumeRun:
                 idle_timeout_ns=int(spec.idle_timeout_s * 1e9) if spec.idle_timeout_s is not None else None,
                 targets=spec.targets, stop_when_caught_up=spec.stop_when_caught_up,
                 interval_s=spec.interval_s, warmup_ns=int(spec.warmup_s * 1e9), verify=spec.verify,
+                e2e_by_schedule=spec.e2e_by_schedule, warmup_records=spec.warmup_records,
                 clock_peer=spec.clock_peer, same_host_clock=spec.same_host_clock)
             control = self._ctx.Queue()
             self._controls.append(control)

@@ -101,6 +101,11 @@ class ConsumeWorkerSpec:
     stop_when_caught_up: bool = False
     interval_s: float = 1.0
     warmup_ns: int = 0
+    # produce --consume: e2e counts the producers' measured records (scheduled after their
+    # warm-up: intended time from start + warmup_ns on, sequence from warmup_records on),
+    # whenever they are read, as the producers count them (load/worker.py split_warmup)
+    e2e_by_schedule: bool = False
+    warmup_records: int = 0               # per producer worker (--warmup N records)
     verify: bool = False
     clock_peer: str | None = None        # host:port of a ClockServer to measure the offset to
     same_host_clock: bool = False        # the producers run on this host (one clock)
@@ -147,6 +152,7 @@ class ConsumerWorker:
         self.clock_offset: ClockOffset | None = None
         self._interval_start = self.clock.wall_ns()
         self._start_mono = 0
+        self._e2e_from: int | None = None   # wall ns: e2e_by_schedule's measured start
         self._interval_warmup = False
         self._last_record_mono = 0
         self.setup_wall_ns = 0
@@ -242,9 +248,13 @@ class ConsumerWorker:
             if tag is None or tags.count(tag) == n:
                 intended = cols[3::4]
                 mine = n
+                if self._e2e_from is not None and (min(intended) < self._e2e_from
+                                                   or min(cols[2::4]) < spec.warmup_records):
+                    intended = self._measured(cols, range(n))
             else:
                 keep = [i for i in range(n) if tags[i] == tag]
-                intended = tuple(cols[4 * i + 3] for i in keep)
+                intended = (tuple(cols[4 * i + 3] for i in keep) if self._e2e_from is None
+                            else self._measured(cols, keep))
                 mine = len(keep)
                 self.foreign += n - mine
             self.e2e.record_many(now_wall, intended)
@@ -261,9 +271,17 @@ class ConsumerWorker:
                     self.foreign += 1
                     continue
                 self.matched += 1
-                self.e2e.record(now_wall, ident.intended_ns)
+                if self._e2e_from is None or (ident.intended_ns >= self._e2e_from
+                                              and ident.sequence >= spec.warmup_records):
+                    self.e2e.record(now_wall, ident.intended_ns)
                 if spec.verify:
                     self._seen(cb.tp.partition, (r.offset, 1, ident.run_tag, ident.worker, ident.sequence))
+
+    def _measured(self, cols: tuple, indexes) -> tuple[int, ...]:
+        """The intended times of the records at ``indexes`` the producers measured."""
+        start, seqs = self._e2e_from, self.spec.warmup_records
+        return tuple(cols[4 * i + 3] for i in indexes
+                     if cols[4 * i + 3] >= start and cols[4 * i + 2] >= seqs)  # type: ignore[operator]
 
     def _seen_columns(self, cb: ConsumedBatch, cols: tuple, tag: bytes | None) -> None:
         n = cb.count
@@ -338,6 +356,9 @@ class ConsumerWorker:
         c = self.consumer
         now_mono, now_wall = self.clock.now_ns(), self.clock.wall_ns()
         self._start_mono = now_mono + ((start_wall - now_wall) if start_wall else 0)
+        if spec.e2e_by_schedule and start_wall and (spec.warmup_ns or spec.warmup_records):
+            # as the producers split (worker.py): only with a warm-up
+            self._e2e_from = start_wall + spec.warmup_ns
         while self.clock.now_ns() < self._start_mono and not self.stop.is_set():
             c.step(min(POLL_S, max(0.0, (self._start_mono - self.clock.now_ns()) / 1e9)))
         gc.collect()
@@ -393,9 +414,12 @@ class ConsumerWorker:
                 end_wall_ns: int | None = None) -> None:
         """``end_wall_ns``: the interval's end when not now (the final report: before closing)."""
         now_wall = self.clock.wall_ns() if end_wall_ns is None else end_wall_ns
+        # By schedule, the recorder holds measured records only: those read during a
+        # warm-up interval (whose figures are left out) go with the first measured one.
+        keep = self._e2e_from is not None and self._interval_warmup and not final
         self.reports.put(ConsumerInterval(
             consumer=self.spec.consumer, start_wall_ns=self._interval_start, end_wall_ns=now_wall,
-            histograms=self.e2e.encode_interval(), metrics=self.consumer.metrics.snapshot(),
+            histograms={} if keep else self.e2e.encode_interval(), metrics=self.consumer.metrics.snapshot(),
             partitions=self._progress() if progress is None else progress, matched=self.matched, warmup=self._interval_warmup, final=final,
             close_commit_error=(self.consumer.close_commit_error or "") if final else "",
             caught_up=bool(self.caught_up_wall_ns), caught_up_wall_ns=self.caught_up_wall_ns,

@@ -33,7 +33,7 @@ from kctl.load.consume_run import ConsumeResult, ConsumeRun, ConsumeSpec
 from kctl.load.consume_verify import verify_against_acks
 from kctl.load.consume_worker import StartPosition
 from kctl.load.payload import MAX_MONOTONIC, KeySpec, PayloadSpec, make_pool, parse_keys
-from kctl.load.run import LoadResult, LoadRun, LoadSpec
+from kctl.load.run import LoadResult, LoadRun, LoadSpec, warmup_records_each
 from kctl.load.verify import VerifyResult, log_end_offsets, verify
 from kctl.load.worker_count import WorkerCount, default_workers, paced_workers
 from kctl.quantities import check_warmup_within, parse_duration, parse_warmup
@@ -464,6 +464,9 @@ def _start_consumers(plan: ProducePlan, bootstrap: str, spec: LoadSpec, partitio
         topic=spec.topic, config=config, partitions=tuple(range(partitions)), consumers=consumers,
         start=StartPosition("end"), run_id=spec.run_id, run_tag=run_tag(spec.run_id), targets=None,
         stop_when_caught_up=True, interval_s=spec.interval_s, warmup_s=spec.warmup_s,
+        # e2e covers the records the producers measured (scheduled after the warm-up),
+        # so it counts the records the acknowledged count does
+        e2e_by_schedule=True, warmup_records=warmup_records_each(spec),
         verify=plan.options.verify, same_host_clock=True)
     run = ConsumeRun(cspec, config_for_summary={"topic": spec.topic, "consumers": consumers})
     on_event(f"starting {consumers} consumer(s) at the end of {spec.topic}")

@@ -92,13 +92,18 @@ class LoadSpec:
         return self.producer.with_properties(changes) if changes else self.producer
 
 
+def warmup_records_each(spec: LoadSpec) -> int:
+    """``--warmup N`` records: each worker's share (its first sequences)."""
+    return -(-spec.warmup_records // spec.workers) if spec.warmup_records else 0
+
+
 def worker_specs(spec: LoadSpec) -> list[WorkerSpec]:
     """Each worker's share of the run (its schedule, records, warm-up), as it crosses to
     the worker's process or Spark task."""
     duration_ns = spec.duration_ns
     schedules = split(spec.rate, spec.workers, 0, num_records=spec.num_records,
                       duration_ns=duration_ns)
-    warm_each = -(-spec.warmup_records // spec.workers) if spec.warmup_records else 0
+    warm_each = warmup_records_each(spec)
     return [WorkerSpec(
         worker=w, run_id=spec.run_id, topic=spec.topic, producer=spec.worker_producer(w),
         schedule_rate=sched.rate, schedule_phase_ns=sched.phase_ns,

@@ -64,7 +64,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kctl.config import ProducerConfig
-from kctl.engine.batch import BatchState, ProducerBatch
+from kctl.engine.batch import AppendSlice, BatchState, ProducerBatch
 from kctl.engine.bulk import RecordPool, RecordShape
 from kctl.engine.clock import SystemClock
 from kctl.engine.producer import Producer, TransactionAbortableError
@@ -148,6 +148,57 @@ class AckedRuns:
             del r[mark.get(p, 0):]
 
 
+def _warmup_count(s: AppendSlice, measured_from_ns: int, warmup_seqs: int) -> int:
+    """How many of the slice's first records are warm-up records (see ``split_warmup``)."""
+    by_seq = warmup_seqs - s.first_seq if s.first_seq >= 0 else 0
+    first, step = s.intended_first_ns, s.intended_step_ns
+    if first < 0:                            # no schedule: the append time decides
+        by_time = s.count if s.appended_ns < measured_from_ns else 0
+    elif s.positions is None:
+        if first >= measured_from_ns:
+            by_time = 0
+        elif step <= 0:
+            by_time = s.count
+        else:
+            by_time = -(-(measured_from_ns - first) // step)
+    else:
+        by_time = sum(1 for k in s.intended_offsets() if first + k * step < measured_from_ns)
+    return max(0, min(s.count, max(by_seq, by_time)))
+
+
+def _part(s: AppendSlice, a: int, b: int) -> AppendSlice:
+    """Records ``a`` to ``b`` of a slice, as a slice."""
+    first = s.intended_first_ns
+    if first >= 0 and s.positions is None:
+        first += a * s.intended_step_ns
+    return AppendSlice(b - a, s.appended_ns, first, s.intended_step_ns,
+                       s.first_seq + a if s.first_seq >= 0 else -1,
+                       s.positions[a:b] if s.positions is not None else None, s.positions_base)
+
+
+def split_warmup(slices, measured_from_ns: int, warmup_seqs: int) -> tuple[list[AppendSlice], list[AppendSlice]]:
+    """A batch's append slices as (warm-up records, measured records).
+
+    A record belongs to the warm-up when it was scheduled in it: its sequence is below
+    ``warmup_seqs`` (``--warmup N`` records) or its intended send time (the append time
+    without a schedule) is before ``measured_from_ns`` (monotonic, the producer's clock),
+    whenever it is acknowledged. So a backlog left by the warm-up and acknowledged after
+    it is not counted as measured (it made a step's achieved rate exceed its target), and
+    a consumer classifies the same records from their identity headers."""
+    warm: list[AppendSlice] = []
+    measured: list[AppendSlice] = []
+    for s in slices:
+        n = _warmup_count(s, measured_from_ns, warmup_seqs)
+        if n <= 0:
+            measured.append(s)
+        elif n >= s.count:
+            warm.append(s)
+        else:
+            warm.append(_part(s, 0, n))
+            measured.append(_part(s, n, s.count))
+    return warm, measured
+
+
 def record_shape(spec: WorkerSpec) -> RecordShape:
     """The extra headers (``--headers``) and, unless ``--no-id-headers``, the identity."""
     headers = tuple(Header(f"h{i}", f"value-{i}".encode()) for i in range(spec.extra_headers))
@@ -204,7 +255,13 @@ class Worker:
         self.reports = reports
         self.stop = stop
         self.clock = SystemClock()
-        self.latency = LatencyRecorder()
+        self.latency = LatencyRecorder()        # the measured records' latencies
+        self.warmup_latency = LatencyRecorder() # the warm-up records' (the live view's warm-up rounds)
+        # Records scheduled in the warm-up acknowledged in a measured interval (``late``) and
+        # measured records acknowledged in a warm-up interval (``early``), cumulative, with
+        # their value bytes: the parent counts records by when they were scheduled.
+        self.warmup_acked_late = self.warmup_bytes_late = 0
+        self.measured_acked_early = self.measured_bytes_early = 0
         self.acked = AckedRuns()
         self.config = spec.producer
         self.producer = Producer(self.config, clock=self.clock, on_batch_done=self._on_batch_done)
@@ -221,6 +278,7 @@ class Worker:
         self._txn_mark: dict[int, int] = {}
         self.commit_latency = new_histogram()   # µs, this interval's commits
         self.last_done_wall_ns = 0              # the latest batch completion (acked or failed)
+        self.first_measured_done_wall_ns = 0    # the first acknowledgement of a measured record
 
     def _set_start(self, start_wall_ns: int) -> None:
         spec = self.spec
@@ -229,6 +287,12 @@ class Worker:
         self.schedule = Schedule(spec.schedule_rate, start_mono, spec.schedule_phase_ns,
                                  spec.num_records, spec.duration_ns)
         self.warmup_end_ns = start_mono + spec.warmup_ns
+        # The measured window's start on the clock of the records' intended times, from the
+        # wall-clock start with the offset the identity headers are written with, so that a
+        # consumer comparing a header's intended time with start + warm-up gets the same answer.
+        self.split = bool(spec.warmup_ns or spec.warmup_records)
+        self.measured_from_ns = (start_wall_ns + spec.warmup_ns
+                                 - self.producer.accumulator.wall_offset_ns)
 
     # -- completions ---------------------------------------------------------------------
     def _in_warmup(self, now_ns: int) -> bool:
@@ -243,7 +307,28 @@ class Worker:
         if batch.state is BatchState.ACKED:
             if self.spec.verify:
                 self.acked.add(batch)
-            self.latency.record_batch(self.clock.now_ns(), batch.sent_ns, batch.slices)
+            now = self.clock.now_ns()
+            if not self.split:
+                if not self.first_measured_done_wall_ns:
+                    self.first_measured_done_wall_ns = self.last_done_wall_ns
+                self.latency.record_batch(now, batch.sent_ns, batch.slices)
+                return
+            warm, measured = split_warmup(batch.slices, self.measured_from_ns, self.spec.warmup_records)
+            if measured and not self.first_measured_done_wall_ns:
+                self.first_measured_done_wall_ns = self.last_done_wall_ns
+            self.latency.record_batch(now, batch.sent_ns, measured)
+            self.warmup_latency.record_batch(now, batch.sent_ns, warm)
+            total = batch.record_count
+            if self._interval_warmup:
+                n = sum(s.count for s in measured)
+                if n:
+                    self.measured_acked_early += n
+                    self.measured_bytes_early += batch.value_bytes * n // max(1, total)
+            else:
+                n = sum(s.count for s in warm)
+                if n:
+                    self.warmup_acked_late += n
+                    self.warmup_bytes_late += batch.value_bytes * n // max(1, total)
 
     # -- the loop ------------------------------------------------------------------------------
     def run(self) -> None:
@@ -434,15 +519,25 @@ class Worker:
         now_wall = self.clock.wall_ns()
         p = self.producer
         in_flight = {node: p.network.in_flight_request_count(node) for node in p.network.nodes()}
+        if self.split and self._interval_warmup:
+            # The measured records acknowledged so far stay for the first measured interval.
+            histograms = self.warmup_latency.encode_interval()
+        else:
+            histograms = self.latency.encode_interval()
+            if self.split:
+                self.warmup_latency.encode_interval()   # the warm-up's stragglers: left out
         self.reports.put(WorkerInterval(
             worker=self.spec.worker, start_wall_ns=self._interval_start_wall, end_wall_ns=now_wall,
-            histograms=self.latency.encode_interval(), metrics=p.metrics.snapshot(),
+            histograms=histograms, metrics=p.metrics.snapshot(),
             in_flight_by_node=in_flight, buffer_available=p.pool.available_memory,
             buffer_total=p.pool.total_memory,
             warmup=self._interval_warmup, final=final,
             records_scheduled=self.seq + self.unsent, abandoned=self.abandoned,
             abandoned_by_reason=self.abandoned_by_reason,
             commit_latency=self._take_commit_latency(), last_done_wall_ns=self.last_done_wall_ns,
+            first_measured_done_wall_ns=self.first_measured_done_wall_ns,
+            warmup_acked_late=self.warmup_acked_late, warmup_bytes_late=self.warmup_bytes_late,
+            measured_acked_early=self.measured_acked_early, measured_bytes_early=self.measured_bytes_early,
             acked_runs=dict(self.acked.runs) if final and self.spec.verify else None))
         self._interval_start_wall = now_wall
         self._interval_warmup = self._in_warmup(self.clock.now_ns())

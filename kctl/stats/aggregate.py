@@ -41,6 +41,7 @@ Definitions (also in docs/produce-summary.md):
 
 from __future__ import annotations
 
+import dataclasses
 import enum
 import functools
 import threading
@@ -330,6 +331,8 @@ class RunStats:
         self._cumulative: dict[str, HdrHistogram] = {}   # non-warm-up histograms
         self._cum_figures: dict[str, LatencyFigures] | None = None
         self._measured_start_ns = 1 << 62
+        self._moved_so_far: dict[int, tuple[int, int]] = {}   # worker -> (records, value bytes)
+        self._first_measured_done_ns = 0                       # the first measured ack, any worker
         self._measured_end_ns = 0
         self._last_done_ns = 0          # the latest batch completion any worker reported
         self._last_end_ns = start_wall_ns
@@ -370,16 +373,27 @@ class RunStats:
         delta = msg.metrics if prev is None else metrics_delta(msg.metrics, prev)
         self._last_metrics[w] = msg.metrics
         hists = {c: decode_histogram(b) for c, b in msg.histograms.items() if c in self.clocks}
+        # Records count by when they were scheduled, not by when they were acknowledged:
+        # the warm-up's backlog acknowledged in a measured interval goes to the warm-up,
+        # measured records acknowledged in a warm-up interval to the results (worker.py).
+        moved = self._moved(msg)
         if msg.warmup:
             self._had_warmup = True
-            self._warmup = metrics_sum(self._warmup, delta)
+            self._warmup = combine_counters(self._warmup, metrics_delta(delta, moved), 1)
+            self._results = metrics_sum(self._results, moved)
+            delta = metrics_delta(delta, moved)
         else:
+            self._warmup = metrics_delta(self._warmup, moved)
+            delta = metrics_sum(delta, moved)
             self._results = metrics_sum(self._results, delta)
             _add_hists(self._cumulative, hists)
             self._cum_figures = None
             self._measured_start_ns = min(self._measured_start_ns, msg.start_wall_ns)
             self._measured_end_ns = max(self._measured_end_ns, msg.end_wall_ns)
             self._last_done_ns = max(self._last_done_ns, msg.last_done_wall_ns)
+        if msg.first_measured_done_wall_ns:
+            self._first_measured_done_ns = min(self._first_measured_done_ns or msg.first_measured_done_wall_ns,
+                                               msg.first_measured_done_wall_ns)
         self._last_end_ns = max(self._last_end_ns, msg.end_wall_ns)
         self._in_flight[w] = dict(msg.in_flight_by_node)
         self._buffer[w] = (msg.buffer_available, msg.buffer_total)
@@ -399,6 +413,17 @@ class RunStats:
             self._done.add(w)
             self._in_flight[w] = {}
         return self._close_ready()
+
+    def _moved(self, msg: WorkerInterval) -> MetricsSnapshot:
+        """The records (and value bytes) this report moves into the results: measured
+        records acknowledged early less warm-up records acknowledged late, since the
+        worker's previous report."""
+        now = (msg.measured_acked_early - msg.warmup_acked_late,
+               msg.measured_bytes_early - msg.warmup_bytes_late)
+        prev = self._moved_so_far.get(msg.worker, (0, 0))
+        self._moved_so_far[msg.worker] = now
+        return dataclasses.replace(zero_metrics(), records_acked=now[0] - prev[0],
+                                   value_bytes_acked=now[1] - prev[1])
 
     def finish(self) -> int:
         with self._lock:
@@ -474,9 +499,18 @@ class RunStats:
             # or on to the last completion when the cluster fell behind and the records
             # scheduled in the window were still being acknowledged after it.
             schedule_end = self.start_wall_ns + int(self.window_s * 1e9)
-            end = min(end, max(schedule_end, self._last_done_ns))
             if not self._had_warmup:
                 start = min(start, self.start_wall_ns)
+            first_done = self._first_measured_done_ns
+            if first_done:
+                # The records counted are those scheduled in the window (worker.split_warmup),
+                # acknowledged from the first one's ack to the last one's: the span is the
+                # window, or that stretch when it is longer (the cluster fell behind). A
+                # constant latency so shifts both ends (to the last ack from the window's
+                # start understated a 40/s step with 200 ms acks by 10%).
+                window = min(end, schedule_end) - start
+                return max(0, window, self._last_done_ns - first_done) / 1e9
+            end = min(end, max(schedule_end, self._last_done_ns))
         return max(0, end - start) / 1e9
 
     def snapshot(self, now_wall_ns: int) -> DashboardState:

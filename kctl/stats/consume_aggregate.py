@@ -58,8 +58,8 @@ class ConsumeDashboard:
     interval_records: int
     interval_rate: float
     interval_mb_per_s: float
-    interval_fetch_per_s: float
-    interval_records_per_fetch: float
+    interval_fetch_per_s: float             # Fetch responses/s (the summary's rate counts requests)
+    interval_records_per_fetch: float       # records per Fetch response
     cumulative_rate: float
     records: int
     matched: int

@@ -174,12 +174,26 @@ class ConsumeSummary:
     backlog: BacklogResult | None = None
     verify: VerifyResult | None = None
     schema: str = CONSUME_SCHEMA
+    lag_unknown: tuple[int, ...] = ()             # partitions whose final lag is not known
+                                                  # (lag_final leaves them out)
 
     def with_verify(self, verify: VerifyResult | None) -> ConsumeSummary:
         return replace(self, verify=verify)
 
     def with_backlog(self, backlog: BacklogResult | None) -> ConsumeSummary:
         return replace(self, backlog=backlog)
+
+    def with_end_offsets(self, ends: Mapping[int, int]) -> ConsumeSummary:
+        """The final lag with the end offsets asked after the run (ListOffsets) for the
+        partitions whose end the consumers never learned (never fetched); a partition
+        still without a position or an end offset is named in ``lag_unknown``."""
+        parts = []
+        for p in self.partitions:
+            end = p.end_offset if p.end_offset >= 0 else ends.get(p.partition, -1)
+            lag = max(0, end - p.position) if end >= 0 and p.position >= 0 else None
+            parts.append(replace(p, end_offset=end, lag=lag))
+        return replace(self, partitions=tuple(parts), lag_final=sum(p.lag for p in parts if p.lag is not None),
+                       lag_unknown=tuple(sorted(p.partition for p in parts if p.lag is None)))
 
     def to_json(self, *, with_config: bool = True) -> dict[str, Any]:
         out: dict[str, Any] = {"schema": self.schema, "run": self.run.to_json()}
@@ -191,6 +205,7 @@ class ConsumeSummary:
             "latency": {c: f.to_dict() for c, f in self.latency.items()},
             "clock": self.clock.to_json() if self.clock is not None else None,
             "lag": {"final": self.lag_final, "max": self.lag_max,
+                    "unknown_partitions": list(self.lag_unknown),
                     "timeline": [p.to_json() for p in self.lag_timeline]},
             "backlog": self.backlog.to_json() if self.backlog is not None else None,
             "partitions": [p.to_json() for p in self.partitions],
@@ -219,6 +234,6 @@ class ConsumeSummary:
                 clock=ClockOffset.from_json(d["clock"]) if d.get("clock") else None,
                 backlog=BacklogResult.from_json(d["backlog"]) if d.get("backlog") else None,
                 verify=VerifyResult.from_json(d["verify"]) if d.get("verify") else None,
-                schema=schema)
+                schema=schema, lag_unknown=tuple(int(x) for x in lag.get("unknown_partitions") or ()))
         except (KeyError, TypeError, AttributeError, ValueError) as e:
             raise ValueError(f"malformed kctl consume summary ({type(e).__name__}: {e})") from None

@@ -40,6 +40,14 @@ class WorkerInterval:
     abandoned_by_reason: dict[str, int] = field(default_factory=dict)
     commit_latency: bytes | None = None   # this interval's transaction commits (µs histogram)
     last_done_wall_ns: int = 0    # cumulative: when the worker's latest batch was acked or failed
+    first_measured_done_wall_ns: int = 0   # when its first measured record was acked (0: not yet)
+    # cumulative: records scheduled in the warm-up acknowledged in measured intervals, and
+    # measured records (scheduled after it) acknowledged in warm-up intervals, with their
+    # value bytes; the parent moves them so records count by when they were scheduled
+    warmup_acked_late: int = 0
+    warmup_bytes_late: int = 0
+    measured_acked_early: int = 0
+    measured_bytes_early: int = 0
     # final report of a --verify run only: partition -> [(offset, count, first_seq)] acked runs
     acked_runs: dict[int, list[tuple[int, int, int]]] | None = None
 

@@ -104,7 +104,7 @@ def max_rate_table(result: MaxRateResult) -> Table:
     """``--find-max-rate``: one row per step in the order run, a bar of the achieved rate
     (the chart in the terminal), and the verdict with its reason."""
     t = Table(title="kctl bench --find-max-rate: " + ", ".join(s.text() for s in result.slos)
-              + f" (a step short of its target by more than {SHORTFALL:.0%} fails)", title_justify="left")
+              + f" (a step more than {SHORTFALL:.0%} off its target fails)", title_justify="left")
     for col, just in (("step", "right"), ("target/s", "right"), ("achieved/s", "right")):
         t.add_column(col, justify=just, no_wrap=True)
     for slo in result.slos:

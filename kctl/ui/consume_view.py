@@ -76,8 +76,8 @@ class ConsumeDashboardView:
             t.add_column(col, justify="left" if not col else "right")
         t.add_row("records/s", f"{s.interval_rate:,.0f}", f"{s.cumulative_rate:,.0f}")
         t.add_row("MB/s (keys+values)", f"{s.interval_mb_per_s:.2f}", "")
-        t.add_row("fetch requests/s", f"{s.interval_fetch_per_s:,.1f}", "")
-        t.add_row("records/fetch", f"{s.interval_records_per_fetch:,.1f}", "")
+        t.add_row("fetch responses/s", f"{s.interval_fetch_per_s:,.1f}", "")
+        t.add_row("records/response", f"{s.interval_records_per_fetch:,.1f}", "")
         t.add_row("records", "", f"{s.records:,} ({s.matched:,} with an identity)")
         yield t
         yield latency_table(s.interval_e2e, s.cumulative_e2e)
@@ -105,13 +105,13 @@ def latency_table(interval: LatencyFigures, cumulative: LatencyFigures) -> Table
 def plain_line(s: ConsumeDashboard) -> str:
     """One line per interval::
 
-        52000 records consumed, 52000.0 records/sec (4.96 MB/sec), 9.1 fetch/s, 5714.3 records/fetch;
+        52000 records consumed, 52000.0 records/sec (4.96 MB/sec), 9.1 fetch responses/s, 5714.3 records/response;
         e2e p50 3.1 p99 12.0 max 40.1 ms (0 negative); lag 120; t=5.0s
     """
     e = s.interval_e2e
     line = (f"{s.interval_records} records consumed, {s.interval_rate:.1f} records/sec "
-            f"({s.interval_mb_per_s:.2f} MB/sec), {s.interval_fetch_per_s:.1f} fetch/s, "
-            f"{s.interval_records_per_fetch:.1f} records/fetch; e2e p50 {e.p50_ms:.1f} p99 {e.p99_ms:.1f} "
+            f"({s.interval_mb_per_s:.2f} MB/sec), {s.interval_fetch_per_s:.1f} fetch responses/s, "
+            f"{s.interval_records_per_fetch:.1f} records/response; e2e p50 {e.p50_ms:.1f} p99 {e.p99_ms:.1f} "
             f"max {e.max_ms:.1f} ms ({e.negative or 0} negative); lag {s.lag_total}; t={s.elapsed_s:.1f}s")
     if s.warmup:
         line += " (warm-up)"
@@ -133,7 +133,9 @@ def summary_renderable(summary: ConsumeSummary) -> Group:
                          f"{r.wire_mb_per_s:.2f} MB/s of batches")
     head.add_row("fetches", f"{c.fetch_requests:,} requests ({r.fetch_requests_per_s:,.1f}/s), "
                             f"{r.records_per_fetch:,.1f} records per answer")
-    head.add_row("lag", f"{summary.lag_final:,} at the end, {summary.lag_max:,} at most")
+    unknown = (f" (partial: partition(s) {', '.join(map(str, summary.lag_unknown))} unknown)"
+               if summary.lag_unknown else "")
+    head.add_row("lag", f"{summary.lag_final:,} at the end{unknown}, {summary.lag_max:,} at most")
     if c.rebalances or run.mode == "group":
         head.add_row("group", f"{c.rebalances} rebalance(s), {c.commits} commit(s), "
                               f"{c.commit_failures} failed")

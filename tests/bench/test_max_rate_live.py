@@ -53,8 +53,10 @@ def test_find_max_rate_converges_on_the_throttled_rate(broker, tmp_path):
     assert 0.7 * cap <= result["found_rate"] <= 1.05 * cap, (cap, result)
     assert result["failed_rate"] > result["found_rate"]
     # Above the throttle, steps failed because they fell short of their target.
+    # (A step just above the capacity can be the first to fail: then none is 1.2 x above it.)
     above = [s for s in steps if s["target_rate"] > 1.2 * cap]
-    assert above and all(not s["passed"] and "short of" in s["reason"] for s in above)
+    assert all(not s["passed"] and "short of" in s["reason"] for s in above)
+    assert any("short of" in s["reason"] for s in steps if s["target_rate"] > cap)
     assert all(s["passed"] for s in steps if s["target_rate"] < 0.6 * cap)
     assert (out / "max-rate.png").stat().st_size > 10_000
     assert run.stdout.splitlines()[-1].startswith(f"max rate: {result['found_rate']:,.0f} records/s")

@@ -3,10 +3,17 @@ committed offset start, and the idle stop a --num-records run gets by default.""
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
-from kctl.errors import ConfigError
-from kctl.load.consume import DEFAULT_IDLE_TIMEOUT_S, ConsumeOptions, prepare
+from kctl.commands.consume import no_e2e_samples
+from kctl.engine.consumer_metrics import ConsumerMetricsSnapshot
+from kctl.errors import ConfigError, KctlError
+from kctl.load import consume
+from kctl.load.consume import DEFAULT_IDLE_TIMEOUT_S, ConsumeOptions, past_log_end, prepare
+from kctl.stats.consume_aggregate import ConsumeStats
+from kctl.stats.consume_report import ConsumerInterval, PartitionProgress
 
 
 def _reset(**kw) -> str:
@@ -57,3 +64,59 @@ def test_a_warmup_as_long_as_the_duration_is_refused():
     assert plan(warmup="2s", duration="3s").warmup_s == 2.0
     with pytest.raises(ConfigError, match="not shorter than --duration"):
         plan(warmup="11s")                        # the default --duration is 10s
+
+
+def _summary_with(*parts):
+    """A consume summary whose final partitions are ``(partition, position, end_offset)``."""
+    st = ConsumeStats(consumers=1, start_wall_ns=10**18, run_id="r")
+    progress = tuple(PartitionProgress("t", p, pos, end) for p, pos, end in parts)
+    st.add(ConsumerInterval(0, 10**18, 10**18 + 10**9, {}, ConsumerMetricsSnapshot(), progress, final=True))
+    return st.summary()
+
+
+def test_final_lag_asks_the_end_of_partitions_never_fetched(monkeypatch):
+    # partitions 2 and 3 positioned but never fetched: no end offset from a Fetch answer
+    summary = _summary_with((0, 100, 1000), (1, 4000, 4000), (2, 0, -1), (3, 0, -1))
+    asked = []
+
+    def ends(client, topic, partitions, *, isolation_level):
+        asked.append((topic, tuple(partitions), isolation_level))
+        return {2: 5000, 3: 5500}
+    monkeypatch.setattr(consume.admin, "log_end_offsets", ends)
+
+    class Client:
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            return False
+    s = consume._with_final_ends(summary, client_for=Client, isolation_level=1, on_event=lambda m: None)
+    assert asked == [("t", (2, 3), 1)]
+    assert s.lag_final == 900 + 0 + 5000 + 5500 and s.lag_unknown == ()
+    assert [p.lag for p in s.partitions] == [900, 0, 5000, 5500]
+
+    # ListOffsets failing: the lag is partial and names the partitions, it is not a smaller sum
+    def fail(*a, **k):
+        raise KctlError("ListOffsets: NOT_LEADER_OR_FOLLOWER")
+    monkeypatch.setattr(consume.admin, "log_end_offsets", fail)
+    events = []
+    s = consume._with_final_ends(summary, client_for=Client, isolation_level=0, on_event=events.append)
+    assert s.lag_unknown == (2, 3) and s.lag_final == 900
+    assert s.to_json()["lag"]["unknown_partitions"] == [2, 3]
+    assert len(events) == 1 and "partition(s) 2, 3" in events[0]
+
+
+def test_a_position_past_the_log_end_is_named():
+    line = past_log_end(_summary_with((0, 999999, 4800), (1, 10, 20)))
+    assert line == ("WARNING: position past the log end in partition(s) 0 (position 999999, end offset 4800): "
+                    "nothing was there to read and their lag shows as 0")
+    assert past_log_end(_summary_with((0, 20, 20))) is None
+
+
+def test_no_e2e_samples_says_why():
+    s = _summary_with((0, 500, 500))
+    unstamped = dataclasses.replace(s, counts=dataclasses.replace(s.counts, records=500, unidentified=500))
+    assert no_e2e_samples(unstamped) == (
+        "e2e: no samples: of 500 records read, 500 without a kctl identity header (not written by kctl "
+        "produce); e2e needs the send time kctl produce stamps on each record")
+    assert no_e2e_samples(s) == "e2e: no samples: no records were read"

@@ -281,3 +281,36 @@ def test_compression_rate_avg_is_the_mean_over_batches_and_only_with_compression
     s = st.summary().to_json()
     assert "compression_rate_avg" not in s["batching"]
     assert RunSummary.from_json(s).batching.compression_rate_avg is None
+
+
+def test_records_count_by_when_they_were_scheduled_not_when_acked() -> None:
+    """A warm-up that fell behind: 30 of its records are acknowledged in the first measured
+    interval. They are the warm-up's (a 100/s step reported 130/s before), and 5 measured
+    records acknowledged before the warm-up interval closed are the results'."""
+    st = RunStats(workers=1, start_wall_ns=T0, target_rate=100, window_s=2.0)
+    st.add(report(0, 0, metrics(records_acked=75, value_bytes_acked=750), warmup=True,
+                  measured_acked_early=5, measured_bytes_early=50))
+    st.add(report(0, 1, metrics(records_acked=75 + 125, value_bytes_acked=2000), final=True,
+                  warmup_acked_late=30, warmup_bytes_late=300, measured_acked_early=5,
+                  measured_bytes_early=50, last_done_wall_ns=T0 + 2 * S))
+    s = st.summary().to_json()
+    assert s["counts"]["acked"] == 100 and s["counts"]["value_bytes"] == 1000
+    assert s["run"]["warmup"]["records_acked"] == 100
+    assert s["rates"]["records_per_s"] == pytest.approx(100.0)
+    assert st.snapshot(T0 + 2 * S).interval_acked == 95      # the measured round's own
+
+
+def test_paced_span_runs_from_the_first_measured_ack_when_acks_lag_the_schedule() -> None:
+    """Records count by their scheduled time, so a constant ack latency (200 ms) must not
+    lengthen the span: 80 records scheduled in a 2 s window after a 0.5 s warm-up are 40/s
+    (the last ack at +2.7 s from the warm-up's end said 36/s and failed a 40/s step). A
+    cluster that fell behind shows what it sustained: first to last measured ack."""
+    for first, last, expected in ((T0 + 7 * S // 10, T0 + 27 * S // 10, 40.0),
+                                  (T0 + 7 * S // 10, T0 + 47 * S // 10, 20.0)):
+        st = RunStats(workers=1, start_wall_ns=T0, target_rate=40, window_s=2.5)
+        st.add(WorkerInterval(worker=0, start_wall_ns=T0, end_wall_ns=T0 + S // 2, histograms={},
+                              metrics=metrics(records_acked=20), warmup=True))
+        st.add(WorkerInterval(worker=0, start_wall_ns=T0 + S // 2, end_wall_ns=last + S // 10,
+                              histograms={}, metrics=metrics(records_acked=100), final=True,
+                              last_done_wall_ns=last, first_measured_done_wall_ns=first))
+        assert st.summary().rates.records_per_s == pytest.approx(expected), expected

@@ -25,7 +25,7 @@ def test_live_view_shows_e2e_lag_and_fetch_figures():
     row = next(line for line in text.splitlines() if line.startswith("│ e2e "))
     for needle in ("12.5", "31.2", "88.0", "4,000", "3"):
         assert needle in row, (needle, row)
-    for needle in ("records/s", "900", "fetch requests/s", "40.0", "records/fetch", "22.5",
+    for needle in ("records/s", "900", "fetch responses/s", "40.0", "records/response", "22.5",
                    "lag: 17 records", "t-0", "same host"):
         assert needle in text, (needle, text)
 
@@ -33,6 +33,7 @@ def test_live_view_shows_e2e_lag_and_fetch_figures():
 def test_plain_line_carries_e2e_and_lag():
     line = plain_line(_consume_state())
     assert line.startswith("900 records consumed, 900.0 records/sec")
+    assert "40.0 fetch responses/s, 22.5 records/response;" in line   # what they count: responses
     assert "e2e p50 12.5 p99 31.2 max 37.5 ms (0 negative); lag 17; t=5.0s" in line
 
 
