@@ -131,23 +131,11 @@ def _produce_summary(frame: bytes | memoryview, version: int) -> ProduceSummary 
     pos += 4                                          # timeout_ms
     flexible = version >= _PRODUCE_FLEXIBLE
     end = len(frame)
-    if flexible:
-        topics, pos = _uvarint(frame, pos)
-        topics -= 1
-    else:
-        (topics,) = _I32.unpack_from(frame, pos)
-        pos += 4
+    topics, pos = _array_length(frame, pos, flexible)
     partitions = batches = records = record_bytes = 0
     codecs = [0, 0, 0, 0, 0, 0, 0, 0]
     for _ in range(max(topics, 0)):
-        if version >= _PRODUCE_TOPIC_IDS:
-            pos += 16
-        elif flexible:
-            n, pos = _uvarint(frame, pos)
-            pos += max(n - 1, 0)
-        else:
-            (n,) = _I16.unpack_from(frame, pos)
-            pos += 2 + max(n, 0)
+        pos = _after_topic(frame, pos, version, flexible)
         if flexible:
             parts, pos = _uvarint(frame, pos)
             parts -= 1
@@ -218,6 +206,25 @@ def produce_answer(frame: bytes | memoryview, version: int) -> tuple[list[int], 
         return None
 
 
+def _array_length(b: bytes | memoryview, pos: int, flexible: bool) -> tuple[int, int]:
+    """An array's length (-1: null) and the position after it: a compact array's
+    unsigned varint (length + 1) in flexible versions, else an int32."""
+    if flexible:
+        n, pos = _uvarint(b, pos)
+        return n - 1, pos
+    return _I32.unpack_from(b, pos)[0], pos + 4
+
+
+def _after_topic(b: bytes | memoryview, pos: int, version: int, flexible: bool) -> int:
+    """The position after a Produce topic's name (or its id, from v13)."""
+    if version >= _PRODUCE_TOPIC_IDS:
+        return pos + 16
+    if flexible:
+        n, pos = _uvarint(b, pos)
+        return pos + max(n - 1, 0)
+    return pos + 2 + max(_I16.unpack_from(b, pos)[0], 0)
+
+
 def _produce_answer(b: bytes | memoryview, version: int) -> tuple[list[int], int] | None:
     flexible = version >= _PRODUCE_FLEXIBLE
     pos = 4                                           # correlation id
@@ -226,43 +233,20 @@ def _produce_answer(b: bytes | memoryview, version: int) -> tuple[list[int], int
             return None
         pos += 1
     unpack_i16 = _I16.unpack_from
-    unpack_i32 = _I32.unpack_from
     # index, error_code, base_offset, log_append_time_ms (v2+), log_start_offset (v5+)
     fixed = 14 + (8 if version >= 2 else 0) + (8 if version >= 5 else 0)
     errors: list[int] = []
-    if flexible:
-        topics, pos = _uvarint(b, pos)
-        topics -= 1
-    else:
-        (topics,) = unpack_i32(b, pos)
-        pos += 4
+    topics, pos = _array_length(b, pos, flexible)
     for _ in range(max(topics, 0)):
-        if version >= _PRODUCE_TOPIC_IDS:
-            pos += 16
-        elif flexible:
-            n, pos = _uvarint(b, pos)
-            pos += max(n - 1, 0)
-        else:
-            (n,) = unpack_i16(b, pos)
-            pos += 2 + max(n, 0)
-        if flexible:
-            parts, pos = _uvarint(b, pos)
-            parts -= 1
-        else:
-            (parts,) = unpack_i32(b, pos)
-            pos += 4
+        pos = _after_topic(b, pos, version, flexible)
+        parts, pos = _array_length(b, pos, flexible)
         for _ in range(max(parts, 0)):
             (code,) = unpack_i16(b, pos + 4)
             if code:
                 errors.append(code)
             pos += fixed
             if version >= 8:
-                if flexible:
-                    n_errors, pos = _uvarint(b, pos)
-                    n_errors -= 1
-                else:
-                    (n_errors,) = unpack_i32(b, pos)
-                    pos += 4
+                n_errors, pos = _array_length(b, pos, flexible)
                 for _ in range(max(n_errors, 0)):
                     pos = _skip_nullable_string(b, pos + 4, flexible)   # after batch_index
                     if flexible:
@@ -280,7 +264,7 @@ def _produce_answer(b: bytes | memoryview, version: int) -> tuple[list[int], int
             pos += 1
     throttle = 0
     if version >= 1:
-        (throttle,) = unpack_i32(b, pos)
+        (throttle,) = _I32.unpack_from(b, pos)
         pos += 4
     if flexible:
         if b[pos]:                                    # node_endpoints, or a tag unknown here

@@ -100,15 +100,22 @@ def test_message_too_large_splits_the_batch_in_order():
     h.net.respond(req, produce_body(req, errors={0: "MESSAGE_TOO_LARGE"}))
     h.step()
     h.step(ms=200)
+    _answer_the_split_batches(h)
+    assert [x.offset for x in handles] == list(range(10))
+    assert h.producer.metrics.splits == 1
+
+
+def _answer_the_split_batches(h, codec=None):
+    """Answers the Produce requests as they come, one partition's offsets in order."""
     offset = 0
     while (pending := h.net.pending("Produce")):
         for r in pending:
             b = sent_batches(r)[0]
+            if codec is not None:
+                assert b.compression.name == codec
             h.net.respond(r, produce_body(r, base_offset=offset))
             offset += len(b.records)
         h.step(ms=200)
-    assert [x.offset for x in handles] == list(range(10))
-    assert h.producer.metrics.splits == 1
 
 
 def test_message_too_large_splits_a_compressed_batch_and_resets_the_estimate():
@@ -131,14 +138,7 @@ def test_message_too_large_splits_a_compressed_batch_and_resets_the_estimate():
     h.step()
     assert acc.estimator.estimation("t", acc.compression) == 1.0
     h.step(ms=200)
-    offset = 0
-    while (pending := h.net.pending("Produce")):
-        for r in pending:
-            b = sent_batches(r)[0]
-            assert b.compression.name == "GZIP"
-            h.net.respond(r, produce_body(r, base_offset=offset))
-            offset += len(b.records)
-        h.step(ms=200)
+    _answer_the_split_batches(h, "GZIP")
     assert [x.offset for x in handles] == list(range(10))
     assert h.producer.metrics.splits == 1
 
