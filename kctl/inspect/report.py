@@ -234,22 +234,27 @@ def _names_topic_ids(cls: type) -> bool:
 def _named_topic_ids(f: DecodedFrame) -> dict[str, str]:
     """The topic ids the body mentions whose names the capture's Metadata gave, id -> name."""
     out: dict[str, str] = {}
-
-    def walk(v: Any) -> None:
-        if isinstance(v, Message):
-            tid = getattr(v, "topic_id", None)
-            if isinstance(tid, uuid.UUID) and tid in f.topic_names:
-                out[str(tid)] = f.topic_names[tid]
-            for fname in v._fields:
-                x = getattr(v, fname)
-                if isinstance(x, (Message, list)):
-                    walk(x)
-        elif isinstance(v, list):
-            for x in v:
-                if isinstance(x, (Message, list)):
-                    walk(x)
-    walk(f.body)
+    for v, _ in _structs(f.body):
+        tid = getattr(v, "topic_id", None)
+        if isinstance(tid, uuid.UUID) and tid in f.topic_names:
+            out[str(tid)] = f.topic_names[tid]
     return out
+
+
+def _structs(v: Any, version: int | None = None) -> Iterator[tuple[Message, tuple[str, ...]]]:
+    """Every struct of a message tree, each before the structs inside it, with its fields
+    (only those ``version`` has, given one)."""
+    if isinstance(v, Message):
+        fields = tuple(v._fields if version is None else present_fields(v, version))
+        yield v, fields
+        for name in fields:
+            x = getattr(v, name)
+            if isinstance(x, (Message, list)):
+                yield from _structs(x, version)
+    elif isinstance(v, list):
+        for x in v:
+            if isinstance(x, (Message, list)):
+                yield from _structs(x, version)
 
 
 def notice_json(n: CaptureNotice) -> dict[str, Any]:
@@ -522,34 +527,23 @@ def topics_of(f: DecodedFrame) -> set[str]:
     of topic names, and a topic id (Fetch v13+, Produce v13+, ...) by the name that id has in
     the capture's Metadata (else the id's text) when its struct gives no name."""
     out = {rs.topic for rs in f.record_sets}
-    version = f.api_version
-
-    def walk(v: Any) -> None:
-        if isinstance(v, Message):
-            topic_struct = "Topic" in type(v).__qualname__.rsplit(".", 1)[-1]
-            named = False
-            tid = None
-            for fname in (v._fields if version is None else present_fields(v, version)):
-                x = getattr(v, fname)
-                if isinstance(x, str):
-                    if x and (fname == "topic_name" or fname == "topic"
-                              or (fname == "name" and topic_struct)):
-                        out.add(x)
-                        named = True
-                elif fname == "topic_id" and isinstance(x, uuid.UUID):
-                    tid = x
-                elif isinstance(x, list) and fname in _TOPIC_NAME_LISTS:
-                    out.update(t for t in x if isinstance(t, str) and t)
-                elif isinstance(x, (Message, list)):
-                    walk(x)
-            if not named and tid is not None and tid.int:
-                out.add(f.topic_name(None, tid))
-        elif isinstance(v, list):
-            for x in v:
-                if isinstance(x, (Message, list)):
-                    walk(x)
-    if f.body is not None:
-        walk(f.body)
+    for v, fields in _structs(f.body, f.api_version):
+        topic_struct = "Topic" in type(v).__qualname__.rsplit(".", 1)[-1]
+        named = False
+        tid = None
+        for fname in fields:
+            x = getattr(v, fname)
+            if isinstance(x, str):
+                if x and (fname == "topic_name" or fname == "topic"
+                          or (fname == "name" and topic_struct)):
+                    out.add(x)
+                    named = True
+            elif fname == "topic_id" and isinstance(x, uuid.UUID):
+                tid = x
+            elif isinstance(x, list) and fname in _TOPIC_NAME_LISTS:
+                out.update(t for t in x if isinstance(t, str) and t)
+        if not named and tid is not None and tid.int:
+            out.add(f.topic_name(None, tid))
     return out
 
 
