@@ -242,9 +242,7 @@ class GroupCoordinator:
         if now_ns < self._find_retry_ns:
             return self._find_retry_ns
         # A node that offers FindCoordinator; if no node known does, one that will say so.
-        node = self.network.least_loaded_node(now_ns, api_key=FIND_COORDINATOR)
-        if node is None:
-            node = self.network.least_loaded_node(now_ns)
+        node = self.network.least_loaded_node(now_ns, api_key=FIND_COORDINATOR, any_node_if_none=True)
         if node is None or not self.network.ready(node, now_ns):
             return now_ns + max(NS_PER_MS, self._backoff_ns // 10)
         version = self.network.api_version(node, FIND_COORDINATOR)

@@ -375,12 +375,18 @@ class NetworkClient:
             self._in_flight.add_throttle(node, ns)
             self._states.throttle(node, now_ns + ns)
 
-    def least_loaded_node(self, now_ns: int, *, api_key: int | None = None) -> int | None:
+    def least_loaded_node(self, now_ns: int, *, api_key: int | None = None,
+                          any_node_if_none: bool = False) -> int | None:
         """A ready node with the fewest in-flight requests; else a node that is
         connecting; else the one whose last connect attempt is oldest among those
         allowed to connect; ``None`` when every node is in backoff (Java's choice).
         With ``api_key``, a connected node that has no common version of that API is
-        passed over (Java's choice does not look, and keeps picking it)."""
+        passed over (Java's choice does not look, and keeps picking it); with
+        ``any_node_if_none`` too, when no node known offers it any node is chosen, one
+        whose answer will say the API is missing."""
+        if any_node_if_none and api_key is not None:
+            node = self.least_loaded_node(now_ns, api_key=api_key)
+            return node if node is not None else self.least_loaded_node(now_ns)
         nodes = self.nodes()
         if not nodes:
             return None

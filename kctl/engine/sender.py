@@ -183,9 +183,7 @@ class Sender:
         if idem.bump_pending and self._produce_requests_in_flight:
             return now_ns + _IDLE_NS   # an answer wakes the loop
         # A node that offers InitProducerId; if no node known does, one that will say so.
-        node = self.network.least_loaded_node(now_ns, api_key=INIT_PRODUCER_ID)
-        if node is None:
-            node = self.network.least_loaded_node(now_ns)
+        node = self.network.least_loaded_node(now_ns, api_key=INIT_PRODUCER_ID, any_node_if_none=True)
         if node is None or not self.network.ready(node, now_ns):
             return now_ns + max(NS_PER_MS, self.network.connection_delay_ns(node, now_ns)
                                 if node is not None else 50 * NS_PER_MS)
@@ -248,9 +246,7 @@ class Sender:
                 txn.retry(req, now_ns)
                 return True, now_ns
         else:
-            node = self.network.least_loaded_node(now_ns, api_key=req.api_key)
-            if node is None:
-                node = self.network.least_loaded_node(now_ns)
+            node = self.network.least_loaded_node(now_ns, api_key=req.api_key, any_node_if_none=True)
             if node is None:
                 self.metadata.request_update()
                 txn.retry(req, now_ns)

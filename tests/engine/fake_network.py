@@ -72,9 +72,11 @@ class FakeNetwork:
     def connection_delay_ns(self, node, now_ns):
         return 0
 
-    def least_loaded_node(self, now_ns, *, api_key=None):
+    def least_loaded_node(self, now_ns, *, api_key=None, any_node_if_none=False):
         up = [n for n in self.node_ids if n not in self.down
               and (api_key is None or self.api_version(n, api_key) is not None)]
+        if not up and any_node_if_none:
+            up = [n for n in self.node_ids if n not in self.down]
         return min(up, key=lambda n: len(self.in_flight[n])) if up else None
 
     def api_version(self, node, api_key):
