@@ -22,9 +22,9 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from types import FrameType
 
-#: Exit status of a command Ctrl-C or SIGTERM cut short (128 + SIGINT, as cli.py says for any
-#: command); a command that writes a summary first exits with it after the summary.
-EXIT_INTERRUPTED = 130
+# The exit status of a command Ctrl-C or SIGTERM cut short (128 + SIGINT; cli.py prints
+# 'kctl: interrupted' for it): a command that writes a summary first exits with it after it.
+from kctl.cli import EXIT_INTERRUPTED
 
 
 def _sigterm_as_ctrl_c(signum: int, frame: FrameType | None) -> None:

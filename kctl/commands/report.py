@@ -66,8 +66,6 @@ def report(
     out = stdout_console()
     out.print(comparison_table(cells, title="kctl report"))
     if out_dir is not None:
-        if out_dir.exists() and not out_dir.is_dir():
-            raise ConfigError(f"--out {out_dir} exists and is not a directory")
         paths = write_charts(cells, out_dir, title="kctl report", best=best_cells(cells))
         stderr_console().print("wrote " + ", ".join(str(p) for p in paths), highlight=False)
     if baseline is not None and not run_gate(cells, baseline, max_regression, junit_xml, out):
