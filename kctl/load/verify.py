@@ -319,8 +319,7 @@ class Verification:
                     placed.append((offset, count, worker, first_seq))
         for partition in self.unplaced:
             if since is not None and partition in since:
-                _, hi = self.ranges.get(partition, (since[partition], since[partition]))
-                self.ranges[partition] = (since[partition], max(hi, UNBOUNDED))
+                self.ranges[partition] = (since[partition], UNBOUNDED)    # read on to the end
         self.placements = {p: _Placement(runs) for p, runs in where.items()}
         self.max_examples = max_examples
         self.checker = _Checker(run_tag(run_id), self.tally, max_examples)

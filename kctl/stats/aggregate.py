@@ -379,9 +379,9 @@ class RunStats:
         moved = self._moved(msg)
         if msg.warmup:
             self._had_warmup = True
-            self._warmup = combine_counters(self._warmup, metrics_delta(delta, moved), 1)
-            self._results = metrics_sum(self._results, moved)
             delta = metrics_delta(delta, moved)
+            self._warmup = metrics_sum(self._warmup, delta)
+            self._results = metrics_sum(self._results, moved)
         else:
             self._warmup = metrics_delta(self._warmup, moved)
             delta = metrics_sum(delta, moved)
