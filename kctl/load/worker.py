@@ -162,7 +162,11 @@ def _warmup_count(s: AppendSlice, measured_from_ns: int, warmup_seqs: int) -> in
         else:
             by_time = -(-(measured_from_ns - first) // step)
     else:
-        by_time = sum(1 for k in s.intended_offsets() if first + k * step < measured_from_ns)
+        offsets = s.intended_offsets()
+        if first >= measured_from_ns and step >= 0 and min(offsets, default=0) >= 0:
+            by_time = 0                      # every record due after the warm-up (no per-record loop)
+        else:
+            by_time = sum(1 for k in offsets if first + k * step < measured_from_ns)
     return max(0, min(s.count, max(by_seq, by_time)))
 
 
