@@ -119,7 +119,7 @@ def frame_line(e: FrameEvent) -> str:
             f"corr={e.correlation_id} {e.size}B")
     if e.direction == "response" and e.latency_ns is not None:
         line += f" {e.latency_ns / 1e6:.1f}ms"
-    if e.redacted:
+    if e.api_key == 36 and e.redacted:   # only SaslAuthenticate decodes here: gist() decodes the rest
         line += " auth_bytes=<redacted>"
     elif e.api_key == 36 and getattr(e.body, "auth_bytes", None):   # SaslAuthenticate, --show-secrets
         line += f" auth_bytes={base64.b64encode(e.body.auth_bytes).decode()}"
