@@ -43,14 +43,13 @@ JSON_KEYS: Final = (
 )
 
 
-def error_codes(msg: Any, version: int | None = None) -> list[int]:
-    """Every ``*error_code`` value in a message tree, in tree order (zeros included); with
-    ``version``, only the fields that version of the message has."""
+def error_codes(msg: Any) -> list[int]:
+    """Every ``*error_code`` value in a message tree, in tree order (zeros included)."""
     out: list[int] = []
 
     def walk(v: Any) -> None:
         if isinstance(v, Message):
-            for f in (v._fields if version is None else present_fields(v, version)):
+            for f in v._fields:
                 x = getattr(v, f)
                 if f.endswith("error_code") and isinstance(x, int):
                     out.append(x)
