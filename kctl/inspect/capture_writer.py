@@ -79,6 +79,7 @@ _MAC_SERVER: Final = bytes.fromhex("020000000002")
 _ETH_IPV4: Final = b"\x08\x00"
 _ETH_TO_CLIENT: Final = _MAC_CLIENT + _MAC_SERVER + _ETH_IPV4   # destination MAC first
 _ETH_TO_SERVER: Final = _MAC_SERVER + _MAC_CLIENT + _ETH_IPV4
+_ETH_BY_SIDE: Final = (_ETH_TO_SERVER, _ETH_TO_CLIENT)   # index: the sending side (0: the client)
 _IP_HDR: Final = struct.Struct(">BBHHHBBH4s4s")
 _TCP_HDR: Final = struct.Struct(">HHIIBBHHH")
 _EPB_HDR: Final = struct.Struct("<IIIIIII")
@@ -264,8 +265,7 @@ class TcpFlow:
     ``from_client`` says which side sent a segment; sequence numbers are kept per
     side (``seq`` is the next byte each side will send)."""
 
-    __slots__ = ("_w", "_ips", "_ports", "_seq", "_ip_id", "_leg", "_pseudo_sum", "_ip_const", "_tcp_const",
-                 "_eth", "closed")
+    __slots__ = ("_w", "_ips", "_ports", "_seq", "_ip_id", "_leg", "_ip_const", "_tcp_const", "closed")
 
     _ISN: Final = (0x10000000, 0x20000000)   # client, server initial sequence numbers
 
@@ -277,16 +277,12 @@ class TcpFlow:
         self._seq = [self._ISN[0], self._ISN[1]]
         self._ip_id = [0, 0]
         self._leg = leg
-        # The pseudo header's addresses and protocol are the same both ways.
-        ips = self._ips[0] + self._ips[1]
-        self._pseudo_sum = sum(struct.unpack(">4H", ips)) + 6
-        # Per side, the header words that never change, summed once: the IP header's
-        # (version/IHL, DF, TTL/protocol, addresses) and the TCP checksum's (pseudo
-        # header, ports, data offset, window); and the Ethernet header.
-        addr_sum = self._pseudo_sum - 6
+        # The header words that never change, summed once, the same both ways: the IP
+        # header's (version/IHL, DF, TTL/protocol, addresses) and the TCP checksum's
+        # (pseudo header's addresses and protocol, ports, data offset, window).
+        addr_sum = sum(struct.unpack(">4H", self._ips[0] + self._ips[1]))
         self._ip_const = 0x4500 + 0x4000 + (64 << 8 | 6) + addr_sum
-        self._tcp_const = (self._pseudo_sum + client[1] + server[1] + (5 << 12) + 65535,) * 2
-        self._eth = (_ETH_TO_SERVER, _ETH_TO_CLIENT)
+        self._tcp_const = addr_sum + 6 + client[1] + server[1] + (5 << 12) + 65535
         self.closed = False
 
     def _segment(self, ts_ns: int, side: int, flags: int, payload: bytes | memoryview = b"",
@@ -299,7 +295,7 @@ class TcpFlow:
         ack = seqs[other] if flags & ACK else 0
         n = len(payload)
         tcp_len = 20 + n
-        s = (self._tcp_const[side] + tcp_len + psum + (seq >> 16) + (seq & 0xFFFF)
+        s = (self._tcp_const + tcp_len + psum + (seq >> 16) + (seq & 0xFFFF)
              + (ack >> 16) + (ack & 0xFFFF) + flags)
         while s >> 16:
             s = (s & 0xFFFF) + (s >> 16)
@@ -310,7 +306,7 @@ class TcpFlow:
             ip_s = (ip_s & 0xFFFF) + (ip_s >> 16)
         ips = self._ips
         ports = self._ports
-        head = _HEADERS.pack(self._eth[side], 0x45, 0, 20 + tcp_len, ip_id, 0x4000, 64, 6, ~ip_s & 0xFFFF,
+        head = _HEADERS.pack(_ETH_BY_SIDE[side], 0x45, 0, 20 + tcp_len, ip_id, 0x4000, 64, 6, ~ip_s & 0xFFFF,
                              ips[side], ips[other], ports[side], ports[other], seq, ack, 5 << 4, flags,
                              65535, ~s & 0xFFFF, 0)
         self._w.write_packet(ts_ns, self._leg, head, payload)
