@@ -200,14 +200,11 @@ class RecordAccumulator:
         buffer = self.pool.try_allocate(capacity)
         if buffer is None:
             return None
-        compression = self.compression
-        batch = ProducerBatch(tp, now_ns, capacity, buffer, compression=compression,
+        batch = ProducerBatch(tp, now_ns, capacity, buffer, compression=self.compression,
                               compression_level=self.compression_level, template=template,
                               value_size=value_size, created_wall_ms=wall_ms,
                               wall_offset_ns=self.wall_offset_ns, builder=self._builder,
-                              keyed=keyed,
-                              ratio_estimate=self.estimator.estimation(tp.topic, compression)
-                              if compression else 1.0)
+                              keyed=keyed, written_factor=self.written_factor(tp.topic))
         self._deque(tp).append(batch)
         self._incomplete.add(batch)
         return batch

@@ -39,7 +39,6 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
-from kctl.engine.compression_ratio import COMPRESSION_RATE_ESTIMATION_FACTOR
 from kctl.protocol.batch_builder import BatchTemplate, GeneralBatchBuilder, IdRun
 from kctl.protocol.compression import Compression
 from kctl.protocol.records import (
@@ -233,7 +232,7 @@ class ProducerBatch:
                  template: BatchTemplate | None = None, value_size: int | None = None,
                  created_wall_ms: int = -1, wall_offset_ns: int = 0,
                  builder: GeneralBatchBuilder | None = None, keyed: bool = False,
-                 ratio_estimate: float = 1.0) -> None:
+                 written_factor: float = 0.0) -> None:
         self.tp = tp
         self.wall_offset_ns = wall_offset_ns  # wall-clock ns minus monotonic ns
         self.created_wall_ms = created_wall_ms
@@ -253,8 +252,7 @@ class ProducerBatch:
         # topic's ratio estimate x 1.05 (compression_ratio.py), ``written_factor``.
         self.estimated_bytes = RECORD_BATCH_OVERHEAD
         self.uncompressed_bytes = RECORD_BATCH_OVERHEAD   # header + records' bytes as counted (compression on only)
-        self.written_factor = (ratio_estimate * COMPRESSION_RATE_ESTIMATION_FACTOR
-                               if compression else 0.0)   # 0.0: no compression
+        self.written_factor = written_factor   # RecordAccumulator.written_factor; 0.0: no compression
         self.records_size = 0         # the records section's bytes before compression (encode)
         self.capacity = capacity
         self.buffer = buffer          # from the BufferPool (None: not pooled); never replaced
