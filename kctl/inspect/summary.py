@@ -18,6 +18,7 @@ from kctl.errors import BudgetExceededError
 from kctl.inspect.report import error_codes, throttle_time_ms
 from kctl.inspect.session import CaptureNotice, DecodedFrame
 from kctl.protocol.error_codes import error_for
+from kctl.stats.latency import capped_percentiles
 
 __all__ = ["CaptureSummary", "ApiStats", "PartitionStats", "PERCENTILES"]
 
@@ -53,10 +54,8 @@ class ApiStats:
                              "latency_count": h.get_total_count()}
         if h.get_total_count():
             # One pass over the buckets for all percentiles (one walk each cost ~5 ms per API).
-            values = h.get_percentile_to_value_dict(list(PERCENTILES))
-            # Bucket values, never above the largest latency measured (a bucket's highest
-            # value can be: p99 would read above max).
-            d["latency_ms"] = {f"p{p:g}": min(values[p] / 1000, self.latency_max_ns / 1e6) for p in PERCENTILES}
+            values = capped_percentiles(h, PERCENTILES, self.latency_max_ns, unit_ns=1_000_000)
+            d["latency_ms"] = {f"p{p:g}": v for p, v in values.items()}
             d["latency_ms"]["max"] = self.latency_max_ns / 1e6
             d["latency_ms"]["mean"] = round(self.latency_sum_us / h.get_total_count() / 1000, 3)
         return d
