@@ -36,7 +36,8 @@ from typing import Final
 from hdrh.histogram import HdrHistogram
 
 from kctl.inspect.peek import ProduceSummary
-from kctl.stats.latency import capped_percentiles, histogram_mean
+from kctl.inspect.summary import capped_percentiles
+from kctl.stats.latency import histogram_mean
 
 _MAX_LATENCY_US: Final = 3_600_000_000   # an hour: anything longer is clamped
 PERCENTILES: Final = (50.0, 90.0, 99.0, 99.9)

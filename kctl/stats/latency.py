@@ -50,8 +50,8 @@ from kctl.engine.batch import AppendSlice
 __all__ = [
     "CLOCKS", "HIGHEST_US", "HistogramSink", "INTENDED_GROUPS", "LOWEST_US", "PERCENTILES",
     "SIGNIFICANT_DIGITS",
-    "LatencyFigures", "LatencyRecorder", "capped_percentiles", "decode_histogram",
-    "encode_histogram", "histogram_mean", "new_histogram",
+    "LatencyFigures", "LatencyRecorder", "decode_histogram", "encode_histogram",
+    "histogram_mean", "new_histogram",
 ]
 
 #: The clocks, in the order they are shown and logged.
@@ -99,21 +99,6 @@ def histogram_mean(h: HdrHistogram) -> float:
             v = value_at(i)
             total += c * ((v + highest(v) + 1) // 2)
     return total / n
-
-
-def capped_percentiles(h: HdrHistogram | None, percentiles: Sequence[float], max_ns: int, *,
-                       unit_ns: int = 1000) -> dict[float, float]:
-    """Percentile -> value in units of ``unit_ns`` (µs by default, 1_000_000: ms) of a
-    histogram in µs, beside the exact largest value measured, ``max_ns``: hdrh's bucket
-    values (one walk of the counts for all percentiles), never above ``max_ns`` (a
-    bucket's highest value can be, at 3 significant digits: p99 would read above max).
-    No histogram, or an empty one: 0 each."""
-    if h is None or not h.get_total_count():
-        return dict.fromkeys(percentiles, 0)
-    per_us = unit_ns / 1000
-    cap = max_ns / unit_ns
-    pct = h.get_percentile_to_value_dict(list(percentiles))
-    return {p: min(pct[p] / per_us, cap) for p in percentiles}
 
 
 @dataclass(frozen=True, slots=True)
