@@ -284,8 +284,8 @@ def _ask_leaders(md: ClusterMetadata, info: TopicInfo, partitions: Sequence[int]
         if meta is None:
             out[partition] = (f"not a partition of {info.name} in the Metadata answer", True)
         elif meta.leader < 0 or meta.leader not in brokers:
-            why = f"no leader ({meta.error})" if meta.error else (
-                "no leader" if meta.leader < 0 else f"leader {meta.leader} is not among the brokers Metadata named")
+            why = (f"no leader ({meta.error})" if meta.error else "no leader" if meta.leader < 0
+                   else f"leader {meta.leader} is not among the brokers Metadata named")
             out[partition] = (why, True)
         else:
             by_leader.setdefault(meta.leader, []).append(meta)
