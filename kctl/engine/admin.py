@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
 from kctl.engine.blocking_client import BlockingClient
@@ -195,28 +195,142 @@ def fetch(client: BlockingClient, topic: str, partition: int, offset: int, *,
     return FetchedPartition(raw.high_watermark, raw.log_start_offset, tuple(batches))
 
 
-def log_end_offsets(client: BlockingClient, topic: str, partitions: Iterable[int], *,
-                    isolation_level: int = requests.READ_UNCOMMITTED) -> dict[int, int]:
-    """Each partition's log end offset (ListOffsets, latest; read_committed: the last
-    stable offset) as the broker at ``client`` answers it: ask each partition's leader."""
-    asked = sorted(set(partitions))
-    version = client.version_for(_LIST_OFFSETS())
-    req = requests.list_offsets(version, {(topic, p): requests.LATEST_TIMESTAMP for p in asked},
+@dataclass(frozen=True, slots=True)
+class LogEndOffsets:
+    """Partitions' log end offsets as their leaders answered ListOffsets (latest), and for
+    each partition without one, why (no leader, the leader's error, its connection)."""
+
+    offsets: dict[int, int]     # partition -> log end offset (read_committed: last stable offset)
+    errors: dict[int, str]      # partition -> why its end offset is unknown
+
+    def describe_errors(self) -> str:
+        """The errors grouped by reason: ``NOT_LEADER_OR_FOLLOWER from broker 2 (host:port):
+        partition(s) 1, 3; no leader (LEADER_NOT_AVAILABLE): partition(s) 4``."""
+        by_reason: dict[str, list[int]] = {}
+        for partition, why in sorted(self.errors.items()):
+            by_reason.setdefault(why, []).append(partition)
+        return "; ".join(f"{why}: partition(s) {', '.join(map(str, ps))}" for why, ps in by_reason.items())
+
+
+#: A failed ListOffsets round is asked again once, after a fresh Metadata (a leader that
+#: moved, an election under way), as the Java client's OffsetFetcher refreshes and retries.
+LIST_OFFSETS_ATTEMPTS = 2
+#: The pause before that second round (the Java client's retry.backoff.ms default).
+LIST_OFFSETS_BACKOFF_S = 0.1
+
+
+def log_end_offsets(client: BlockingClient, topic: str, partitions: Iterable[int] | None = None, *,
+                    client_for: Callable[[str], BlockingClient],
+                    isolation_level: int = requests.READ_UNCOMMITTED,
+                    metadata: ClusterMetadata | None = None) -> LogEndOffsets:
+    """Each partition's log end offset (every partition of ``topic`` when ``partitions`` is
+    None), asked of its leader: Metadata from ``client`` (any broker; ``metadata`` when the
+    caller has it already), the partitions grouped by leader, one ListOffsets (latest, with
+    the leader epoch Metadata gave) per leader at the version that leader offers, over a
+    connection from ``client_for(address)`` (not yet connected; closed here), or ``client``
+    itself when the leader is at its address. A partition the answer leaves without an offset
+    is in ``errors`` with the reason; those whose error may pass (retriable, no leader, a
+    connection that failed) are asked once more after a fresh Metadata. Raises ``KctlError``
+    only when the topic itself is unknown or in error."""
+    md = metadata if metadata is not None else fetch_metadata(client, [topic])
+    info = _listed_topic(md, topic, client.address)
+    pending = sorted(set(partitions)) if partitions is not None else [p.partition for p in info.partitions]
+    offsets: dict[int, int] = {}
+    failed: dict[int, tuple[str, bool]] = {}       # partition -> (why, worth asking again)
+    conns: dict[str, BlockingClient] = {client.address: client}
+    try:
+        for attempt in range(LIST_OFFSETS_ATTEMPTS):
+            if attempt:
+                time.sleep(LIST_OFFSETS_BACKOFF_S)
+                try:
+                    md = fetch_metadata(client, [topic])
+                    info = _listed_topic(md, topic, client.address)
+                except (KctlError, OSError):
+                    break       # the first round's reasons stand
+            for partition, answer in _ask_leaders(md, info, pending, client, conns, client_for,
+                                                      isolation_level).items():
+                if isinstance(answer, int):
+                    offsets[partition] = answer
+                    failed.pop(partition, None)
+                else:
+                    failed[partition] = answer
+            pending = sorted(p for p, (_, again) in failed.items() if again)
+            if not pending:
+                break
+    finally:
+        for address, conn in conns.items():
+            if conn is not client:
+                conn.close()
+    return LogEndOffsets(dict(sorted(offsets.items())), {p: why for p, (why, _) in sorted(failed.items())})
+
+
+def _listed_topic(md: ClusterMetadata, topic: str, address: str) -> TopicInfo:
+    info = md.topics.get(topic)
+    if info is None or info.error:
+        raise KctlError(f"topic {topic!r} on {address}: {info.error if info else 'not in the Metadata answer'}")
+    return info
+
+
+def _ask_leaders(md: ClusterMetadata, info: TopicInfo, partitions: Sequence[int], bootstrap: BlockingClient,
+                 conns: dict[str, BlockingClient], client_for: Callable[[str], BlockingClient],
+                 isolation_level: int) -> dict[int, int | tuple[str, bool]]:
+    """One round: per partition its end offset, or (why not, worth asking again)."""
+    brokers = {b.node_id: b for b in md.brokers}
+    known = {p.partition: p for p in info.partitions}
+    out: dict[int, int | tuple[str, bool]] = {}
+    by_leader: dict[int, list[PartitionInfo]] = {}
+    for partition in partitions:
+        meta = known.get(partition)
+        if meta is None:
+            out[partition] = (f"not a partition of {info.name} in the Metadata answer", True)
+        elif meta.leader < 0 or meta.leader not in brokers:
+            why = (f"no leader ({meta.error})" if meta.error else "no leader" if meta.leader < 0
+                   else f"leader {meta.leader} is not among the brokers Metadata named")
+            out[partition] = (why, True)
+        else:
+            by_leader.setdefault(meta.leader, []).append(meta)
+    for node, metas in sorted(by_leader.items()):
+        address = brokers[node].address
+        conn = conns.get(address)
+        try:
+            if conn is None:
+                conn = conns[address] = client_for(address)
+                conn.connect()
+            answers = _list_latest(conn, info.name, metas, isolation_level)
+        except (KctlError, OSError) as e:
+            conns.pop(address, None)       # a later round connects again
+            if conn is not None and conn is not bootstrap:
+                conn.close()               # the caller's client stays the caller's to close
+            out.update({m.partition: (f"leader {node} at {address}: {e}", True) for m in metas})
+            continue
+        for m in metas:
+            answer = answers.get(m.partition, ("left out of the answer", True))
+            out[m.partition] = answer if isinstance(answer, int) else (
+                f"{answer[0]} from broker {node} ({address})", answer[1])
+    return out
+
+
+def _list_latest(conn: BlockingClient, topic: str, metas: Sequence[PartitionInfo],
+                 isolation_level: int) -> dict[int, int | tuple[str, bool]]:
+    """One ListOffsets (latest) on one broker: per partition answered, its offset or (the
+    error's name, whether it is retriable)."""
+    version = conn.version_for(_LIST_OFFSETS())
+    req = requests.list_offsets(version, {(topic, m.partition): requests.LATEST_TIMESTAMP for m in metas},
+                                leader_epochs={(topic, m.partition): m.leader_epoch for m in metas},
                                 isolation_level=isolation_level)
-    resp = client.request(req, version=version)
-    out: dict[int, int] = {}
+    resp = conn.request(req, version=version)
+    out: dict[int, int | tuple[str, bool]] = {}
     for t in resp.topics:
+        if t.name != topic:
+            continue
         for p in t.partitions:
-            if t.name != topic or p.partition_index not in asked:
-                continue
             if p.error_code:
-                raise KctlError(f"ListOffsets for {topic}-{p.partition_index} on {client.address}: "
-                                f"{error_for(p.error_code).name}")
-            out[p.partition_index] = requests.listed_offset(p)
-    missing = [p for p in asked if out.get(p, -1) < 0]
-    if missing:
-        raise KctlError(f"ListOffsets on {client.address} gave no end offset for {topic} partition(s) "
-                        f"{', '.join(map(str, missing))}")
+                err = error_for(p.error_code)
+                out[p.partition_index] = (err.name, err.retriable)
+            elif (offset := requests.listed_offset(p)) >= 0:
+                out[p.partition_index] = offset
+            else:
+                out[p.partition_index] = ("no error and no offset", False)
     return out
 
 
@@ -257,9 +371,9 @@ def read_partition(client: BlockingClient, topic: str, partition: int, *, start:
 
 
 __all__ = [
-    "BrokerError", "BrokerInfo", "ClusterMetadata", "FetchedPartition", "PartitionInfo",
+    "BrokerError", "BrokerInfo", "ClusterMetadata", "FetchedPartition", "LogEndOffsets", "PartitionInfo",
     "BrokerApis", "ProduceResult", "RawFetch", "TopicInfo", "cluster_overview", "create_topics",
-    "fetch", "fetch_metadata", "fetch_raw", "produce", "topic_id",
+    "fetch", "fetch_metadata", "fetch_raw", "log_end_offsets", "produce", "topic_id",
     "read_partition",
 ]
 

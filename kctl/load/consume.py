@@ -348,9 +348,10 @@ def execute(plan: ConsumePlan, *, on_event: Callable[[str], None] = lambda _m: N
         if on_start is not None:
             on_start(stats)
         result = run.wait()
-        summary = _with_final_ends(result.summary, client_for=lambda: BlockingClient(
-            bootstrap.split(",")[0], client_id="kctl-consume-admin", security=config.security),
-            isolation_level=int(config.isolation_level), on_event=on_event)
+        summary = _with_final_ends(result.summary, bootstrap=bootstrap.split(",")[0].strip(),
+                                   client_for=lambda address: BlockingClient(
+                                       address, client_id="kctl-consume-admin", security=config.security),
+                                   isolation_level=int(config.isolation_level), on_event=on_event)
         if backlog is not None:
             done = stats.caught_up_at()
             drain_s = (done - stats.start_wall_ns) / 1e9 if done else summary.run.duration_s
@@ -368,23 +369,31 @@ def execute(plan: ConsumePlan, *, on_event: Callable[[str], None] = lambda _m: N
 
 
 
-def _with_final_ends(summary: ConsumeSummary, *, client_for: Callable[[], BlockingClient],
+def _with_final_ends(summary: ConsumeSummary, *, bootstrap: str, client_for: Callable[[str], BlockingClient],
                      isolation_level: int, on_event: Callable[[str], None]) -> ConsumeSummary:
     """The final lag over every partition: the end offsets of partitions the consumers
-    never fetched (a run that stopped before reaching them) asked with ListOffsets after
-    the run; when that fails the lag is given as partial (``lag_unknown``)."""
+    never fetched (a run that stopped before reaching them) asked after the run of each
+    partition's leader (``admin.log_end_offsets``: Metadata from ``bootstrap``, ListOffsets
+    per leader). A partition whose end offset stays unknown (no leader, the leader's error,
+    Metadata or the connection failing) is said in one warning line and left out of the
+    final lag, which is then partial (``lag_unknown``), never a lag of 0."""
     unknown = [p.partition for p in summary.partitions if p.end_offset < 0]
     ends: dict[int, int] = {}
     if unknown and summary.partitions:
         topic = summary.partitions[0].topic
         try:
-            with client_for() as client:
-                ends = admin.log_end_offsets(client, topic, unknown, isolation_level=isolation_level)
+            with client_for(bootstrap) as client:
+                got = admin.log_end_offsets(client, topic, unknown, client_for=client_for,
+                                            isolation_level=isolation_level)
         except (KctlError, OSError) as e:
             on_event(f"warning: could not ask the end offsets of partition(s) {', '.join(map(str, unknown))} "
                      f"never fetched: {e}; the final lag leaves them out")
-    summary = summary.with_end_offsets(ends)
-    return summary
+        else:
+            ends = got.offsets
+            if got.errors:
+                on_event(f"warning: the end offset of partition(s) {', '.join(map(str, sorted(got.errors)))} "
+                         f"never fetched is unknown ({got.describe_errors()}); the final lag leaves them out")
+    return summary.with_end_offsets(ends)
 
 
 def read_extents(partitions: Sequence[int], start: StartPosition, group: bool,

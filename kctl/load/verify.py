@@ -210,14 +210,14 @@ class _Checker:
             self.misplaced += 1
 
 
-def _leaders(client: BlockingClient, topic: str) -> tuple[dict[int, str], Any]:
-    md = admin.fetch_metadata(client, [topic])
+def _leaders(md: admin.ClusterMetadata, topic: str, address: str) -> tuple[dict[int, str], Any]:
+    """Each partition's leader's address, and the topic's id, from one Metadata answer."""
     info = md.topics.get(topic)
     if info is None or info.error:
-        raise KctlError(f"--verify: topic {topic!r} on {client.address}: "
+        raise KctlError(f"--verify: topic {topic!r} on {address}: "
                         f"{info.error if info else 'not found'}")
     brokers = {b.node_id: b.address for b in md.brokers}
-    return {p.partition: brokers.get(p.leader, client.address) for p in info.partitions}, info.topic_id
+    return {p.partition: brokers.get(p.leader, address) for p in info.partitions}, info.topic_id
 
 
 def _run_records(batches: Iterable[ScannedBatch], tag: bytes, lo: int) -> int:
@@ -355,19 +355,20 @@ class Verification:
 
 
 def log_end_offsets(bootstrap: str, topic: str, *, security: Any = None) -> dict[int, int]:
-    """Every partition's log end offset, each asked of its leader: where an acks=0 run's
-    records start (``verify``'s ``since``), taken before the run."""
+    """Every partition's log end offset, each asked of its leader (``admin.log_end_offsets``):
+    where an acks=0 run's records start (``verify``'s ``since``), taken before the run. A
+    partition whose end offset is unknown fails it: its records could not be looked for."""
     first = bootstrap.split(",")[0].strip()
-    with BlockingClient(first, client_id="kctl-verify", security=security) as client:
-        leaders, _ = _leaders(client, topic)
-    by_leader: dict[str, list[int]] = {}
-    for partition, address in leaders.items():
-        by_leader.setdefault(address, []).append(partition)
-    out: dict[int, int] = {}
-    for address, partitions in sorted(by_leader.items()):
-        with BlockingClient(address, client_id="kctl-verify", security=security) as client:
-            out.update(admin.log_end_offsets(client, topic, partitions))
-    return out
+    with _admin_client(first, security) as client:
+        ends = admin.log_end_offsets(client, topic, client_for=lambda a: _admin_client(a, security))
+    if ends.errors:
+        raise KctlError(f"--verify: the log end offset of {topic!r} before the run is unknown "
+                        f"({ends.describe_errors()}): acks=0 records there could not be looked for")
+    return ends.offsets
+
+
+def _admin_client(address: str, security: Any) -> BlockingClient:
+    return BlockingClient(address, client_id="kctl-verify", security=security)
 
 
 def verify(bootstrap: str, topic: str, run_id: str,
@@ -398,14 +399,22 @@ def verify(bootstrap: str, topic: str, run_id: str,
 
     if ranges:
         first = bootstrap.split(",")[0].strip()
-        with BlockingClient(first, client_id="kctl-verify", security=security) as client:
-            leaders, tid = _leaders(client, topic)
+        with _admin_client(first, security) as client:
+            md = admin.fetch_metadata(client, [topic])
+            leaders, tid = _leaders(md, topic, client.address)
             version = client.version_for(messages.message_class("FetchRequest")())
-        ends = log_end_offsets(bootstrap, topic, security=security) if v.unplaced else {}
+            # acks=0: read to each partition's log end after the run (its leader's answer,
+            # from the Metadata just taken: one Metadata for both).
+            ends = admin.log_end_offsets(client, topic, sorted(v.unplaced), metadata=md,
+                                         client_for=lambda a: _admin_client(a, security)) \
+                if v.unplaced else admin.LogEndOffsets({}, {})
+        if ends.errors:
+            raise KctlError(f"--verify: the log end offset of {topic!r} after the run is unknown "
+                            f"({ends.describe_errors()}): the acks=0 records there cannot be read back to its end")
         jobs: queue.Queue = queue.Queue()
         for partition, (lo, hi) in sorted(ranges.items()):
             if partition in v.unplaced:
-                jobs.put((partition, lo, ends.get(partition, lo), v.unplaced[partition]))
+                jobs.put((partition, lo, ends.offsets[partition], v.unplaced[partition]))
             else:
                 jobs.put((partition, lo, hi, None))
         out: queue.Queue = queue.Queue()

@@ -8,6 +8,7 @@ import dataclasses
 import pytest
 
 from kctl.commands.consume import no_e2e_samples
+from kctl.engine import admin
 from kctl.engine.consumer_metrics import ConsumerMetricsSnapshot
 from kctl.errors import ConfigError, KctlError
 from kctl.load import consume
@@ -78,29 +79,49 @@ def test_final_lag_asks_the_end_of_partitions_never_fetched(monkeypatch):
     # partitions 2 and 3 positioned but never fetched: no end offset from a Fetch answer
     summary = _summary_with((0, 100, 1000), (1, 4000, 4000), (2, 0, -1), (3, 0, -1))
     asked = []
+    answer = admin.LogEndOffsets({2: 5000, 3: 5500}, {})
 
-    def ends(client, topic, partitions, *, isolation_level):
-        asked.append((topic, tuple(partitions), isolation_level))
-        return {2: 5000, 3: 5500}
+    def ends(client, topic, partitions, *, client_for, isolation_level):
+        asked.append((client.address, topic, tuple(partitions), isolation_level, client_for))
+        return answer
     monkeypatch.setattr(consume.admin, "log_end_offsets", ends)
 
     class Client:
+        def __init__(self, address):
+            self.address = address
+
         def __enter__(self):
             return self
 
         def __exit__(self, *exc):
             return False
-    s = consume._with_final_ends(summary, client_for=Client, isolation_level=1, on_event=lambda m: None)
-    assert asked == [("t", (2, 3), 1)]
+
+    def final(isolation_level=1):
+        events = []
+        s = consume._with_final_ends(summary, bootstrap="b:9092", client_for=Client,
+                                     isolation_level=isolation_level, on_event=events.append)
+        return s, events
+    s, events = final()
+    # Metadata from the bootstrap broker; the leaders are reached through the same factory
+    assert asked == [("b:9092", "t", (2, 3), 1, Client)] and events == []
     assert s.lag_final == 900 + 0 + 5000 + 5500 and s.lag_unknown == ()
     assert [p.lag for p in s.partitions] == [900, 0, 5000, 5500]
 
-    # ListOffsets failing: the lag is partial and names the partitions, it is not a smaller sum
+    # a leader's error for one partition: that one is said and left out, never a lag of 0
+    answer = admin.LogEndOffsets({2: 5000}, {3: "NOT_LEADER_OR_FOLLOWER from broker 2 (h2:9092)"})
+    s, events = final()
+    assert s.lag_unknown == (3,) and s.lag_final == 900 + 5000 and s.partitions[3].lag is None
+    assert s.to_json()["lag"]["unknown_partitions"] == [3]
+    assert events == ["warning: the end offset of partition(s) 3 never fetched is unknown "
+                      "(NOT_LEADER_OR_FOLLOWER from broker 2 (h2:9092): partition(s) 3); "
+                      "the final lag leaves them out"]
+
+    # Metadata failing (the topic gone, the bootstrap broker down): the lag is partial
+    # and names the partitions, it is not a smaller sum
     def fail(*a, **k):
-        raise KctlError("ListOffsets: NOT_LEADER_OR_FOLLOWER")
+        raise KctlError("topic 't' on b:9092: UNKNOWN_TOPIC_OR_PARTITION")
     monkeypatch.setattr(consume.admin, "log_end_offsets", fail)
-    events = []
-    s = consume._with_final_ends(summary, client_for=Client, isolation_level=0, on_event=events.append)
+    s, events = final(isolation_level=0)
     assert s.lag_unknown == (2, 3) and s.lag_final == 900
     assert s.to_json()["lag"]["unknown_partitions"] == [2, 3]
     assert len(events) == 1 and "partition(s) 2, 3" in events[0]
