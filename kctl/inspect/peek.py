@@ -131,20 +131,10 @@ def _produce_summary(frame: bytes | memoryview, version: int) -> ProduceSummary 
     codecs = [0, 0, 0, 0, 0, 0, 0, 0]
     for _ in range(max(topics, 0)):
         pos = _after_topic(frame, pos, version, flexible)
-        if flexible:
-            parts, pos = _uvarint(frame, pos)
-            parts -= 1
-        else:
-            (parts,) = _I32.unpack_from(frame, pos)
-            pos += 4
+        parts, pos = _array_length(frame, pos, flexible)
         for _ in range(max(parts, 0)):
-            pos += 4                                  # partition index
-            if flexible:
-                size, pos = _uvarint(frame, pos)
-                size -= 1
-            else:
-                (size,) = _I32.unpack_from(frame, pos)
-                pos += 4
+            # partition index, then the record set's length (-1: null), read as an array's
+            size, pos = _array_length(frame, pos + 4, flexible)
             partitions += 1
             if size > 0:
                 if pos + size > end:
@@ -202,8 +192,8 @@ def produce_answer(frame: bytes | memoryview, version: int) -> tuple[list[int], 
 
 
 def _array_length(b: bytes | memoryview, pos: int, flexible: bool) -> tuple[int, int]:
-    """An array's length (-1: null) and the position after it: a compact array's
-    unsigned varint (length + 1) in flexible versions, else an int32."""
+    """An array's (or a byte string's) length (-1: null) and the position after it: a
+    compact array's unsigned varint (length + 1) in flexible versions, else an int32."""
     if flexible:
         n, pos = _uvarint(b, pos)
         return n - 1, pos
