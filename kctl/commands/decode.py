@@ -15,7 +15,7 @@ from kctl.errors import ConfigError, RemoteProtocolError
 from kctl.inspect import report
 from kctl.inspect.legs import LEG_CHOICES, read_legs
 from kctl.inspect.session import (
-    DEFAULT_BROKER_PORT, CaptureNotice, DecodedFrame, decode_files, decode_frame_bytes,
+    DEFAULT_BROKER_PORT, CaptureNotice, DecodedFrame, decode_files, decode_hex_frame,
     guess_broker_ports,
 )
 from kctl.inspect.summary import CaptureSummary
@@ -100,6 +100,13 @@ def decode(
     errors_only: bool = typer.Option(False, "--errors-only", help="Only frames with non-zero error codes or decode errors."),
     summary: bool = typer.Option(False, "--summary", help="Totals per API, topic/partition, errors and throttling."),
     hex_in: bool = typer.Option(False, "--hex", help="Decode one frame given as hex on stdin."),
+    size_prefix: bool = typer.Option(
+        None, "--size-prefix/--no-size-prefix", show_default=False,
+        help="With --hex: the hex begins with the frame's 4-byte size (which must match the "
+             "bytes after it), or it does not. Default: hex whose first 4 bytes equal the "
+             "length of the rest is read both ways (a response whose correlation id is its "
+             "length minus 4 looks the same) and the reading that decodes wholly is shown "
+             "(the size-prefixed one when both do, with a note on stderr); other hex has no prefix."),
     api_version: int = typer.Option(None, "--api-version", help="With --hex: the API version of the response's request."),
     old_version: bool = typer.Option(False, "--version", hidden=True),
     show_secrets: bool = typer.Option(False, "--show-secrets", help="Show SaslAuthenticate credentials (redacted by default)."),
@@ -119,8 +126,12 @@ def decode(
     api_keys = _api_keys(api)
 
     if hex_in:
-        _decode_hex(api_keys, api_version, json_out, verbose, records, fmt, out, show_secrets)
+        _decode_hex(api_keys, api_version, json_out, verbose, records, fmt, out, err,
+                    size_prefix, show_secrets)
         return
+    if size_prefix is not None:
+        raise ConfigError("--size-prefix/--no-size-prefix go with --hex (frames in a capture "
+                          "always have their size prefix)")
     if not files:
         raise ConfigError("give capture files to decode ('-' for stdin; or --hex with a frame on stdin)")
     if leg is not None and leg not in LEG_CHOICES:
@@ -223,7 +234,8 @@ def _line(out: Console, text: str) -> None:
 
 
 def _decode_hex(api_keys: set[int], version: int | None, json_out: bool, verbose: bool,
-                records: bool, fmt: str, out: Console, show_secrets: bool = False) -> None:
+                records: bool, fmt: str, out: Console, err: Console, size_prefix: bool | None,
+                show_secrets: bool = False) -> None:
     text = "".join(sys.stdin.read().split())
     try:
         data = binascii.unhexlify(text)
@@ -235,7 +247,16 @@ def _decode_hex(api_keys: set[int], version: int | None, json_out: bool, verbose
     if key is not None:
         if version is None:
             raise ConfigError("--hex with --api (a response) needs --api-version")
-    f = decode_frame_bytes(data, api_key=key, api_version=version, show_secrets=show_secrets)
+    try:
+        reading = decode_hex_frame(data, size_prefix=size_prefix, api_key=key,
+                                   api_version=version, show_secrets=show_secrets)
+    except ValueError as e:     # --size-prefix and a prefix that does not match
+        raise ConfigError(f"--hex --size-prefix: {e}") from None
+    if reading.both_decode:
+        err.print(f"note: the first 4 bytes ({len(data) - 4}) are the length of the rest and the "
+                  "frame decodes with or without them: read as its size prefix "
+                  "(--no-size-prefix reads them as the frame's start)", markup=False)
+    f = reading.frame
     _emit(f, json_out, verbose or not json_out, records, fmt, set(), out)
     if f.error is not None:
         raise f.error

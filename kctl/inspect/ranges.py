@@ -456,7 +456,7 @@ def decode_response_half(resp: DecodedFrame, api_key: int, api_version: int,
     ``CaptureDecoder`` would have decoded it had it seen the request."""
     from kctl.inspect.session import decode_frame_bytes
     data = (resp.correlation_id or 0).to_bytes(4, "big", signed=True) + (resp.raw_body or b"")
-    df = decode_frame_bytes(data, api_key=api_key, api_version=api_version)
+    df = decode_frame_bytes(data, size_prefix=False, api_key=api_key, api_version=api_version)
     df.file, df.ts_ns, df.conn, df.direction = resp.file, resp.ts_ns, resp.conn, resp.direction
     df.offset, df.packet = resp.offset, resp.packet
     df.latency_ns = resp.ts_ns - request_ts_ns

@@ -51,7 +51,8 @@ from kctl.protocol.records import BatchInfo, Record, iter_batch_records, scan_ba
 
 __all__ = [
     "DecodedFrame", "RecordSet", "CaptureNotice", "CaptureDecoder", "decode_files", "decode_stream",
-    "decode_frame_bytes", "guess_broker_ports", "MARKS", "DEFAULT_BROKER_PORT",
+    "decode_frame_bytes", "decode_hex_frame", "HexReading", "guess_broker_ports", "MARKS",
+    "DEFAULT_BROKER_PORT",
 ]
 
 DEFAULT_BROKER_PORT: Final = 9092
@@ -592,14 +593,23 @@ def guess_broker_ports(paths: Iterable[str | Path], *, max_segments: int = 200_0
     return ports or ({default} if default is not None else set())
 
 
-def decode_frame_bytes(data: bytes, *, api_key: int | None = None,
+def decode_frame_bytes(data: bytes, *, size_prefix: bool, api_key: int | None = None,
                        api_version: int | None = None, show_secrets: bool = False) -> DecodedFrame:
-    """``--hex``: one frame (with or without its 4-byte size prefix).
+    """One frame given as bytes. ``size_prefix``: ``data`` begins with the frame's 4-byte
+    size, which must match the bytes after it (``ValueError`` if not); else ``data`` is
+    the frame without it. The caller says which: a response whose correlation id
+    equals its length minus 4 looks size-prefixed (``decode_hex_frame`` decides for
+    bytes a user gives).
 
     Without ``api_key`` the frame is a request; with it, a response to that
     API key and ``api_version``.
     """
-    if len(data) >= 4 and struct.unpack_from(">i", data, 0)[0] == len(data) - 4:
+    if size_prefix:
+        if len(data) < 4:
+            raise ValueError(f"{len(data)} bytes: too short for a 4-byte size prefix")
+        size = struct.unpack_from(">i", data, 0)[0]
+        if size != len(data) - 4:
+            raise ValueError(f"the size prefix says {size} bytes but {len(data) - 4} follow it")
         data = data[4:]
     conn = ConnectionId(Endpoint("-", 0), Endpoint("-", 0))
     dec = CaptureDecoder((0,), file="<stdin>", show_secrets=show_secrets)
@@ -616,3 +626,35 @@ def decode_frame_bytes(data: bytes, *, api_key: int | None = None,
     df = dec.decode(Frame(conn, "response", 0, data, 0, 0))
     df.latency_ns = None
     return df
+
+
+@dataclass(frozen=True, slots=True)
+class HexReading:
+    """How ``decode_hex_frame`` read a user's bytes: the frame, whether the first 4 bytes
+    were taken as its size, and whether the other reading decoded wholly too."""
+
+    frame: DecodedFrame
+    size_prefix: bool
+    both_decode: bool = False
+
+
+def decode_hex_frame(data: bytes, *, size_prefix: bool | None = None, api_key: int | None = None,
+                     api_version: int | None = None, show_secrets: bool = False) -> HexReading:
+    """``kctl decode --hex``: one frame a user gives, with or without its size prefix.
+    ``size_prefix`` True/False: as the user says. ``None``: bytes whose first int32
+    equals the length of the rest are read both ways (a response whose correlation id
+    is its length minus 4 looks the same) and the reading that decodes wholly wins;
+    when both do, or neither, the size-prefixed one. Other bytes have no prefix."""
+    if size_prefix is not None:
+        return HexReading(decode_frame_bytes(data, size_prefix=size_prefix, api_key=api_key,
+                                             api_version=api_version, show_secrets=show_secrets),
+                          size_prefix)
+    bare = decode_frame_bytes(data, size_prefix=False, api_key=api_key,
+                              api_version=api_version, show_secrets=show_secrets)
+    if len(data) < 4 or struct.unpack_from(">i", data, 0)[0] != len(data) - 4:
+        return HexReading(bare, False)
+    framed = decode_frame_bytes(data, size_prefix=True, api_key=api_key,
+                                api_version=api_version, show_secrets=show_secrets)
+    if framed.error is not None and bare.error is None:
+        return HexReading(bare, False)
+    return HexReading(framed, True, both_decode=framed.error is None and bare.error is None)

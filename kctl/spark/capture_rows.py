@@ -165,7 +165,8 @@ def merge_halves(r: dict[str, Any], s: dict[str, Any]) -> dict[str, Any]:
 def _decoded_response(s: dict[str, Any], r: dict[str, Any]) -> dict[str, Any]:
     if r["api_key"] is None or r["api_version"] is None:
         return dict(s, raw=None)
-    df = decode_frame_bytes(s["raw"], api_key=r["api_key"], api_version=r["api_version"])
+    df = decode_frame_bytes(s["raw"], size_prefix=False, api_key=r["api_key"],
+                            api_version=r["api_version"])
     from kctl.inspect.reassembly import ConnectionId, Endpoint
     df.file, df.ts_ns = s["file"], s["ts_ns"]
     df.conn = ConnectionId(Endpoint("-", 0), Endpoint("-", 0))

@@ -124,7 +124,8 @@ def frame_line(e: FrameEvent) -> str:
     elif e.api_key == 36 and getattr(e.body, "auth_bytes", None):   # SaslAuthenticate, --show-secrets
         line += f" auth_bytes={base64.b64encode(e.body.auth_bytes).decode()}"
     elif e.frame:
-        said = gist(decode_frame_bytes(e.frame, api_key=None if e.direction == "request" else e.api_key,
+        said = gist(decode_frame_bytes(e.frame, size_prefix=False,
+                                       api_key=None if e.direction == "request" else e.api_key,
                                        api_version=e.api_version))
         if said:
             line += " " + said

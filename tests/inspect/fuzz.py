@@ -6,7 +6,7 @@ Three targets, each run in-process on bytes:
   and record decoding, the JSON and line views, ``--records``, the summary, and on a
   quarter of the inputs the Rich ``--summary`` tables and ``--verbose`` trees), as
   ``kctl decode`` runs it. Input: 2 bytes of broker port, then the file.
-- ``frame``: one Kafka frame through ``decode_frame_bytes`` (``--hex``) and its views.
+- ``frame``: one Kafka frame through ``decode_hex_frame`` (``--hex``) and its views.
   Input: 1 byte (0 request, 1 response), API key and version (2 bytes each), the frame.
 - ``batches``: a records blob through ``scan_batches``, ``iter_batch_records`` and
   ``decode_batches``, which must agree.
@@ -45,7 +45,7 @@ from rich.console import Console
 
 from kctl.errors import KctlError
 from kctl.inspect import report
-from kctl.inspect.session import CaptureNotice, DecodedFrame, decode_frame_bytes, decode_stream
+from kctl.inspect.session import CaptureNotice, DecodedFrame, decode_hex_frame, decode_stream
 from kctl.inspect.summary import CaptureSummary
 from kctl.protocol.compression import DecompressionBudget
 from kctl.protocol.records import decode_batches, iter_batch_records, scan_batches
@@ -94,9 +94,9 @@ def run_frame(data: bytes) -> None:
         return
     kind, key, version = data[0] & 1, *struct.unpack_from(">hh", data, 1)
     if kind:
-        f = decode_frame_bytes(data[5:], api_key=key, api_version=version)
+        f = decode_hex_frame(data[5:], api_key=key, api_version=version).frame
     else:
-        f = decode_frame_bytes(data[5:])
+        f = decode_hex_frame(data[5:]).frame
     _views(f)
 
 

@@ -127,11 +127,11 @@ def test_json_shows_exactly_the_fields_of_the_frames_version():
     for key, api in sorted(API_BY_KEY.items()):
         req_cls, resp_cls = request_class(key), response_class(key)
         for v in sorted(api.request.valid_versions):
-            rq = decode_frame_bytes(encode_request(key, v, 7, "cli", _fill(req_cls, v)))
+            rq = decode_frame_bytes(encode_request(key, v, 7, "cli", _fill(req_cls, v)), size_prefix=False)
             assert rq.error is None, (api.name, v, rq.error)
             bad = _outside_version(frame_json(rq)["body"], req_cls._spec.fields, v)
             assert not bad, (api.name, "request", v, bad)
-            rs = decode_frame_bytes(encode_response(key, v, 7, _fill(resp_cls, v)), api_key=key,
+            rs = decode_frame_bytes(encode_response(key, v, 7, _fill(resp_cls, v)), size_prefix=False, api_key=key,
                                     api_version=v)
             assert rs.error is None, (api.name, v, rs.error)
             bad = _outside_version(frame_json(rs)["body"], resp_cls._spec.fields, v)
@@ -143,11 +143,11 @@ def test_json_shows_exactly_the_fields_of_the_frames_version():
 def test_audited_frames_show_no_field_of_another_version():
     """The audit's examples (tshark shows none of these fields)."""
     def resp_body(key, v, body):
-        return frame_json(decode_frame_bytes(encode_response(key, v, 1, body), api_key=key,
+        return frame_json(decode_frame_bytes(encode_response(key, v, 1, body), size_prefix=False, api_key=key,
                                              api_version=v))["body"]
 
     def req_body(key, v, body):
-        return frame_json(decode_frame_bytes(encode_request(key, v, 1, "c", body)))["body"]
+        return frame_json(decode_frame_bytes(encode_request(key, v, 1, "c", body), size_prefix=False))["body"]
 
     assert "group_id" not in req_body(9, 9, request_class(9)(groups=[request_class(9).OffsetFetchRequestGroup(group_id="g")]))
     ct = resp_body(19, 4, response_class(19)(topics=[response_class(19).CreatableTopicResult(name="t")]))
@@ -172,7 +172,7 @@ def test_audited_frames_show_no_field_of_another_version():
 
 def _request_line(key: int, version: int, body) -> str:
     from kctl.inspect.report import gist
-    return gist(decode_frame_bytes(encode_request(key, version, 1, "c", body)))
+    return gist(decode_frame_bytes(encode_request(key, version, 1, "c", body), size_prefix=False))
 
 
 def test_request_lines_name_groups_and_transactions_in_every_version():
@@ -200,12 +200,13 @@ def test_request_lines_name_groups_and_transactions_in_every_version():
 
 def test_topic_filter_reads_name_lists_and_topic_name_fields(tmp_path):
     from kctl.inspect.report import topics_of
-    f = decode_frame_bytes(encode_request(20, 4, 1, "c", request_class(20)(topic_names=["gone"])))
+    f = decode_frame_bytes(encode_request(20, 4, 1, "c", request_class(20)(topic_names=["gone"])), size_prefix=False)
     assert topics_of(f) == {"gone"}
     DT = request_class(20)
-    f = decode_frame_bytes(encode_request(20, 6, 1, "c", DT(topics=[DT.DeleteTopicState(name="gone")])))
+    f = decode_frame_bytes(encode_request(20, 6, 1, "c", DT(topics=[DT.DeleteTopicState(name="gone")])), size_prefix=False)
     assert topics_of(f) == {"gone"}
-    f = decode_frame_bytes(encode_request(68, 0, 1, "c", request_class(68)(group_id="g", subscribed_topic_names=["a", "b"])))
+    f = decode_frame_bytes(encode_request(68, 0, 1, "c", request_class(68)(
+        group_id="g", subscribed_topic_names=["a", "b"])), size_prefix=False)
     assert topics_of(f) == {"a", "b"}
 
 
@@ -369,9 +370,9 @@ def test_a_sync_group_response_alone_says_its_protocol_type_from_v5():
     from kctl.engine.batch import TopicPartition
     SyncResp = response_class(14)
     data = encode_assignment(Assignment((TopicPartition("t", 3),)))
-    f = decode_frame_bytes(encode_response(14, 5, 1, SyncResp(protocol_type="consumer", assignment=data)),
+    f = decode_frame_bytes(encode_response(14, 5, 1, SyncResp(protocol_type="consumer", assignment=data)), size_prefix=False,
                            api_key=14, api_version=5)
     assert frame_json(f)["consumer_protocol"][0]["assignment"]["assigned_partitions"] == [
         {"topic": "t", "partitions": [3]}]
-    old = decode_frame_bytes(encode_response(14, 4, 1, SyncResp(assignment=data)), api_key=14, api_version=4)
+    old = decode_frame_bytes(encode_response(14, 4, 1, SyncResp(assignment=data)), size_prefix=False, api_key=14, api_version=4)
     assert "consumer_protocol" not in frame_json(old)      # nothing says what the bytes are

@@ -273,6 +273,17 @@ def test_frame_line_says_what_kctl_decode_says():
                              "throttled 30ms [errors-injected]")
 
 
+def test_frame_line_reads_a_response_whose_corr_is_its_length_minus_4():
+    """A frame event's bytes have no size prefix: a response whose correlation id equals
+    its length minus 4 is read whole, not cut 4 bytes short as if those were its size
+    (audit 6d: 'decode error: tagged field count 104 exceeds the bytes left')."""
+    from tests.inspect.kafka_frames import produce_response
+    n = len(produce_response(1, version=11)) - 4
+    resp = produce_response(n - 4, version=11)[4:]
+    e = FrameEvent(0, 2, "response", 0, 11, n - 4, n + 4, resp, "c", "u", 500_000)
+    assert frame_line(e) == f"conn 2 c <- Produce v11 corr={n - 4} {n + 4}B 0.5ms t/0@10"
+
+
 def test_frame_line_shows_sasl_credentials_only_when_asked():
     from kctl.protocol import messages
     body = messages.message_class("SaslAuthenticateRequest")(auth_bytes=b"\0u\0pw")

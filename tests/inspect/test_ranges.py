@@ -237,3 +237,16 @@ def test_index_cuts_at_packet_boundaries_with_windows_before_them(tmp_path):
         assert b.start.offset - a.start.offset >= 2000
     assert sum(r.next_packet - r.first_packet for r in idx.ranges[:-1]) + \
         (idx.packets + 1 - idx.ranges[-1].first_packet) == len(offsets)
+
+
+def test_a_response_half_whose_corr_is_its_length_minus_4_decodes_whole():
+    """The join's late decode of an unmatched response rebuilds the frame without its size
+    prefix: a correlation id equal to the frame's length minus 4 is not read as one."""
+    from kctl.inspect.reassembly import ConnectionId, Endpoint
+    n = len(produce_response(1, version=11)) - 4
+    data = produce_response(n - 4, version=11)[4:]
+    half = DecodedFrame("f", 5, ConnectionId(Endpoint("a", 1), Endpoint("b", 9092)), "response",
+                        0, len(data), None, None, n - 4, raw_body=data[4:], marks=("unmatched",))
+    df = decode_response_half(half, 0, 11, 2)
+    assert df.error is None and df.correlation_id == n - 4 and df.latency_ns == 3
+    assert df.body.responses[0].name == "t"

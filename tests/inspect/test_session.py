@@ -5,12 +5,15 @@ from __future__ import annotations
 import json
 import struct
 
+import pytest
 from typer.testing import CliRunner
 
 from kctl.cli import app
+from kctl.errors import ConfigError
 from kctl.inspect import report
 from kctl.inspect.session import (
-    CaptureNotice, DecodedFrame, decode_files, decode_frame_bytes, guess_broker_ports,
+    CaptureNotice, DecodedFrame, decode_files, decode_frame_bytes, decode_hex_frame,
+    guess_broker_ports,
 )
 from kctl.inspect.summary import CaptureSummary
 from kctl.protocol.frames import frame
@@ -114,13 +117,47 @@ def test_not_a_capture_and_truncated_files_are_notices(tmp_path):
     assert sum(isinstance(i, DecodedFrame) for i in items) == 4 + 4   # the cut block is the last FIN
 
 
-def test_decode_frame_bytes_for_hex_input():
+def test_decode_frame_bytes_with_and_without_the_size_prefix():
     req = produce_request(3)
-    f = decode_frame_bytes(req)
+    f = decode_frame_bytes(req, size_prefix=True)
     assert f.api_name == "Produce" and f.correlation_id == 3
-    assert decode_frame_bytes(req[4:]).body == f.body
-    r = decode_frame_bytes(metadata_response(9), api_key=3, api_version=12)
+    assert decode_frame_bytes(req[4:], size_prefix=False).body == f.body
+    r = decode_frame_bytes(metadata_response(9), size_prefix=True, api_key=3, api_version=12)
     assert r.api_name == "Metadata" and r.body.topics[0].error_code == 3
+    with pytest.raises(ValueError, match="size prefix says"):
+        decode_frame_bytes(req[:-1], size_prefix=True)
+
+
+def _response_with_corr_its_length_minus_4(version=11):
+    """A Produce response (no size prefix) whose correlation id equals its length
+    minus 4: its first int32 reads as a size prefix too (audit 6d, ``kctl inspect
+    --show frames``)."""
+    n = len(produce_response(1, version=version)) - 4
+    data = produce_response(n - 4, version=version)[4:]
+    assert struct.unpack_from(">i", data)[0] == len(data) - 4
+    return data
+
+
+def test_a_frame_without_its_prefix_is_not_cut_when_its_corr_looks_like_one():
+    data = _response_with_corr_its_length_minus_4()
+    f = decode_frame_bytes(data, size_prefix=False, api_key=0, api_version=11)
+    assert f.error is None and f.correlation_id == len(data) - 4
+    assert report.gist(f) == "t/0@10"
+
+
+def test_hex_reading_takes_the_reading_that_decodes_wholly():
+    data = _response_with_corr_its_length_minus_4()
+    bare = decode_hex_frame(data, api_key=0, api_version=11)
+    assert not bare.size_prefix and bare.frame.error is None and not bare.both_decode
+    framed = decode_hex_frame(struct.pack(">i", len(data)) + data, api_key=0, api_version=11)
+    assert framed.size_prefix and framed.frame.error is None
+    assert framed.frame.correlation_id == bare.frame.correlation_id
+    # Bytes whose first int32 is not the rest's length have no prefix.
+    req = produce_request(3)[4:]
+    assert not decode_hex_frame(req).size_prefix
+    # The user's word wins: read as prefixed, these bytes do not decode wholly.
+    forced = decode_hex_frame(data, size_prefix=True, api_key=0, api_version=11)
+    assert forced.size_prefix and forced.frame.error is not None
 
 
 def test_json_view_has_the_documented_keys(tmp_path):
@@ -143,7 +180,7 @@ def test_json_view_has_the_documented_keys(tmp_path):
 
 
 def test_line_view_and_records():
-    f = decode_frame_bytes(produce_request(1, "orders", {0: 2}, codec=Compression.GZIP))
+    f = decode_frame_bytes(produce_request(1, "orders", {0: 2}, codec=Compression.GZIP), size_prefix=True)
     line = report.frame_line(f)
     assert "Produce v9 #1 [cli]" in line and "orders/0: 1b 2r gzip" in line
     views = list(report.iter_records(f))
@@ -213,6 +250,36 @@ def test_cli_records_summary_verbose_and_hex(tmp_path):
     assert json.loads(r.stdout)["api_name"] == "Metadata"
 
 
+def test_cli_hex_reads_a_response_whose_corr_looks_like_a_size_prefix():
+    data = _response_with_corr_its_length_minus_4()
+    args = ["decode", "--hex", "--json", "--api", "Produce", "--api-version", "11"]
+    for extra, given in (([], data), (["--no-size-prefix"], data),
+                         (["--size-prefix"], struct.pack(">i", len(data)) + data)):
+        r = runner.invoke(app, args + extra, input=given.hex())
+        out = json.loads(r.stdout)
+        assert r.exit_code == 0 and "decode_error" not in out, extra
+        assert out["correlation_id"] == len(data) - 4 and out["size"] == len(data)
+    r = runner.invoke(app, args + ["--size-prefix"], input=data.hex())   # the user's word: cut short
+    assert r.exit_code != 0 and "decode_error" in json.loads(r.stdout)
+    r = runner.invoke(app, args + ["--size-prefix"], input=data[:-1].hex())
+    assert isinstance(r.exception, ConfigError) and "size prefix says" in str(r.exception)
+    r = runner.invoke(app, ["decode", "x.pcap", "--no-size-prefix"])
+    assert isinstance(r.exception, ConfigError) and "go with --hex" in str(r.exception)
+
+
+def test_cli_hex_says_when_both_readings_decode(monkeypatch):
+    """When the bytes decode wholly with and without the size prefix (decode_hex_frame's
+    ``both_decode``), the prefixed reading is shown and stderr says how to get the other."""
+    import kctl.commands.decode as decode_cmd
+    from kctl.inspect.session import HexReading
+    req = produce_request(4)
+    reading = HexReading(decode_frame_bytes(req, size_prefix=True), True, both_decode=True)
+    monkeypatch.setattr(decode_cmd, "decode_hex_frame", lambda data, **kw: reading)
+    r = runner.invoke(app, ["decode", "--hex", "--json"], input=req.hex())
+    assert r.exit_code == 0 and json.loads(r.stdout)["correlation_id"] == 4
+    assert "read as its size prefix (--no-size-prefix" in " ".join(r.stderr.split())
+
+
 def test_cli_errors_are_one_line(tmp_path):
     junk = tmp_path / "junk.pcap"
     junk.write_bytes(b"not a capture at all")
@@ -243,17 +310,18 @@ def test_fuzz_damaged_frames_decode_or_report(valid, at, patch, cut):
     data = bytearray(valid[4:])
     at = min(at, len(data))
     data[at:at + len(patch)] = patch
-    f = decode_frame_bytes(bytes(data[:len(data) - cut]))
+    f = decode_frame_bytes(bytes(data[:len(data) - cut]), size_prefix=False)
     assert isinstance(f, DecodedFrame)
     report.frame_json(f), report.frame_line(f)
-    r = decode_frame_bytes(bytes(data), api_key=1, api_version=12)
+    r = decode_frame_bytes(bytes(data), size_prefix=False, api_key=1, api_version=12)
     report.frame_json(r), report.frame_line(r)
 
 
 @settings(max_examples=200, deadline=None)
 @given(st.binary(max_size=300), st.integers(0, 70), st.integers(0, 20))
 def test_fuzz_arbitrary_frames(data, api_key, version):
-    for f in (decode_frame_bytes(data), decode_frame_bytes(data, api_key=api_key, api_version=version)):
+    for f in (decode_hex_frame(data).frame,
+              decode_hex_frame(data, api_key=api_key, api_version=version).frame):
         json.dumps(report.frame_json(f)), report.frame_line(f)
 
 
@@ -297,7 +365,7 @@ def test_summary_tables_show_captured_names_as_text_not_markup():
     from kctl.inspect.summary import CaptureSummary
     from kctl.ui.decode_view import summary_tables
     s = CaptureSummary()
-    for item in decode_frame_bytes(produce_request(1, topic="[/]x[bold")), :
+    for item in decode_frame_bytes(produce_request(1, topic="[/]x[bold"), size_prefix=True), :
         s.add(item)
     out = _io.StringIO()
     for t in summary_tables(s.to_dict()):
