@@ -250,3 +250,25 @@ def test_a_response_half_whose_corr_is_its_length_minus_4_decodes_whole():
     df = decode_response_half(half, 0, 11, 2)
     assert df.error is None and df.correlation_id == n - 4 and df.latency_ns == 3
     assert df.body.responses[0].name == "t"
+
+
+def test_the_join_decodes_a_late_response_whose_corr_is_its_length_minus_4():
+    """kctl analyze's join (``merge_halves``) decodes an unmatched response half from its
+    correlation id and raw body, without a size prefix: not cut 4 bytes short."""
+    pytest.importorskip("pyarrow")
+    import struct
+
+    from kctl.inspect.reassembly import ConnectionId, Endpoint
+    from kctl.inspect.session import decode_frame_bytes
+    from kctl.spark.capture_rows import merge_halves, pair_row
+    n = len(produce_response(1, version=11)) - 4
+    data = produce_response(n - 4, version=11)[4:]
+    conn = ConnectionId(Endpoint("a", 1), Endpoint("b", 9092))
+    req = decode_frame_bytes(produce_request(n - 4, version=11), size_prefix=True)
+    req.file, req.conn = "f", conn
+    half = DecodedFrame("f", 5, conn, "response", 0, len(data), None, None, n - 4,
+                        raw_body=data[4:], marks=("unmatched",))
+    s = dict(pair_row(None, half), resp_seq=1, resp_unmarked_seq=1,
+             raw=struct.pack(">i", n - 4) + data[4:])
+    row = merge_halves(pair_row(req, None), s)
+    assert row["decode_error"] is None and row["errors"] == [] and "unmatched" not in row["marks"]
