@@ -15,8 +15,18 @@ How this works
 - ``ready(cluster, now_ns)`` says which leader nodes have something sendable:
   a full batch, more than one batch queued, ``linger.ms`` passed since the
   first append, a flush or close in progress, or a pool that has run dry. A
-  batch backing off after a failed attempt waits ``retry.backoff.ms``
-  (exponential up to ``retry.backoff.max.ms``) instead of ``linger.ms``. It also
+  batch put back after a failed attempt (``reenqueue``) is sendable once its
+  backoff has passed: Java's ``ExponentialBackoff(retry.backoff.ms, 2,
+  retry.backoff.max.ms, 0.2)``, i.e. ``retry.backoff.ms`` doubling per attempt up
+  to ``retry.backoff.max.ms``, times a random factor in [0.8, 1.2) and never
+  above the max, so retries of many batches spread out. The draw is made once
+  per retry, when the batch is put back (Java draws anew each time it asks, in
+  ``ready`` and again in ``drain``); the random source is passed in (``random``)
+  so tests can pin it. KIP-951: a retry whose partition has a leader with a newer
+  epoch than the last attempt went to is not held back (Java's ``shouldBackoff``
+  with ``hasLeaderChangedForTheOngoingRetry``): ``drain`` notes the leader epoch
+  each batch is sent to, and ``ready``/``drain`` compare a retry's with the
+  partition's current one (``ClusterView.leader_epoch_for``). It also
   says when the next batch becomes sendable, so the sender sleeps exactly
   until then, and which topics have no known leader (metadata refresh).
   With ``partitioner.adaptive.partitioning.enable`` it also reports each
@@ -45,11 +55,14 @@ Time is passed in as monotonic nanoseconds (conventions rule 3).
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
 from kctl.config import AccumulatorConfig
+from kctl.engine.backoff import (
+    RETRY_BACKOFF_EXP_BASE, RETRY_BACKOFF_JITTER, ExponentialBackoff, Random,
+)
 from kctl.engine.batch import (
     RECORD_BATCH_OVERHEAD,
     BatchResult,
@@ -92,7 +105,9 @@ class ClusterView(Protocol):
     """What the accumulator needs to know about the cluster (metadata.py)."""
 
     def leader_for(self, tp: TopicPartition) -> int | None: ...
+    def leader_epoch_for(self, tp: TopicPartition) -> int: ...   # -1: not known
     def partition_count(self, topic: str) -> int | None: ...
+    def partitions_by_node(self) -> Mapping[int, Sequence[TopicPartition]]: ...
 
 
 class SequenceSource(Protocol):
@@ -159,7 +174,9 @@ class _NodeLatency:
 class RecordAccumulator:
     def __init__(self, config: AccumulatorConfig, pool: BufferPool, *,
                  sequences: SequenceSource | None = None, guarantee_order: bool = False,
-                 wall_offset_ns: int = 0) -> None:
+                 wall_offset_ns: int = 0, random: Random | None = None) -> None:
+        """``random``: the jitter source of the retry backoff (a float in [0, 1) per call;
+        default ``random.random``)."""
         self.config = config
         self.wall_offset_ns = wall_offset_ns
         self.pool = pool
@@ -167,6 +184,9 @@ class RecordAccumulator:
         self.guarantee_order = guarantee_order
         self.linger_ns = config.linger_ms * NS_PER_MS
         self.delivery_timeout_ns = config.delivery_timeout_ms * NS_PER_MS
+        self.retry_backoff = ExponentialBackoff(config.retry_backoff_ms, RETRY_BACKOFF_EXP_BASE,
+                                                config.retry_backoff_max_ms, RETRY_BACKOFF_JITTER,
+                                                random)
         self.batch_size = config.batch_size
         self.compression = Compression[config.compression.type.name]
         self.compression_level = config.compression.level
@@ -304,12 +324,14 @@ class RecordAccumulator:
         return not dq or dq[-1].is_full()
 
     # -- readiness ----------------------------------------------------------------------
-    def _backoff_ns(self, batch: ProducerBatch) -> int:
-        if batch.attempts == 0:
-            return 0
-        base = self.config.retry_backoff_ms * NS_PER_MS
-        cap = self.config.retry_backoff_max_ms * NS_PER_MS
-        return min(cap, base << min(batch.attempts - 1, 30))
+    @staticmethod
+    def _backing_off(batch: ProducerBatch, leader_epoch: int, now_ns: int) -> bool:
+        """Java's ``shouldBackoff`` for the batch at the head of a queue, after noting its
+        leader's epoch: a retry inside its backoff, unless its leader changed since the
+        last attempt."""
+        batch.maybe_update_leader_epoch(leader_epoch)
+        return (batch.attempts > 0 and now_ns - batch.last_attempt_ns < batch.retry_backoff_ns
+                and not batch.leader_changed_for_retry)
 
     def update_node_latency_stats(self, node: int, now_ns: int, can_drain: bool) -> None:
         """The sender found ``node`` with data ready; ``can_drain``: it could send to it
@@ -356,13 +378,11 @@ class RecordAccumulator:
             if leader in ready_nodes or tp in self._muted:
                 continue
             batch = dq[0]
-            backoff = self._backoff_ns(batch)
-            if backoff:
-                waited = now_ns - batch.last_attempt_ns
-                if waited < backoff:
-                    next_check = min(next_check, batch.last_attempt_ns + backoff)
-                    continue
-                ready_nodes.add(leader)
+            if batch.attempts:      # a retry: sendable once not backing off
+                if self._backing_off(batch, cluster.leader_epoch_for(tp), now_ns):
+                    next_check = min(next_check, batch.last_attempt_ns + batch.retry_backoff_ns)
+                else:
+                    ready_nodes.add(leader)
                 continue
             full = len(dq) > 1 or batch.is_full()
             due = batch.created_ns + self.linger_ns
@@ -387,11 +407,11 @@ class RecordAccumulator:
         return any(self._deques.values())
 
     # -- draining -------------------------------------------------------------------------
-    def drain(self, partitions_by_node: dict[int, Sequence[TopicPartition]],
-              nodes: Iterable[int], max_request_size: int, now_ns: int
-              ) -> dict[int, list[ProducerBatch]]:
+    def drain(self, cluster: ClusterView, nodes: Iterable[int], max_request_size: int,
+              now_ns: int) -> dict[int, list[ProducerBatch]]:
         """Batches to send per node: one per partition, up to ``max_request_size`` bytes."""
         out: dict[int, list[ProducerBatch]] = {}
+        partitions_by_node = cluster.partitions_by_node()
         for node in nodes:
             parts = partitions_by_node.get(node) or ()
             if not parts:
@@ -405,8 +425,7 @@ class RecordAccumulator:
                 if not dq or tp in self._muted:
                     continue
                 batch = dq[0]
-                backoff = self._backoff_ns(batch)
-                if backoff and now_ns - batch.last_attempt_ns < backoff:
+                if self._backing_off(batch, cluster.leader_epoch_for(tp), now_ns):
                     continue
                 if size + batch.estimated_bytes > max_request_size and taken:
                     self._drain_index[node] = (start + i) % len(parts)
@@ -431,8 +450,11 @@ class RecordAccumulator:
 
     # -- retries, muting, expiry -------------------------------------------------------------
     def reenqueue(self, batch: ProducerBatch, now_ns: int) -> None:
-        """Puts a batch to retry back at the front (in sequence order with idempotence)."""
+        """Puts a batch to retry back at the front (in sequence order with idempotence),
+        with its backoff drawn for the retry: ``retry.backoff.ms`` x 2^(attempts - 1),
+        jittered, up to ``retry.backoff.max.ms``."""
         batch.last_attempt_ns = now_ns
+        batch.retry_backoff_ns = self.retry_backoff.backoff_ns(max(batch.attempts - 1, 0))
         dq = self._deque(batch.tp)
         if self.sequences is not None and batch.base_sequence >= 0:
             # Keep retries in sequence order ahead of batches without a sequence.

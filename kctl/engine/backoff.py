@@ -19,6 +19,11 @@ from collections.abc import Callable
 
 Random = Callable[[], float]
 
+#: Java's CommonClientConfigs.RETRY_BACKOFF_EXP_BASE and RETRY_BACKOFF_JITTER: how
+#: retry.backoff.ms grows towards retry.backoff.max.ms, and by how much it is spread.
+RETRY_BACKOFF_EXP_BASE = 2
+RETRY_BACKOFF_JITTER = 0.2
+
 
 class ExponentialBackoff:
     __slots__ = ("initial_ms", "multiplier", "max_ms", "jitter", "_exp_max", "_random")

@@ -220,10 +220,10 @@ class ProducerBatch:
         "attempts", "record_count", "estimated_bytes", "capacity", "buffer", "encoded_size",
         "producer_id", "producer_epoch", "base_sequence", "is_transactional",
         "_values", "_keys", "_timestamps", "_headers", "_callbacks", "template", "value_size",
-        "slices", "_encoded_for", "compression", "compression_level", "result", "retry_after_ns",
+        "slices", "_encoded_for", "compression", "compression_level", "result", "retry_backoff_ns",
         "sent_ns", "node_id", "split_generation", "created_wall_ms", "_encoded", "wall_offset_ns",
         "_builder", "_split_into", "value_bytes", "sequence_reset", "uncompressed_bytes",
-        "written_factor", "records_size",
+        "written_factor", "records_size", "leader_epoch", "attempts_when_leader_changed",
     )
 
     def __init__(self, tp: TopicPartition, created_ns: int, capacity: int,
@@ -277,7 +277,14 @@ class ProducerBatch:
         self.slices: list[AppendSlice] = []
         self._encoded_for: tuple[int, int, int] | None = None
         self.result: BatchResult | None = None
-        self.retry_after_ns = 0
+        # The wait before the ongoing retry (drawn with jitter when the batch is put back
+        # for it, RecordAccumulator.reenqueue); 0: none.
+        self.retry_backoff_ns = 0
+        # KIP-951: the epoch of the leader the batch goes to (-1: not known yet) and the
+        # attempt at which that epoch was first seen (Java's currentLeaderEpoch and
+        # attemptsWhenLeaderLastChanged).
+        self.leader_epoch = -1
+        self.attempts_when_leader_changed = 0
         self.split_generation = 0
         self._split_into: list[tuple[int, ProducerBatch]] | None = None
 
@@ -290,6 +297,19 @@ class ProducerBatch:
     @property
     def is_done(self) -> bool:
         return self.state in FINAL_STATES
+
+    def maybe_update_leader_epoch(self, leader_epoch: int) -> None:
+        """The partition's leader now has ``leader_epoch`` (-1: not known): a newer one is
+        noted with the attempt it was first seen at (Java's ``maybeUpdateLeaderEpoch``)."""
+        if leader_epoch > self.leader_epoch:
+            self.leader_epoch = leader_epoch
+            self.attempts_when_leader_changed = self.attempts
+
+    @property
+    def leader_changed_for_retry(self) -> bool:
+        """This retry goes to a newer leader than the last attempt did (Java's
+        ``hasLeaderChangedForTheOngoingRetry``): its backoff is skipped."""
+        return self.attempts >= 1 and self.attempts == self.attempts_when_leader_changed
 
     @property
     def last_sequence(self) -> int:
@@ -563,6 +583,8 @@ class ProducerBatch:
             b.uncompressed_bytes = (RECORD_BATCH_OVERHEAD
                                     + (self.uncompressed_bytes - RECORD_BATCH_OVERHEAD) * (hi - lo) // n)
             b.attempts = self.attempts
+            b.leader_epoch = self.leader_epoch
+            b.attempts_when_leader_changed = self.attempts_when_leader_changed
             b.split_generation = self.split_generation + 1
             b.last_append_ns = now_ns
             b.state = BatchState.CLOSED

@@ -82,6 +82,11 @@ class Metadata:
         p = self._partitions.get(tp)
         return None if p is None or p.leader < 0 else p.leader
 
+    def leader_epoch_for(self, tp: TopicPartition) -> int:
+        """The epoch of the partition's leader (-1: not known, or Metadata v0-6 gave none)."""
+        p = self._partitions.get(tp)
+        return -1 if p is None else p.leader_epoch
+
     def partition_meta(self, tp: TopicPartition) -> PartitionMeta | None:
         return self._partitions.get(tp)
 

@@ -51,6 +51,7 @@ from kctl.engine.batch import (
     RecordHandle,
     TopicPartition,
 )
+from kctl.engine.backoff import Random
 from kctl.engine.bulk import KeyLayout, RecordPool, RecordShape
 from kctl.engine.buffer_pool import BufferPool
 from kctl.engine.clock import NS_PER_MS, Clock, SystemClock
@@ -139,7 +140,9 @@ class TransactionAbortableError(KctlError):
 class Producer:
     def __init__(self, config: ProducerConfig, *, clock: Clock | None = None,
                  on_batch_done: Callable[[ProducerBatch], None] | None = None,
-                 network: NetworkClient | None = None) -> None:
+                 network: NetworkClient | None = None, random: Random | None = None) -> None:
+        """``random``: the jitter source of the retry backoff (``RecordAccumulator``); pinned
+        or seeded by tests that step the producer with a fake clock."""
         if not config.bootstrap_servers and network is None:
             raise ConfigError("bootstrap.servers is required")
         self.config = config
@@ -161,7 +164,7 @@ class Producer:
         self.accumulator = RecordAccumulator(
             config.accumulator, self.pool, sequences=self.idempotence,
             guarantee_order=sender_cfg.max_in_flight_requests_per_connection == 1,
-            wall_offset_ns=self.clock.wall_ns() - self.clock.now_ns())
+            wall_offset_ns=self.clock.wall_ns() - self.clock.now_ns(), random=random)
         self.metadata = Metadata(config.metadata)
         self.network = network or NetworkClient(config.network, clock=self.clock,
                                                 bootstrap=config.bootstrap_servers)

@@ -157,8 +157,8 @@ class Sender:
             # connect just started. A response or the socket becoming writable wakes
             # the loop's wait on the sockets; a timer would only spin it.
         if nodes:
-            drained = self.accumulator.drain(self.metadata.partitions_by_node(), nodes,
-                                             self.config.max_request_size, now_ns)
+            drained = self.accumulator.drain(self.metadata, nodes, self.config.max_request_size,
+                                             now_ns)
             for node, batches in drained.items():
                 self._send_produce(node, batches, now_ns)
         self._expire(now_ns)

@@ -79,8 +79,9 @@ class Harness:
                                max_in_flight=self.config.max_in_flight_requests_per_connection)
         _CURRENT.append(self.net)
         self.done = []
+        # The retry backoff's jitter pinned at a factor of 1: retry.backoff.ms exactly.
         self.producer = Producer(self.config, clock=self.clock, network=self.net,
-                                 on_batch_done=self.done.append)
+                                 on_batch_done=self.done.append, random=lambda: 0.5)
         self.meta = metadata_body(partitions=partitions, leaders=leaders, nodes=nodes)
 
     # -- time and turns ----------------------------------------------------------------

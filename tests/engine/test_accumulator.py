@@ -1,6 +1,8 @@
 """RecordAccumulator decisions stepped with a fake clock: linger, fullness, backoff,
 draining limits and fairness, expiry, muting, memory exhaustion, bulk appends."""
 
+import random
+
 import pytest
 
 from kctl.config import ProducerConfig
@@ -15,26 +17,43 @@ T0 = 1_000 * NS_PER_MS
 
 
 class Cluster:
-    def __init__(self, leaders):
+    """Leaders (and their epochs, -1 unknown) per partition: the ``ClusterView``."""
+
+    def __init__(self, leaders, epochs=None):
         self.leaders = leaders
+        self.epochs = epochs or {}
 
     def leader_for(self, tp):
         return self.leaders.get(tp)
 
+    def leader_epoch_for(self, tp):
+        return self.epochs.get(tp, -1)
+
     def partition_count(self, topic):
         return sum(1 for tp in self.leaders if tp.topic == topic) or None
 
-    def by_node(self):
+    def partitions_by_node(self):
         out = {}
         for tp, node in sorted(self.leaders.items()):
             out.setdefault(node, []).append(tp)
         return out
 
 
-def make(**props):
+def make(random=lambda: 0.5, **props):
+    """An accumulator over ``props``; the retry backoff's jitter factor pinned at 1 unless
+    ``random`` says otherwise."""
     cfg = ProducerConfig.from_properties({"enable.idempotence": "false", "acks": "1", **props})
     pool = BufferPool(cfg.buffer_pool.buffer_memory, cfg.buffer_pool.batch_size)
-    return RecordAccumulator(cfg.accumulator, pool), pool
+    return RecordAccumulator(cfg.accumulator, pool, random=random), pool
+
+
+def sent_and_failed(acc, batch, now_ns):
+    """What the sender does with a drained batch whose attempt failed with a retriable
+    error: one more attempt, put back for a retry at ``now_ns``."""
+    batch.transition(BatchState.IN_FLIGHT)
+    batch.attempts += 1
+    batch.transition(BatchState.RETRY)
+    acc.reenqueue(batch, now_ns)
 
 
 TP0, TP1, TP2 = (TopicPartition("t", i) for i in range(3))
@@ -71,12 +90,12 @@ def test_drain_takes_one_batch_per_partition_within_max_request_size():
     for tp in (TP0, TP1, TP2):
         for _ in range(25):
             acc.append(tp, 0, None, b"y" * 100, (), T0)
-    drained = acc.drain(cluster.by_node(), [1], 2500, T0)
+    drained = acc.drain(cluster, [1], 2500, T0)
     batches = drained[1]
     assert len({b.tp for b in batches}) == len(batches) == 2
     assert all(b.state is BatchState.CLOSED for b in batches)
     # The next drain starts where this one stopped (fairness).
-    again = acc.drain(cluster.by_node(), [1], 2500, T0)[1]
+    again = acc.drain(cluster, [1], 2500, T0)[1]
     assert again[0].tp == TP2
 
 
@@ -84,7 +103,7 @@ def test_retry_waits_for_backoff_and_goes_first():
     acc, _ = make(**{"linger.ms": "0", "retry.backoff.ms": "100", "retry.backoff.max.ms": "1000"})
     cluster = Cluster({TP0: 1})
     acc.append(TP0, 0, None, b"a", (), T0)
-    (batch,) = acc.drain(cluster.by_node(), [1], 10**6, T0)[1]
+    (batch,) = acc.drain(cluster, [1], 10**6, T0)[1]
     batch.transition(BatchState.IN_FLIGHT)
     batch.attempts = 1
     batch.transition(BatchState.RETRY)
@@ -92,18 +111,118 @@ def test_retry_waits_for_backoff_and_goes_first():
     acc.reenqueue(batch, T0 + NS_PER_MS)
     check = acc.ready(cluster, T0 + 50 * NS_PER_MS)
     assert not check.ready_nodes and check.next_ready_check_ns == T0 + 101 * NS_PER_MS
-    assert acc.drain(cluster.by_node(), [1], 10**6, T0 + 101 * NS_PER_MS)[1] == [batch]
+    assert acc.drain(cluster, [1], 10**6, T0 + 101 * NS_PER_MS)[1] == [batch]
 
 
 def test_backoff_is_exponential_and_capped():
-    acc, _ = make(**{"retry.backoff.ms": "100", "retry.backoff.max.ms": "350"})
+    props = {"retry.backoff.ms": "100", "retry.backoff.max.ms": "350"}
+    for factor_draw, expected in ((0.5, [100, 200, 350, 350]),     # factor 1
+                                  (0.0, [80, 160, 280, 280]),      # factor 0.8
+                                  (0.999, [119, 239, 350, 350])):  # factor ~1.2, never above the max
+        acc, _ = make(random=lambda: factor_draw, **props)
+        acc.append(TP0, 0, None, b"a", (), T0)
+        b = acc._deque(TP0).popleft()
+        waits = []
+        for attempts in range(1, 5):
+            b.attempts = attempts
+            acc.reenqueue(b, T0)
+            waits.append(acc._deque(TP0).popleft().retry_backoff_ns // NS_PER_MS)
+        assert waits == expected, factor_draw
+
+
+def test_exponential_retry_backoff():
+    """Java's RecordAccumulatorTest.testExponentialRetryBackoff: retry n waits
+    retry.backoff.ms x 2^(n-1) x a jitter factor in [0.8, 1.2), capped at
+    retry.backoff.max.ms; the batch is not drained before the lower bound and is after
+    the upper one. The draws are seeded, and they spread: the audit saw retries of one
+    batch go out exactly 100, 200, 400, 800, 1000 ms apart."""
+    acc, _ = make(random=random.Random(7).random, **{
+        "linger.ms": "1000000", "retry.backoff.ms": "100", "retry.backoff.max.ms": "1000"})
+    cluster = Cluster({TP0: 1})
     acc.append(TP0, 0, None, b"a", (), T0)
-    b = acc._deque(TP0)[0]
+    now = T0 + 1_000_001 * NS_PER_MS
+    (batch,) = acc.drain(cluster, [1], 10**6, now)[1]       # no backoff for the first attempt
     waits = []
-    for attempts in range(1, 5):
-        b.attempts = attempts
-        waits.append(acc._backoff_ns(b) // NS_PER_MS)
-    assert waits == [100, 200, 350, 350]
+    for retry in range(1, 6):
+        sent_and_failed(acc, batch, now)
+        term = min(100 * 2 ** (retry - 1), 1000)
+        lower, upper = int(term * 0.8), min(int(term * 1.2), 1000)
+        check = acc.ready(cluster, now + (lower - 1) * NS_PER_MS)
+        assert not check.ready_nodes and acc.drain(cluster, [1], 10**6, now + (lower - 1) * NS_PER_MS) == {}
+        wake = check.next_ready_check_ns
+        assert now + lower * NS_PER_MS <= wake <= now + upper * NS_PER_MS
+        waits.append((wake - now) // NS_PER_MS)
+        assert acc.ready(cluster, wake).ready_nodes == {1}      # the wake it gave is when it is sendable
+        assert acc.drain(cluster, [1], 10**6, wake - 1) == {}
+        now = wake
+        assert acc.drain(cluster, [1], 10**6, now)[1] == [batch]
+    assert waits != [100, 200, 400, 800, 1000] and waits[-1] <= 1000
+
+
+def test_exponential_retry_backoff_leader_change():
+    """Java's RecordAccumulatorTest.testExponentialRetryBackoffLeaderChange: a new leader
+    *node* without a known epoch does not cut the backoff short (only a newer leader
+    epoch does, KIP-951); the retry goes to the new leader after its backoff."""
+    acc, _ = make(**{"linger.ms": "0", "retry.backoff.ms": "100", "retry.backoff.max.ms": "1000"})
+    cluster, moved = Cluster({TP0: 1}), Cluster({TP0: 2})
+    acc.append(TP0, 0, None, b"a", (), T0)
+    (batch,) = acc.drain(cluster, [1], 10**6, T0)[1]
+    now = T0
+    for retry, view, node in ((1, cluster, 1), (2, cluster, 1), (3, moved, 2), (4, moved, 2)):
+        sent_and_failed(acc, batch, now)
+        wait = min(100 * 2 ** (retry - 1), 1000) * NS_PER_MS
+        assert not acc.ready(view, now + wait - 1).ready_nodes
+        assert acc.drain(view, [node], 10**6, now + wait - 1) == {}
+        now += wait
+        assert acc.ready(view, now).ready_nodes == {node}
+        assert acc.drain(view, [node], 10**6, now)[node] == [batch]
+
+
+def test_ready_and_drain_when_a_batch_is_being_retried():
+    """Java's RecordAccumulatorTest.testReadyAndDrainWhenABatchIsBeingRetried (KIP-951):
+    a retry inside its backoff waits, unless the partition's leader epoch is newer than
+    the one the last attempt went to; the batch notes the epoch and the attempt it was
+    first seen at."""
+    acc, _ = make(**{"linger.ms": "10", "retry.backoff.ms": "100", "retry.backoff.max.ms": "1000"})
+    epoch = 100
+    cluster = Cluster({TP0: 1}, {TP0: epoch})
+    acc.append(TP0, 0, None, b"a", (), T0)
+    # 1st attempt (not a retry): ready and drained after linger.ms, to leader epoch 100.
+    now = T0 + 11 * NS_PER_MS
+    assert acc.ready(cluster, now).ready_nodes == {1}
+    (batch,) = acc.drain(cluster, [1], 10**6, now)[1]
+    assert (batch.leader_epoch, batch.attempts_when_leader_changed) == (100, 0)
+    sent_and_failed(acc, batch, now)
+    # Retry inside the backoff, same leader: backs off.
+    now += NS_PER_MS
+    check = acc.ready(cluster, now)
+    assert not check.ready_nodes and check.next_ready_check_ns == now + 99 * NS_PER_MS
+    assert acc.drain(cluster, [1], 10**6, now) == {}
+    # Retry inside the backoff, leader epoch now newer: no backoff.
+    now += NS_PER_MS
+    epoch += 1
+    cluster.epochs[TP0] = epoch
+    assert acc.ready(cluster, now).ready_nodes == {1}
+    assert acc.drain(cluster, [1], 10**6, now)[1] == [batch]
+    assert (batch.leader_epoch, batch.attempts_when_leader_changed) == (101, 1)
+    sent_and_failed(acc, batch, now)
+    # Past the backoff, same leader: sendable, nothing changed.
+    now += 2 * 1000 * NS_PER_MS
+    assert acc.ready(cluster, now).ready_nodes == {1}
+    assert acc.drain(cluster, [1], 10**6, now)[1] == [batch]
+    assert (batch.leader_epoch, batch.attempts_when_leader_changed) == (101, 1)
+    sent_and_failed(acc, batch, now)
+    # Past the backoff, newer leader epoch: sendable; the change is noted at attempt 3.
+    now += 2 * 1000 * NS_PER_MS
+    epoch += 1
+    cluster.epochs[TP0] = epoch
+    assert acc.ready(cluster, now).ready_nodes == {1}
+    assert acc.drain(cluster, [1], 10**6, now)[1] == [batch]
+    assert (batch.leader_epoch, batch.attempts_when_leader_changed) == (102, 3)
+    # The next retry to the same leader backs off again (retry.backoff.ms x 2^3 = 800 ms).
+    sent_and_failed(acc, batch, now)
+    assert not acc.ready(cluster, now + 799 * NS_PER_MS).ready_nodes
+    assert acc.ready(cluster, now + 800 * NS_PER_MS).ready_nodes == {1}
 
 
 def test_expired_batches_leave_the_queue():
@@ -121,7 +240,7 @@ def test_muted_partition_is_neither_ready_nor_drained():
     acc.append(TP0, 0, None, b"a", (), T0)
     acc.mute(TP0)
     assert not acc.ready(cluster, T0).ready_nodes
-    assert acc.drain(cluster.by_node(), [1], 10**6, T0) == {}
+    assert acc.drain(cluster, [1], 10**6, T0) == {}
     acc.unmute(TP0)
     assert acc.ready(cluster, T0).ready_nodes == {1}
 
@@ -141,7 +260,7 @@ def test_exhausted_pool_stops_append_and_makes_batches_ready():
 
     def run_step(now_ns, deadline_ns):
         seen.append(acc.ready(cluster, now_ns).ready_nodes)
-        for b in acc.drain(cluster.by_node(), [1], 10**6, now_ns).get(1, []):
+        for b in acc.drain(cluster, [1], 10**6, now_ns).get(1, []):
             acc.deallocate(b)
 
     clock = FakeClock(now_ns=T0)
@@ -153,7 +272,7 @@ def test_batches_return_their_buffers():
     acc, pool = make(**{"batch.size": "1024", "buffer.memory": "4096", "linger.ms": "0"})
     cluster = Cluster({TP0: 1})
     acc.append(TP0, 0, None, b"a", (), T0)
-    (b,) = acc.drain(cluster.by_node(), [1], 10**6, T0)[1]
+    (b,) = acc.drain(cluster, [1], 10**6, T0)[1]
     assert pool.available_memory == 3072
     acc.deallocate(b)
     assert pool.available_memory == 4096 and acc.incomplete_count == 0
@@ -169,7 +288,7 @@ def test_bulk_append_fills_batches_that_decode():
     assert res.appended == 100 and res.new_batches == 3
     cluster = Cluster({TP0: 1})
     got = []
-    while (d := acc.drain(cluster.by_node(), [1], 10**6, T0)):
+    while (d := acc.drain(cluster, [1], 10**6, T0)):
         got.extend(d[1])
     records = [r.value for b in got for r in decode_batches(b.encode(0)).records]
     assert records == values
@@ -210,7 +329,7 @@ def _send_all(acc, cluster, now, *, split_above=None):
     sent, splits = [], 0
     while True:
         ready = acc.ready(cluster, now).ready_nodes
-        drained = acc.drain(cluster.by_node(), ready, 10**9, now).get(1, [])
+        drained = acc.drain(cluster, ready, 10**9, now).get(1, [])
         if not drained:
             return sent, splits
         for b in drained:
@@ -285,7 +404,7 @@ def test_split_and_reenqueue_resets_the_estimate():
     rng = random.Random(3)
     for _ in range(20):                              # incompressible: far worse than 0.1
         acc.append(TP0, 0, None, rng.randbytes(100), (), T0)
-    (big,) = acc.drain(cluster.by_node(), [1], 10**9, T0)[1]
+    (big,) = acc.drain(cluster, [1], 10**9, T0)[1]
     big.encode(0)
     acc.batch_encoded(big)
     assert big.encoded_size > 1024 + 61        # what the broker refuses as too large

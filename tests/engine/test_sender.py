@@ -6,6 +6,10 @@ import uuid
 
 import pytest
 
+from kctl.engine.batch import TopicPartition
+from kctl.engine.clock import NS_PER_MS
+from kctl.engine.compression_ratio import COMPRESSION_RATIO_IMPROVING_STEP
+
 from .sender_harness import TOPIC_ID, Harness, metadata_body, produce_body, sent_batches
 
 
@@ -136,11 +140,50 @@ def test_message_too_large_splits_a_compressed_batch_and_resets_the_estimate():
     assert m.compression_rate_batches == 1 and 0 < m.compression_rate_total < 0.5
     h.net.respond(req, produce_body(req, errors={0: "MESSAGE_TOO_LARGE"}))
     h.step()
-    assert acc.estimator.estimation("t", acc.compression) == 1.0
+    # The split set the estimate to 1.0; the first split batch went out in the same turn
+    # (split batches are new batches, with no retry backoff, as in Java) and its send
+    # moved the estimate one improving step down.
+    (first_part,) = h.net.pending("Produce")
+    assert first_part is not req
+    assert acc.estimator.estimation("t", acc.compression) == pytest.approx(
+        1.0 - COMPRESSION_RATIO_IMPROVING_STEP)
     h.step(ms=200)
     _answer_the_split_batches(h, "GZIP")
     assert [x.offset for x in handles] == list(range(10))
     assert h.producer.metrics.splits == 1
+
+
+def test_retry_to_the_new_leader_a_produce_response_names_skips_the_backoff():
+    """KIP-951 end to end (Java's Sender with RecordAccumulator.shouldBackoff): a
+    NOT_LEADER_OR_FOLLOWER answer naming the new leader with a newer epoch moves the
+    partition there, and the retry goes to it at once, not after retry.backoff.ms; a
+    second failure from that same leader waits its backoff (200 ms: the 2nd retry)."""
+    h = Harness(nodes=(0, 1), partitions=1, leaders={0: 0}, **{
+        "enable.idempotence": "false", "acks": "1", "retry.backoff.ms": "100",
+        "retry.backoff.max.ms": "1000"})
+    h.start()
+    (handle,) = h.send(1)
+    h.step(ms=5)
+    (req,) = h.net.requests("Produce")
+    assert req.node == 0
+    body = produce_body(req, errors={0: "NOT_LEADER_OR_FOLLOWER"})
+    leader = body.LeaderIdAndEpoch(leader_id=1, leader_epoch=2)
+    body.responses[0].partition_responses[0].current_leader = leader
+    h.net.respond(req, body)
+    h.step()
+    assert h.producer.metadata.leader_for(TopicPartition("t", 0)) == 1
+    retry = h.await_request("Produce", turns=20, ms=1)
+    assert retry.node == 1 and h.clock.now_ns() - req.sent_ns < 100 * NS_PER_MS
+    h.net.respond(retry, produce_body(retry, errors={0: "NOT_LEADER_OR_FOLLOWER"}))
+    h.step()
+    h.step(ms=150)
+    assert len(h.net.requests("Produce")) == 2, "same leader: the backoff holds"
+    h.step(ms=60)
+    third = h.net.pending("Produce")
+    assert len(third) == 1 and third[0].node == 1
+    h.respond(third[0], base_offset=7)
+    h.step()
+    assert (handle.offset, handle.error) == (7, None)
 
 
 def test_throttle_mutes_the_broker_for_that_long():
