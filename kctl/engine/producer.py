@@ -43,6 +43,7 @@ from kctl.engine.accumulator import (
     RecordAccumulator,
     record_size_estimate,
 )
+from kctl.engine.backoff import Random
 from kctl.engine.batch import (
     RECORD_BATCH_OVERHEAD,
     BatchResult,
@@ -51,7 +52,6 @@ from kctl.engine.batch import (
     RecordHandle,
     TopicPartition,
 )
-from kctl.engine.backoff import Random
 from kctl.engine.bulk import KeyLayout, RecordPool, RecordShape
 from kctl.engine.buffer_pool import BufferPool
 from kctl.engine.clock import NS_PER_MS, Clock, SystemClock
