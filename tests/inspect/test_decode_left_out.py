@@ -15,7 +15,7 @@ from kctl.protocol.frames import frame
 from kctl.protocol.messages import encode_request
 from kctl.protocol.records import build_batch
 from tests.inspect import capture_builder as cb
-from tests.inspect.kafka_frames import ProduceRequest, records
+from tests.inspect.kafka_frames import ProduceRequest, produce_request, produce_response, records
 
 runner = CliRunner()
 
@@ -94,3 +94,49 @@ def test_a_file_that_is_no_capture_is_said_once(tmp_path, capsys):
         f"# {q}, file offset 10: error: pcap file header cut short (field header)",
         f"kctl: error: {p}, file offset 10: pcap file header cut short (field header) "
         "(and 1 more)"]
+
+
+SNAP = 200      # bytes of each packet kept, as tcpdump -s 200 (54 of them the headers)
+
+
+def _snap_capture(tmp_path):
+    """tcpdump -s 200: Produce #4 is cut (its header captured), its response whole;
+    Produce #5 whole, its response cut; Produce #6 ends the capture half sent."""
+    c = cb.Conversation()
+    c.send(produce_request(4, parts={0: 20}, pad=50))
+    c.reply(produce_response(4))
+    c.send(produce_request(5, parts={0: 1}))
+    c.reply(produce_response(5, parts=tuple(range(40))))
+    c.send(produce_request(6)[:30])
+    c.close()
+    packets, orig = [], {}
+    for i, s in enumerate(c.segs):
+        data = cb.link(1, cb.ip(s))
+        if len(data) > SNAP:
+            orig[i] = len(data)
+        packets.append((s.ts_ns, data[:SNAP]))
+    p = tmp_path / "snap.pcap"
+    p.write_bytes(cb.pcap(packets, nano=True, snaplen=SNAP, orig_lens=orig))
+    return p
+
+
+def test_frames_cut_by_the_snap_length_are_named_and_answered(tmp_path):
+    p = _snap_capture(tmp_path)
+    r = runner.invoke(app, ["decode", str(p)])
+    assert r.exit_code == 0, r.output
+    cut = [x.split(": incomplete: ")[1] for x in _notices(r.stderr) if ": incomplete: " in x]
+    req4, resp5 = len(produce_request(4, parts={0: 20}, pad=50)), len(
+        produce_response(5, parts=tuple(range(40))))
+    assert cut == [f"Produce v9 request #4 of {req4} bytes: frame cut by a gap after "
+                   f"{SNAP - 54} bytes",
+                   f"Produce v9 response #5 of {resp5} bytes: frame cut by a gap after "
+                   f"{SNAP - 54} bytes",
+                   f"Produce v9 request #6 of {len(produce_request(6))} bytes: capture ends "
+                   "inside a frame (30 bytes of it present)"]
+    # The cut request's response decodes as its API, marked, without a latency.
+    resp4 = next(x for x in r.stdout.splitlines() if "resp" in x and "#4" in x)
+    assert resp4.endswith(" resp Produce v9 #4 t/0@10 (request_cut)"), resp4
+    r = runner.invoke(app, ["decode", str(p), "--json", "--api", "Produce"])
+    o = next(json.loads(x) for x in r.stdout.splitlines()
+             if json.loads(x)["correlation_id"] == 4 and json.loads(x)["direction"] == "response")
+    assert o["marks"] == ["request_cut"] and "latency_ms" not in o and o["body"] is not None
