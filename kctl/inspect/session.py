@@ -295,17 +295,18 @@ class CaptureDecoder:
                         "--max-decompress-ratio raises it)", None,
                         it.ts_ns, it.conn, it.direction))
             elif it.kind != "retransmission":
-                what = self._cut_frame(it) if it.head else None
+                what = self.cut_frame(it) if it.head else None
                 out.append(CaptureNotice(self.file, it.kind,
                                          it.message if what is None else f"{what}: {it.message}",
                                          it.offset, it.ts_ns, it.conn, it.direction))
         return out
 
-    def _cut_frame(self, n: StreamNotice) -> str | None:
+    def cut_frame(self, n: StreamNotice) -> str | None:
         """What an ``incomplete`` frame was, from the header bytes captured before the cut:
         a request's API, version and correlation id (the request is remembered, so that its
         response decodes, marked ``request_cut``); a response's correlation id and its
-        request's API (that request is answered). None when too little of it was captured."""
+        request's API (that request is answered). None when too little of it was captured.
+        For a reader that takes the reassembler's notices itself (``ranges.RangeDecoder``)."""
         head = n.head
         if len(head) < 8:
             return None

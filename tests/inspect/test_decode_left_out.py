@@ -140,3 +140,13 @@ def test_frames_cut_by_the_snap_length_are_named_and_answered(tmp_path):
     o = next(json.loads(x) for x in r.stdout.splitlines()
              if json.loads(x)["correlation_id"] == 4 and json.loads(x)["direction"] == "response")
     assert o["marks"] == ["request_cut"] and "latency_ms" not in o and o["body"] is not None
+
+
+def test_analyze_range_readers_answer_a_cut_request_as_decode_does(tmp_path):
+    from tests.inspect.test_ranges import decoded, read_in_ranges
+    p = _snap_capture(tmp_path)
+    want = decoded(p)
+    assert sum(n for sig, n in want.items() if "request_cut" in sig[8]) == 1
+    for range_bytes in (700, 1 << 30):
+        got, repaired, _ = read_in_ranges(p, range_bytes=range_bytes, lookback_bytes=3000)
+        assert got == want and repaired, range_bytes
