@@ -90,8 +90,8 @@ def decode(
     verbose: bool = typer.Option(False, "--verbose", "-v", help="Full decoded tree of every frame: the fields of its API version only; a consumer group's JoinGroup subscriptions and SyncGroup assignments decoded."),
     records: bool = typer.Option(False, "--records", help="Print each record of Produce requests and Fetch responses; control records "
                                  "(transaction COMMIT/ABORT markers) are left out, as consumers "
-                                 "and kcat do (--summary counts them); a record set that does not "
-                                 "decode is named in a '#' line on stderr."),
+                                 "and kcat do (--summary counts them); a record set or frame whose "
+                                 "records cannot be read is named in a '#' line on stderr."),
     fmt: str = typer.Option(report.DEFAULT_RECORD_FORMAT, "--format", "-f",
                             help="Record format with --records (kcat-like: %t %p %o %k %s %K %S %T %h)."),
     api: list[str] = typer.Option([], "--api", help="Only these APIs (name or key, repeatable; a key kctl's schema does not know is refused); with --hex: the response's API."),
@@ -202,6 +202,9 @@ def _summary_tables(s: dict) -> list:
 def _emit(f: DecodedFrame, json_out: bool, verbose: bool, records: bool, fmt: str,
           topics: set[str], out: Console, err: Console) -> None:
     if records:
+        undecoded = report.frame_records_left_out(f)
+        if undecoded is not None:
+            err.print(f"# {undecoded}", markup=False)
         for rs in f.record_sets:
             if topics and rs.topic not in topics:
                 continue

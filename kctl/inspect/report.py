@@ -26,7 +26,7 @@ from kctl.protocol.records import Record
 
 __all__ = [
     "error_codes", "throttle_time_ms", "frame_json", "notice_json", "frame_line", "gist",
-    "format_ts", "RecordView", "iter_records", "set_records", "records_left_out", "record_json", "format_record",
+    "format_ts", "RecordView", "iter_records", "set_records", "records_left_out", "frame_records_left_out", "record_json", "format_record",
     "binary_json", "DEFAULT_RECORD_FORMAT", "JSON_KEYS", "topics_of", "has_errors", "dumps",
     "consumer_protocol_json",
 ]
@@ -458,6 +458,24 @@ def set_records(f: DecodedFrame, rs: RecordSet) -> Iterator[RecordView]:
     for batch, r in rs.iter_records():
         if not batch.is_control:
             yield RecordView(rs.topic, rs.partition, r, f.direction)
+
+
+def frame_records_left_out(f: DecodedFrame) -> CaptureNotice | None:
+    """A ``records`` notice for a frame whose body was not decoded and may hold records: a
+    Produce request or Fetch response that does not decode or whose version kctl's schema
+    does not know, or a response whose request was not captured (its API is not known)."""
+    if f.body is not None:
+        return None
+    if "unmatched" in f.marks:
+        what, why = f"response #{f.correlation_id}", "its request was not captured"
+    elif (f.api_key, f.direction) in ((0, "request"), (1, "response")):
+        what = f"{f.api_name} v{f.api_version} #{f.correlation_id}"
+        why = (f"the frame does not decode ({f.error})" if f.error is not None
+               else "kctl's schema does not know this version")
+    else:
+        return None
+    return CaptureNotice(f.file, "records", f"{what} (packet {f.packet}): not decoded, any "
+                         f"records in it left out: {why}", f.offset, f.ts_ns, f.conn, f.direction)
 
 
 def records_left_out(f: DecodedFrame, rs: RecordSet) -> CaptureNotice | None:

@@ -76,6 +76,26 @@ def test_records_says_which_record_sets_it_leaves_out(tmp_path):
         "t/1", "t/2", "u/0"]
 
 
+def test_records_says_which_frames_it_could_not_read_records_from(tmp_path):
+    c = cb.Conversation()
+    bad = bytearray(produce_request(1))
+    bad[-30:] = b"\xff" * 30
+    c.send(bytes(bad))
+    c.reply(produce_response(1))
+    c.reply(produce_response(9))        # its request never captured: any API
+    c.close()
+    p = tmp_path / "undecoded.pcap"
+    p.write_bytes(cb.capture(c.segs))
+    r = runner.invoke(app, ["decode", str(p), "--records"])
+    assert r.exit_code == 0 and r.stdout == "", r.output
+    assert [n.split(": records: ")[1] for n in _notices(r.stderr)] == [
+        "Produce v9 #1 (packet 4): not decoded, any records in it left out: the frame does not "
+        "decode (truncated varint at offset 139 in field "
+        "'topic_data[0].partition_data[0].tagged fields')",
+        "response #9 (packet 6): not decoded, any records in it left out: its request was not "
+        "captured"]
+
+
 def test_a_file_that_is_no_capture_is_said_once(tmp_path, capsys):
     p = tmp_path / "tiny.pcap"
     p.write_bytes(cb.capture([])[:10])
