@@ -320,8 +320,8 @@ class StreamNotice:
     kind: Literal["gap", "framing", "skipped", "incomplete", "retransmission", "tls", "undecodable"]
     message: str
     length: int = 0
-    # ``incomplete``: the cut frame's first bytes (its size prefix and up to 12 bytes of its
-    # header), for a reader that knows the protocol to name the frame.
+    # ``incomplete``: the cut frame's first bytes (up to ``_HEAD_BYTES``: its size prefix and
+    # a request header's fixed fields), for a reader that knows the protocol to name it.
     head: bytes = b""
 
 

@@ -26,7 +26,8 @@ from kctl.protocol.records import Record
 
 __all__ = [
     "error_codes", "throttle_time_ms", "frame_json", "notice_json", "frame_line", "gist",
-    "format_ts", "RecordView", "iter_records", "set_records", "records_left_out", "frame_records_left_out", "record_json", "format_record",
+    "format_ts", "RecordView", "iter_records", "set_records", "records_left_out",
+    "frame_records_left_out", "record_json", "format_record",
     "binary_json", "DEFAULT_RECORD_FORMAT", "JSON_KEYS", "topics_of", "has_errors", "dumps",
     "consumer_protocol_json",
 ]
