@@ -475,8 +475,13 @@ def frame_records_left_out(f: DecodedFrame) -> CaptureNotice | None:
                else "kctl's schema does not know this version")
     else:
         return None
-    return CaptureNotice(f.file, "records", f"{what} (packet {f.packet}): not decoded, any "
-                         f"records in it left out: {why}", f.offset, f.ts_ns, f.conn, f.direction)
+    return CaptureNotice(f.file, "records", f"{what}{_packet(f)}: not decoded, any records in "
+                         f"it left out: {why}", f.offset, f.ts_ns, f.conn, f.direction)
+
+
+def _packet(f: DecodedFrame) -> str:
+    """`` (packet N)``: the capture packet completing the frame (none with --hex)."""
+    return f" (packet {f.packet})" if f.packet else ""
 
 
 def records_left_out(f: DecodedFrame, rs: RecordSet) -> CaptureNotice | None:
@@ -492,7 +497,7 @@ def records_left_out(f: DecodedFrame, rs: RecordSet) -> CaptureNotice | None:
            "--max-decompress-ratio raises it)" if isinstance(rs.error, BudgetExceededError)
            else f"they do not decode ({rs.error})")
     return CaptureNotice(
-        f.file, "records", f"{name} v{f.api_version} #{f.correlation_id} (packet {f.packet}) "
+        f.file, "records", f"{name} v{f.api_version} #{f.correlation_id}{_packet(f)} "
         f"{rs.topic}/{rs.partition}: left out{after}, {why}",
         f.offset, f.ts_ns, f.conn, f.direction)
 
