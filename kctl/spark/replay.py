@@ -9,6 +9,9 @@ The driver reads the dataset with Spark and maps its columns to records:
   writes struct/map/array values (and the whole row) as JSON text, null fields
   included (``"x": null``), and takes a string column to hold JSON already;
   ``raw`` writes the column's bytes (binary as is, anything else as UTF-8 text).
+  A null cell of ``--value-col`` is a null value (value length -1: a tombstone,
+  which deletes the key on a compacted topic), never empty bytes; a null cell
+  of ``--key-col`` is a null key. Replay sends no headers but kctl's identity.
 
 The records are spread over ``tasks`` partitions (a round-robin repartition:
 the dataset's row order is not kept) that run as one barrier stage, like
@@ -95,15 +98,15 @@ def _replay_partition(specs: list[WorkerSpec], keyed: bool, listener: tuple[str,
                       start_delay_s: float) -> Callable[[int, Iterable[Any]], Iterator[Any]]:
     def run(index: int, rows: Iterable[Any]) -> Iterator[Any]:
         keys: list[bytes | None] = []
-        values: list[bytes] = []
+        values: list[bytes | None] = []
         for k, v in rows:
             keys.append(bytes(k) if k is not None else None)
-            values.append(bytes(v) if v is not None else b"")
+            values.append(bytes(v) if v is not None else None)   # None: a null value
         spec = specs[index]
         if values:
-            sizes = {len(v) for v in values}
-            spec = replace(spec, num_records=len(values),
-                           payload=PayloadPool(tuple(values), sizes.pop() if len(sizes) == 1 else None),
+            sizes = {-1 if v is None else len(v) for v in values}
+            size = sizes.pop() if len(sizes) == 1 and -1 not in sizes else None
+            spec = replace(spec, num_records=len(values), payload=PayloadPool(tuple(values), size),
                            keys=KeySpec("file", keys=tuple(keys)) if keyed else KeySpec("none"))
         yield from run_worker_task(spec, listener, start_delay_s)
     return run
