@@ -181,7 +181,9 @@ class Producer:
         self._guarded = self.idempotence is not None
         self._topics: dict[str, _TopicState] = {}
         self._load_topics: set[str] = set()
-        self._templates: dict[tuple[RecordShape, bool], BatchTemplate] = {}
+        self._templates: dict[RecordShape, BatchTemplate] = {}
+        # Pools with null values: templates that write them (BatchTemplate(null_values=True)).
+        self._null_value_templates: dict[RecordShape, BatchTemplate] = {}
         self._record_bytes: dict[tuple[RecordShape, RecordPool], int] = {}
         self._layouts: dict[tuple[str, RecordPool], KeyLayout] = {}
         self._compression = Compression[config.compression_type.name]
@@ -481,9 +483,10 @@ class Producer:
         """The shape's template (one per shape, with this producer's codec) and an upper
         bound of one pool record's bytes in a batch."""
         nulls = pool.null_values
-        template = self._templates.get((shape, nulls))
+        templates = self._null_value_templates if nulls else self._templates
+        template = templates.get(shape)
         if template is None:
-            template = self._templates[(shape, nulls)] = BatchTemplate(
+            template = templates[shape] = BatchTemplate(
                 headers=shape.headers, identity=shape.identity, compression=self._compression,
                 compression_level=self.config.compression.level, null_values=nulls)
         key = (shape, pool)
