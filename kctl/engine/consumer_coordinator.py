@@ -275,6 +275,7 @@ class ConsumerCoordinator(GroupCoordinator):
                 self._offset_fetch_retry_ns = now + self._backoff_ns
             return
         subs = self.subscriptions
+        uncommitted: list[TopicPartition] = []
         for t in topics:
             for p in t.partitions:
                 tp = TopicPartition(t.name, p.partition_index)
@@ -296,7 +297,8 @@ class ConsumerCoordinator(GroupCoordinator):
                     log.debug("group %s: %s starts at its committed offset %s", self.group.group_id, tp,
                               p.committed_offset)
                 else:
-                    subs.request_offset_reset(tp)
+                    uncommitted.append(tp)
+        subs.reset_initializing_positions(uncommitted)
 
     # -- OffsetCommit --------------------------------------------------------------------------------
     def maybe_auto_commit(self, now_ns: int, *, force: bool = False) -> int:

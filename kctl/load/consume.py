@@ -12,7 +12,9 @@ through ``on_round`` / ``on_event`` / ``on_start``.
 ``--from`` (assign mode; kafka-consumer-perf-test reads from the beginning too):
 ``beginning`` (the default), ``end``, an offset (``1234``), a time: ISO 8601
 (``2024-05-01T12:00:00Z``), ``@<unix ms>`` or ``-<duration>`` (``-5m``: five minutes
-ago). In group mode positions are the group's committed offsets; ``--from beginning|end``
+ago). Without ``--from``, an ``auto.offset.reset`` given by ``-X`` or a consumer config
+decides instead, as for Java's ``assign()`` without a seek (``latest``: only new records;
+``none``: the run fails with NoOffsetForPartitionException's line). In group mode positions are the group's committed offsets; ``--from beginning|end``
 then says where a partition without one starts (``auto.offset.reset``): ``beginning``
 without ``--from`` or with ``--from committed`` (the same thing spelled out; perf-test's
 default, which sets earliest unless --from-latest), unless a consumer config or ``-X`` sets
@@ -184,6 +186,10 @@ def prepare(o: ConsumeOptions) -> ConsumePlan:
             start = StartPosition("committed")
     elif "group.id" in named:
         raise ConfigError("give the group as --group (assign mode takes no group.id)")
+    elif o.start is None and o.backlog is None and "auto.offset.reset" in named:
+        # Java's assign() without a seek: each partition starts by auto.offset.reset
+        # (latest: only new records; none: NoOffsetForPartitionException). --from wins.
+        start = StartPosition("reset")
     if committed_only and "auto.offset.reset" not in named:
         # No --from, or --from committed: a partition without a committed offset starts at
         # the beginning (kafka-consumer-perf-test's default too), not the Java client's
@@ -193,6 +199,8 @@ def prepare(o: ConsumeOptions) -> ConsumePlan:
                                 else "--from committed (default beginning)"))
     config = ConsumerConfig.from_settings(
         settings + [Setting("bootstrap.servers", o.bootstrap or "127.0.0.1:9092", "-b")])
+    if start.kind == "reset":
+        start = StartPosition("reset", reset=config.auto_offset_reset.to_text())
     duration_s = parse_duration(o.duration, "--duration") if o.duration else None
     idle_s = parse_duration(o.idle_timeout, "--idle-timeout") if o.idle_timeout else None
     if idle_s is None and o.num_records is not None and duration_s is None and o.backlog is None:
@@ -402,7 +410,8 @@ def read_extents(partitions: Sequence[int], start: StartPosition, group: bool,
     from the log start when assign mode sought to the beginning; to the end when the
     partition's final position reached its end offset. A partition never fetched has
     neither (its end offset is unknown)."""
-    from_start = start.kind == "beginning" and not group
+    from_start = not group and (start.kind == "beginning"
+                                or (start.kind == "reset" and start.reset == "earliest"))
     at_end = {s.partition for s in summary.partitions if s.end_offset >= 0 and s.position >= s.end_offset}
     return {p: ReadExtent(from_start, p in at_end) for p in partitions}
 

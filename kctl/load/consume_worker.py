@@ -69,16 +69,20 @@ POLL_S = 0.05
 @dataclass(frozen=True, slots=True)
 class StartPosition:
     """Where reading starts: ``beginning``, ``end``, ``offset`` (``value``), ``timestamp``
-    (``value`` ms), ``committed`` (the group's, else auto.offset.reset) or ``offsets``
-    (one offset per partition: a backlog's, or the end before ``produce --consume``)."""
+    (``value`` ms), ``committed`` (the group's, else auto.offset.reset), ``reset`` (assign
+    mode, no seek: auto.offset.reset, ``reset`` its text, as Java's assign() without a seek)
+    or ``offsets`` (one offset per partition: a backlog's, or the end before ``produce --consume``)."""
 
     kind: str
     value: int = 0
     offsets: dict[int, int] | None = None
+    reset: str = ""
 
     def describe(self) -> str:
         if self.kind in ("offset", "timestamp"):
             return f"{self.kind} {self.value}"
+        if self.kind == "reset":
+            return f"auto.offset.reset={self.reset}"
         return self.kind
 
 
@@ -203,7 +207,8 @@ class ConsumerWorker:
                     c.subscriptions.seek(tp, FetchPosition(offsets[tp.partition]))
                 else:
                     c.seek_to_beginning([tp])
-        # "committed": the group's committed offsets (ConsumerCoordinator), else auto.offset.reset.
+        # "committed": the group's committed offsets (ConsumerCoordinator), else auto.offset.reset;
+        # "reset": no seek, so the engine resets by auto.offset.reset (none: it fails).
 
     def _ready(self) -> bool:
         c = self.consumer

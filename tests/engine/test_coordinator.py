@@ -458,3 +458,22 @@ def test_close_with_a_failed_commit_says_why():
     c.close()
     assert c.close_commit_error == "t-0 UNKNOWN_MEMBER_ID"
     assert c.metrics.snapshot().commit_failures >= 1
+
+
+def test_no_committed_offset_and_no_reset_policy_names_those_partitions():
+    """ConsumerCoordinatorTest's refreshCommittedOffsets + resetInitializingPositions: a
+    partition with a committed offset takes it; the others, with auto.offset.reset=none,
+    fail in one NoOffsetForPartitionException naming them."""
+    from kctl.engine.subscription import NoOffsetForPartitionError
+
+    h = harness(**{"auto.offset.reset": "none"})
+    c = h.consumer
+    c.subscribe(["t"])
+    joined(h, (0, 1, 2))
+    h.step()
+    of = h.net.pending("OffsetFetch")[0]
+    h.net.respond(of, offset_fetch_body(of, {0: 17}))
+    with pytest.raises(NoOffsetForPartitionError,
+                       match=r"^Undefined offset with no reset policy for partitions: \[t-1, t-2\] "):
+        h.net.poll(0, h.clock.now_ns())
+    assert c.position(tp(0)) == 17

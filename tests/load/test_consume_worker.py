@@ -215,3 +215,19 @@ def test_with_auto_commit_close_commits_once_before_leaving():
     assert {p.partition_index: p.committed_offset for t in commits[0].body.topics for p in t.partitions} == {
         0: 10, 1: 20}
     assert not w.owned
+
+
+def test_assign_mode_without_a_seek_starts_by_auto_offset_reset():
+    """StartPosition("reset"): the worker seeks nothing, so the engine asks ListOffsets by
+    auto.offset.reset (latest: timestamp -1), as Java's assign() without a seek does."""
+    from tests.engine.consumer_harness import ConsumerHarness
+
+    h = ConsumerHarness(partitions=2, **{"auto.offset.reset": "latest"})
+    h.ready()
+    w = ConsumerWorker(ConsumeWorkerSpec(0, h.config, "t", (0, 1), StartPosition("reset", reset="latest")),
+                       queue.Queue(), threading.Event())
+    w.consumer = h.consumer
+    w._position()
+    h.step()
+    req = h.net.pending("ListOffsets")[0]
+    assert {p.partition_index: p.timestamp for t in req.body.topics for p in t.partitions} == {0: -1, 1: -1}
