@@ -19,7 +19,7 @@ from kctl.quantities import parse_byte_rate, parse_duration, parse_rate
 from kctl.ui.console import stderr_console, stdout_console
 from kctl.ui.produce_view import (
     ProduceDashboard, clock_line, no_verdict_line, plain_line, spark_start_line, summary_line,
-    summary_renderable,
+    summary_renderable, verify_line,
 )
 
 #: kafka-producer-perf-test takes several properties after one flag (argparse nargs="+").
@@ -215,10 +215,7 @@ def produce(
     status = 0
     if outcome.verify is not None:
         v = outcome.verify
-        what = "sent (acks=0)" if plan.config.acks == 0 else "acknowledged"  # acks=0: no offsets
-        line = (f"verify: {v.expected} {what}, {v.found} found, {v.lost} lost, "
-                f"{v.duplicated} duplicated, {v.reordered} reordered, {v.misplaced} misplaced")
-        print(line)
+        print(verify_line(v, acks=plan.config.acks))
         if not v.ok or v.expected == 0:
             status = 1
     counts = summary.counts

@@ -46,7 +46,7 @@ def replay(
     from kctl.spark.session import available_slots, spark_session
     from kctl.ui.console import stderr_console
     from kctl.ui.produce_view import (clock_line, no_verdict_line, plain_line, spark_start_line,
-                                      summary_line)
+                                      summary_line, verify_line)
     err = stderr_console()
     # Every value is checked before Spark starts.
     check_outputs(files={"--hdr-out": hdr_out, "--json-out": json_out})
@@ -94,9 +94,7 @@ def replay(
         sys.exit(EXIT_INTERRUPTED)
     if outcome.verify is not None:
         v = outcome.verify
-        what = "sent (acks=0)" if plan.config.acks == 0 else "acknowledged"  # acks=0: no offsets
-        print(f"verify: {v.expected} {what}, {v.found} found, {v.lost} lost, "
-              f"{v.duplicated} duplicated, {v.reordered} reordered, {v.misplaced} misplaced")
+        print(verify_line(v, acks=plan.config.acks))
         if not v.ok:
             sys.exit(1)
 

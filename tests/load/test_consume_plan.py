@@ -156,3 +156,23 @@ def test_assign_mode_starts_by_an_explicit_auto_offset_reset():
     assert start(properties=("auto.offset.reset=smallest",)).reset == "earliest"   # librdkafka's name
     assert start(properties=("auto.offset.reset=latest",), start="beginning").kind == "beginning"
     assert start(properties=("auto.offset.reset=earliest",), start="end").kind == "end"
+
+
+def test_produce_consume_reads_without_a_group_so_its_consumers_never_commit(tmp_path):
+    """produce --consume's consumers are in assign mode with no group.id (refused, from a
+    --consumer-property or a --consumer-config file), so they have no coordinator and no
+    closing commit (nor a revoke listener's) that could fail: there is no closing-commit
+    WARNING for produce to print (kctl consume's is for a group)."""
+    from kctl.load import produce
+
+    def plan(**kw):
+        return produce.prepare(produce.ProduceOptions(bootstrap="127.0.0.1:9092", workers=1, consume=True, **kw))
+    assert plan().consumer.group is None and not plan().consumer.enable_auto_commit
+    with pytest.raises(ConfigError, match="drop group.id"):
+        plan(consumer_properties=("group.id=g",))
+    props = tmp_path / "c.properties"
+    props.write_text("group.id=g\n")
+    with pytest.raises(ConfigError, match="drop group.id"):
+        plan(consumer_config=(str(props),))
+    with pytest.raises(ConfigError, match="enable.auto.commit=true needs a group.id"):
+        plan(consumer_properties=("enable.auto.commit=true",))

@@ -231,3 +231,29 @@ def test_assign_mode_without_a_seek_starts_by_auto_offset_reset():
     h.step()
     req = h.net.pending("ListOffsets")[0]
     assert {p.partition_index: p.timestamp for t in req.body.topics for p in t.partitions} == {0: -1, 1: -1}
+
+
+def test_a_failed_closing_commit_is_said_in_the_final_report():
+    """enable.auto.commit=true: the consumer's closing commit (Java's close,
+    maybeAutoCommitOffsetsSync) answered with an error left the group's offsets behind
+    what was read: the final report says why (kctl consume's WARNING), not only the count."""
+    from tests.engine.consumer_harness import LeaveGroupResponse
+    from tests.engine.test_coordinator import commit_body, joined
+
+    w, h = _group_worker(**{"enable.auto.commit": "true"})
+    joined(h, (0,))
+    h.consumer.seek(TopicPartition("t", 0), 7)
+    poll = h.net.poll
+
+    def answering(timeout_ns, now_ns):
+        for r in h.net.pending("OffsetCommit"):
+            h.net.respond(r, commit_body(r, {0: "REBALANCE_IN_PROGRESS"}))
+        for r in h.net.pending("LeaveGroup"):
+            h.net.respond(r, LeaveGroupResponse(throttle_time_ms=0, error_code=0, members=[]))
+        return poll(timeout_ns, now_ns)
+
+    h.net.poll = answering
+    w._finish()
+    final = w.reports.get_nowait()
+    assert final.close_commit_error == "t-0 REBALANCE_IN_PROGRESS"
+    assert (final.metrics.commits, final.metrics.commit_failures) == (0, 1)
