@@ -213,6 +213,10 @@ def produce(
         first = sorted(failures.items())[0]
         raise KctlError(f"worker {first[0]} failed: {first[1].splitlines()[0]}")
     status = 0
+    if summary.verify_error is not None:
+        # The run's summary (and --json-out) stand; the read back failed: one line, exit 2.
+        print(f"kctl: error: {summary.verify_error}", file=sys.stderr, flush=True)
+        status = 2
     if outcome.verify is not None:
         v = outcome.verify
         print(verify_line(v, acks=plan.config.acks))
@@ -222,7 +226,7 @@ def produce(
     if counts.failed:
         by_error = ", ".join(f"{name} x{n}" for name, n in counts.failed_by_error.items())
         err.print(f"{counts.failed} record(s) failed: {by_error}", highlight=False)
-        status = 1
+        status = status or 1
     if status:
         sys.exit(status)
 
