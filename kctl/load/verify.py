@@ -4,16 +4,18 @@ How this works: workers report the ranges they had acknowledged, per
 partition, as runs of ``(offset, count, first_seq)``. The verifier reads each
 partition from the lowest acknowledged offset to the end of the highest run
 and identifies each record by its ``kctl`` identity header (run tag, worker,
-sequence; protocol/identity.py). With acks=0 a send completes at once with no
-offset (offset -1, as in the Java client): there is no acknowledged range, so
-the caller takes each partition's log end offset before the run (``since``,
-``log_end_offsets``) and the verifier reads from there to the log end after the
-run, and on while records of the run are still missing and the partition keeps
-growing (acks=0 writes may still be on their way), until nothing new came for
-``EMPTY_WAIT_S``. Records are then matched by identity alone: lost, duplicated
-and reordered are exact; nothing is misplaced (no offset was promised). Per worker it keeps one byte per sequence
-number (how many times it was expected, how many times it was found), so
-memory is one byte per record, not an object. It reports:
+sequence; protocol/identity.py). Some records are acknowledged with no offset
+(offset -1, as in the Java client): every send with acks=0, and a retry the broker
+answered DUPLICATE_SEQUENCE_NUMBER (its first attempt was written, the answer
+lost: Java's ``Sender.completeBatch`` completes it with offset -1). For them the
+caller takes each partition's log end offset before the run (``since``,
+``log_end_offsets``) and the verifier reads such a partition from there to the log
+end after the run, and on while records of the run are still missing and the
+partition keeps growing (acks=0 writes may still be on their way), until nothing
+new came for ``EMPTY_WAIT_S``. Those records are matched by identity alone;
+nothing is misplaced where no offset was promised. Per worker it keeps one byte
+per sequence number (how many times it was expected, how many times it was found),
+so memory is one byte per record, not an object. It reports:
 
 - lost: acknowledged but not found;
 - duplicated: found more than once (each extra copy counts);
