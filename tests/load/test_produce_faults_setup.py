@@ -1,7 +1,8 @@
 """``kctl produce``'s set-up (ApiVersions, Metadata, CreateTopics, the log end offsets
 before a --verify run) under connections cut by kctl's fault layer: asked again over a
 new connection, with backoff, for at most max.block.ms (as the Java producer blocks for
-its metadata; engine/setup_retry.py)."""
+its metadata; engine/setup_retry.py), and ``kctl consume``'s topic check, bounded by
+default.api.timeout.ms."""
 
 from __future__ import annotations
 
@@ -70,3 +71,14 @@ def test_set_up_gives_up_after_max_block_ms_and_says_so(broker, tmp_path):
     last = r.stderr.strip().splitlines()[-1]
     assert last.startswith("kctl: error: setting up topic") and "max.block.ms=1200 ms" in last, last
     assert faults.get("dropped", 0) >= 3, faults
+
+
+def test_consume_topic_check_gives_up_after_default_api_timeout_ms(broker):
+    plan = FaultPlan(drop_rate=1.0, drop_apis=("Metadata",), seed=1)
+    with InspectorProxy([broker.bootstrap], faults=plan) as proxy:
+        r = subprocess.run([sys.executable, "-m", "kctl", "consume", "-b", proxy.bootstrap, "-t", "any",
+                            "--duration", "1s", "-X", "default.api.timeout.ms=1000"],
+                           timeout=60, capture_output=True, text=True)
+    assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr
+    last = r.stderr.strip().splitlines()[-1]
+    assert last.startswith("kctl: error: looking up topic 'any'") and "default.api.timeout.ms=1000 ms" in last, last
