@@ -53,7 +53,7 @@ from kctl.errors import KctlError
 from kctl.protocol import messages, schema
 from kctl.protocol.error_codes import error_for
 
-__all__ = ["CommitResult", "ConsumerCoordinator", "RebalanceListener"]
+__all__ = ["CommitResult", "ConsumerCoordinator", "RebalanceListener", "describe_commit_errors"]
 
 log = logging.getLogger(__name__)
 
@@ -84,6 +84,11 @@ class CommitResult:
     @property
     def ok(self) -> bool:
         return not self.errors
+
+
+def describe_commit_errors(errors: Mapping[TopicPartition, str]) -> str:
+    """A commit's failed partitions as one phrase: ``t-0 UNKNOWN_MEMBER_ID, t-1 ...``."""
+    return ", ".join(f"{tp.topic}-{tp.partition} {why}" for tp, why in sorted(errors.items()))
 
 
 class ConsumerCoordinator(GroupCoordinator):

@@ -46,6 +46,7 @@ from kctl.consumer_config import ConsumerConfig
 from kctl.engine.batch import TopicPartition
 from kctl.engine.clock import SystemClock
 from kctl.engine.consumer import Consumer
+from kctl.engine.consumer_coordinator import CommitResult, describe_commit_errors
 from kctl.engine.fetcher import ConsumedBatch
 from kctl.engine.subscription import FetchPosition
 from kctl.errors import KctlError
@@ -113,16 +114,47 @@ class ConsumeWorkerSpec:
 
 
 class _Listener:
-    """Commits revoked partitions' positions before they move (module docstring)."""
+    """Commits revoked partitions' positions before they move (module docstring).
+
+    The commit made while the consumer closes (it revokes what it owns before LeaveGroup)
+    is kept with its answer: when it leaves the group's committed offsets behind what was
+    read, the final report says why, as a failed closing commit does."""
 
     def __init__(self, worker: ConsumerWorker) -> None:
         self.worker = worker
+        self.closing_offsets: dict[TopicPartition, int] = {}   # the commit sent while closing
+        self.closing_sent = False
+        self.closing_result: CommitResult | None = None
 
     def on_partitions_revoked(self, partitions, positions) -> None:
         c = self.worker.consumer
-        if c.coordinator is not None and positions:
-            c.coordinator.commit_async(positions, c.clock.now_ns())
+        coordinator = c.coordinator
+        if coordinator is not None and positions:
+            if coordinator.closing:
+                self.closing_offsets = {tp: p.offset for tp, p in positions.items()}
+                self.closing_sent = coordinator.commit_async(positions, c.clock.now_ns(), self._closing_answered)
+            else:
+                coordinator.commit_async(positions, c.clock.now_ns())
         self.worker.lose(partitions)
+
+    def _closing_answered(self, result: CommitResult) -> None:
+        self.closing_result = result
+
+    def closing_commit_error(self) -> str:
+        """Why the commit made while closing left partitions' committed offsets behind
+        what was read ("": it did not, or there was none). A partition the consumer's own
+        closing commit (``enable.auto.commit``) already committed at that offset is not."""
+        if not self.closing_offsets:
+            return ""
+        c = self.worker.consumer.coordinator
+        committed = c.committed() if c is not None else {}
+        if self.closing_result is not None:
+            errors = self.closing_result.errors
+        else:
+            why = "no answer before closing" if self.closing_sent else "not sent (no coordinator)"
+            errors = {tp: why for tp in self.closing_offsets}
+        behind = {tp: e for tp, e in errors.items() if committed.get(tp) != self.closing_offsets.get(tp)}
+        return f"the revoke listener's commit: {describe_commit_errors(behind)}" if behind else ""
 
     def on_partitions_assigned(self, partitions) -> None:
         self.worker.assigned_once = True
@@ -143,7 +175,8 @@ class ConsumerWorker:
         self.clock = SystemClock()
         self.e2e = E2eRecorder()
         self.assigned_once = False
-        self.consumer = Consumer(spec.config, clock=self.clock, listener=_Listener(self))
+        self.listener = _Listener(self)
+        self.consumer = Consumer(spec.config, clock=self.clock, listener=self.listener)
         self.targets: dict[int, int] | None = dict(spec.targets) if spec.targets is not None else None
         self.matched = self.unidentified = self.foreign = 0
         self.seen: dict[int, list[SeenRun]] = {}
@@ -410,6 +443,12 @@ class ConsumerWorker:
             gc.unfreeze()
             self._report(final=True, progress=progress, end_wall_ns=end_wall)
 
+    def _close_commit_error(self) -> str:
+        """Why closing left the group's committed offsets behind what was read: the
+        consumer's closing commit, the revoke listener's, or both ("": neither)."""
+        reasons = (self.consumer.close_commit_error or "", self.listener.closing_commit_error())
+        return "; ".join(r for r in reasons if r)
+
     def _report(self, *, final: bool, progress: tuple[PartitionProgress, ...] | None = None,
                 end_wall_ns: int | None = None) -> None:
         """``end_wall_ns``: the interval's end when not now (the final report: before closing)."""
@@ -421,7 +460,7 @@ class ConsumerWorker:
             consumer=self.spec.consumer, start_wall_ns=self._interval_start, end_wall_ns=now_wall,
             histograms={} if keep else self.e2e.encode_interval(), metrics=self.consumer.metrics.snapshot(),
             partitions=self._progress() if progress is None else progress, matched=self.matched, warmup=self._interval_warmup, final=final,
-            close_commit_error=(self.consumer.close_commit_error or "") if final else "",
+            close_commit_error=self._close_commit_error() if final else "",
             caught_up=bool(self.caught_up_wall_ns), caught_up_wall_ns=self.caught_up_wall_ns,
             first_record_wall_ns=self.first_record_wall_ns,
             seen=dict(self.seen) if final and self.spec.verify else None,

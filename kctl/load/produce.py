@@ -66,6 +66,9 @@ class ProduceOptions:
     properties: Sequence[str] = ()
     producer_config: Sequence[str] = ()
     workers: int | None = None
+    #: why ``workers`` (when given): the option that set it (named in its errors), or the
+    #: reason a command chose it (e.g. one Spark task per slot)
+    workers_reason: str = "--workers"
     interval: float = 1.0
     verify: bool = False
     id_headers: bool = True
@@ -135,7 +138,7 @@ def prepare(o: ProduceOptions) -> ProducePlan:
     if not 0 <= o.spin_ms <= 1000:
         raise ConfigError(f"--spin-ms must be between 0 and 1000, not {o.spin_ms}")
     if o.workers is not None and o.workers < 1:
-        raise ConfigError(f"--workers must be at least 1, not {o.workers}")
+        raise ConfigError(f"{o.workers_reason} must be at least 1, not {o.workers}")
     if o.verify and not o.id_headers:
         raise ConfigError("--verify needs the record identity headers: drop --no-id-headers")
     if o.consume and not o.id_headers:
@@ -169,7 +172,7 @@ def prepare(o: ProduceOptions) -> ProducePlan:
             x.name == "transactional.id" and x.value not in (None, "") for x in settings):
         settings.append(Setting("transactional.id", DEFAULT_TRANSACTIONAL_ID, "--transaction-duration-ms"))
     if o.workers is not None:
-        workers = WorkerCount(o.workers, "--workers")
+        workers = WorkerCount(o.workers, o.workers_reason)
     else:
         given = o.bootstrap or next((str(x.value) for x in reversed(settings)
                                      if x.name == "bootstrap.servers"), None)

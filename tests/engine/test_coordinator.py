@@ -458,3 +458,31 @@ def test_close_with_a_failed_commit_says_why():
     c.close()
     assert c.close_commit_error == "t-0 UNKNOWN_MEMBER_ID"
     assert c.metrics.snapshot().commit_failures >= 1
+
+
+def test_close_waits_for_the_revoke_listeners_commit_without_a_leave_group():
+    """Java's AbstractCoordinator.close awaits the coordinator's pending requests within
+    the close timeout: a static member (group.instance.id: no LeaveGroup) closing with its
+    listener's commit in flight gets the answer (the wait ran only after a LeaveGroup, so
+    the commit was dropped unanswered by closing the connections)."""
+    h = harness(**{"enable.auto.commit": "false", "group.instance.id": "i1"})
+    c = h.consumer
+    c.subscribe(["t"])
+    joined(h, (0,))
+    c.seek(tp(0), 7)
+    answers = []
+
+    def revoked(partitions, positions):
+        c.coordinator.commit_async(positions, h.clock.now_ns(), answers.append)
+    h.on_partitions_revoked = revoked
+    orig_poll = h.net.poll
+
+    def poll(timeout_ns, now_ns):
+        for r in h.net.pending("OffsetCommit"):
+            h.net.respond(r, commit_body(r, {0: "REBALANCE_IN_PROGRESS"}))
+        return orig_poll(timeout_ns, now_ns)
+    h.net.poll = poll
+    c.close()
+    assert h.net.requests("LeaveGroup") == []
+    assert [a.errors for a in answers] == [{tp(0): "REBALANCE_IN_PROGRESS"}]
+    assert c.metrics.snapshot().commit_failures == 1

@@ -131,3 +131,74 @@ def test_produce_consume_e2e_leaves_out_the_warmup_records_by_sequence():
     from kctl.stats.e2e import E2E
     from kctl.stats.latency import decode_histogram
     assert decode_histogram(reports.get_nowait().histograms[E2E]).get_total_count() == 3
+
+
+def _group_worker(**props):
+    """A group member's worker on a scripted coordinator (tests/engine's fake network),
+    its rebalance listener the worker's, joined with partition 0 read up to offset 7."""
+    from tests.engine.test_coordinator import harness, joined
+    h = harness(**props)
+    w = ConsumerWorker(ConsumeWorkerSpec(0, h.config, "t", None, StartPosition("committed")),
+                       queue.Queue(), threading.Event())
+    w.consumer = h.consumer
+    h.on_partitions_revoked = w.listener.on_partitions_revoked
+    h.consumer.subscribe(["t"])
+    joined(h, (0,))
+    h.consumer.seek(TopicPartition("t", 0), 7)
+    return w, h
+
+
+def _answer_commits(h, errors_by_call):
+    """Answers OffsetCommits as the close sends them: the n-th with ``errors_by_call[n]``."""
+    from tests.engine.consumer_harness import LeaveGroupResponse
+    from tests.engine.test_coordinator import commit_body
+    calls = iter(errors_by_call)
+    orig_poll = h.net.poll
+
+    def poll(timeout_ns, now_ns):
+        for r in h.net.pending("OffsetCommit"):
+            h.net.respond(r, commit_body(r, next(calls)))
+        for r in h.net.pending("LeaveGroup"):
+            h.net.respond(r, LeaveGroupResponse(throttle_time_ms=0, error_code=0, members=[]))
+        return orig_poll(timeout_ns, now_ns)
+    h.net.poll = poll
+
+
+def test_a_failed_revoke_commit_at_close_is_said_in_the_final_report():
+    """enable.auto.commit=false: the listener's commit of the revoked partitions is the
+    only closing commit. Answered with an error it left the group's offsets behind what
+    was read: the final report says why (kctl consume's WARNING), not only the count."""
+    w, h = _group_worker(**{"enable.auto.commit": "false"})
+    _answer_commits(h, [{0: "REBALANCE_IN_PROGRESS"}])
+    w._finish()
+    final = w.reports.get_nowait()
+    assert final.close_commit_error == "the revoke listener's commit: t-0 REBALANCE_IN_PROGRESS"
+    assert final.metrics.commit_failures == 1
+
+
+def test_a_failed_revoke_commit_after_a_closing_commit_at_that_offset_is_only_counted():
+    """enable.auto.commit=true: the consumer's own closing commit stored offset 7; the
+    listener's second commit of 7 failing leaves nothing behind: counted, no warning."""
+    w, h = _group_worker()
+    _answer_commits(h, [{}, {0: "REBALANCE_IN_PROGRESS"}])
+    w._finish()
+    final = w.reports.get_nowait()
+    assert final.close_commit_error == ""
+    assert (final.metrics.commits, final.metrics.commit_failures) == (1, 1)
+
+
+def test_an_unanswered_revoke_commit_at_close_is_said_after_the_close_timeout():
+    """The close waits for the listener's commit up to its timeout (30 s), then closes
+    the connections: a commit left unanswered is said, not lost without a word."""
+    w, h = _group_worker(**{"enable.auto.commit": "false"})
+    orig_poll = h.net.poll
+
+    def poll(timeout_ns, now_ns):
+        h.clock.advance(ms=100)                     # the coordinator never answers
+        return orig_poll(timeout_ns, now_ns)
+    h.net.poll = poll
+    start = h.clock.now_ns()
+    w._finish()
+    assert h.clock.now_ns() - start >= 30 * S
+    assert w.reports.get_nowait().close_commit_error == (
+        "the revoke listener's commit: t-0 no answer before closing")
