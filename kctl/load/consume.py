@@ -32,16 +32,17 @@ from __future__ import annotations
 import dataclasses
 import time
 from collections.abc import Callable, Sequence
-from contextlib import ExitStack
+from contextlib import ExitStack, closing
 from dataclasses import dataclass
 from datetime import datetime
 
 
 from kctl.config import Setting, load_properties_file, parse_assignment, redact_properties
 from kctl.consumer_config import ConsumerConfig, canonical_consumer_setting
-from kctl.engine import admin
+from kctl.engine import admin, setup_retry
 from kctl.engine.batch import TopicPartition
 from kctl.engine.blocking_client import BlockingClient
+from kctl.engine.setup_retry import SetupRetry
 from kctl.errors import ConfigError, KctlError
 from kctl.load.clock_sync import SAME_HOST
 from kctl.load.consume_run import ConsumeResult, ConsumeRun, ConsumeSpec
@@ -314,9 +315,14 @@ def execute(plan: ConsumePlan, *, on_event: Callable[[str], None] = lambda _m: N
             on_event(f"no --bootstrap-server given: started the embedded broker (Tansu) at {bootstrap}; "
                      "it stops when the run ends")
         config = plan.config.with_properties({"bootstrap.servers": bootstrap})
-        with BlockingClient(bootstrap.split(",")[0], client_id="kctl-consume-admin",
-                            security=config.security) as client:
-            partitions = _topic_partitions(client, plan)
+        # The topic check is asked again over a new connection while the connection breaks,
+        # for at most default.api.timeout.ms (as the Java consumer's partitionsFor).
+        retry = SetupRetry(config.default_api_timeout_ms, "default.api.timeout.ms",
+                           min(config.retry_backoff_ms, config.retry_backoff_max_ms), config.retry_backoff_max_ms)
+        with closing(BlockingClient(bootstrap.split(",")[0], client_id="kctl-consume-admin",
+                                    security=config.security)) as client:
+            partitions = setup_retry.call(client, lambda c: _topic_partitions(c, plan), retry,
+                                          what=f"looking up topic {o.topic!r}")
         backlog = _write_backlog(plan, bootstrap, on_event) if o.backlog is not None else None
         group = o.group is not None
         consumers = plan.consumers.count

@@ -14,13 +14,20 @@ from kctl.engine.blocking_client import BlockingClient
 pytestmark = pytest.mark.spark
 
 
+def _b(i: int) -> str | None:
+    return None if i % 5 == 0 else f"x{i}"
+
+
 def test_replay_parquet_with_verify(spark, broker, tmp_path):
+    """Every row arrives as it is, null fields included (``"b": null``: Spark's to_json
+    left them out); the summary names --tasks as what set the task count and the column
+    the keys come from."""
     import pyarrow as pa
     import pyarrow.parquet as pq
     n = 2000
     path = tmp_path / "events.parquet"
     pq.write_table(pa.table({"id": list(range(n)), "user": [f"u{i % 7}" for i in range(n)],
-                             "payload": [{"a": i, "b": f"x{i}"} for i in range(n)]}), path)
+                             "payload": [{"a": i, "b": _b(i)} for i in range(n)]}), path)
     summary = tmp_path / "summary.json"
     res = CliRunner().invoke(app, ["replay", str(path), "-t", "replayed", "-b", broker.bootstrap,
                                    "--key-col", "user", "--value-col", "payload", "--rate", "4000",
@@ -32,13 +39,29 @@ def test_replay_parquet_with_verify(spark, broker, tmp_path):
     s = json.loads(summary.read_text())
     assert s["counts"]["acked"] == n and s["verify"]["ok"]
     assert s["spark"]["tasks"] == 2 and len(s["spark"]["per_task"]) == 2
+    assert s["run"]["workers_reason"] == s["config"]["workers_reason"] == "--tasks"
+    assert s["config"]["keys"] == "column:user" and s["config"]["key_col"] == "user"
     got = []
     with BlockingClient(broker.bootstrap) as c:
         for p in range(3):
             for b in admin.read_partition(c, "replayed", p):
                 got += [(r.key, json.loads(r.value)) for r in b.records]
     assert sorted(got, key=lambda kv: kv[1]["a"]) == [
-        (f"u{i % 7}".encode(), {"a": i, "b": f"x{i}"}) for i in range(n)]
+        (f"u{i % 7}".encode(), {"a": i, "b": _b(i)}) for i in range(n)]
+
+
+def test_a_whole_row_is_written_with_its_null_columns(spark):
+    """Without --value-col the value is the whole row as JSON, a null column as
+    ``"x": null`` (Spark's to_json leaves null fields out by default); the key column's
+    null stays a null key."""
+    from kctl.spark.replay import records_frame
+    df = spark.createDataFrame([("k1", 1, "a"), ("k2", None, None), (None, 3, "c")],
+                               "k string, x int, y string")
+    rows = records_frame(df, key_col="k", value_col=None, value_format="json").collect()
+    got = [(r["k"] and bytes(r["k"]), json.loads(bytes(r["v"]))) for r in rows]
+    assert got == [(b"k1", {"k": "k1", "x": 1, "y": "a"}),
+                   (b"k2", {"k": "k2", "x": None, "y": None}),
+                   (None, {"k": None, "x": 3, "y": "c"})]
 
 
 def test_sigterm_stops_the_replay_as_ctrl_c_does(broker, tmp_path):
