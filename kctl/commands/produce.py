@@ -95,7 +95,7 @@ def produce(
     hdr_out: Optional[Path] = typer.Option(None, "--hdr-out", help="Write the HdrHistogram interval log (.hlog)."),
     json_out: Optional[Path] = typer.Option(None, "--json-out", help="Write the summary JSON."),
     interval: str = typer.Option("1s", "--interval", help="Time between interval reports: 250ms, 1s, 5s."),
-    verify: bool = typer.Option(False, "--verify", help="Read the produced range back (acks=0: from each partition's log end before the run); report lost, duplicated, reordered records."),
+    verify: bool = typer.Option(False, "--verify", help="Read the produced range back (records acknowledged without an offset, acks=0 or a retry answered DUPLICATE_SEQUENCE_NUMBER: from each partition's log end before the run); report lost, duplicated, reordered records."),
     quiet: bool = typer.Option(False, "--quiet", help="Print only the summary."),
     no_id_headers: bool = typer.Option(False, "--no-id-headers", help="Do not add the 24-byte kctl identity header (run, worker, sequence, intended time)."),
     seed: int = typer.Option(0, "--seed", help="Seed for payloads and keys."),
@@ -221,6 +221,10 @@ def produce(
         first = sorted(failures.items())[0]
         raise KctlError(f"worker {first[0]} failed: {first[1].splitlines()[0]}")
     status = 0
+    if summary.verify_error is not None:
+        # The run's summary (and --json-out) stand; the read back failed: one line, exit 2.
+        print(f"kctl: error: {summary.verify_error}", file=sys.stderr, flush=True)
+        status = 2
     if outcome.verify is not None:
         v = outcome.verify
         print(verify_line(v, acks=plan.config.acks))
@@ -230,7 +234,7 @@ def produce(
     if counts.failed:
         by_error = ", ".join(f"{name} x{n}" for name, n in counts.failed_by_error.items())
         err.print(f"{counts.failed} record(s) failed: {by_error}", highlight=False)
-        status = 1
+        status = status or 1
     if status:
         sys.exit(status)
 

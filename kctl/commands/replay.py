@@ -97,6 +97,10 @@ def replay(
         if summary.unaccounted:
             err.print(no_verdict_line(summary.unaccounted))
         sys.exit(EXIT_INTERRUPTED)
+    if summary.verify_error is not None:
+        # As kctl produce: the summary stands; the read back failed: one line, exit 2.
+        print(f"kctl: error: {summary.verify_error}", file=sys.stderr, flush=True)
+        sys.exit(2)
     if outcome.verify is not None:
         v = outcome.verify
         print(verify_line(v, acks=plan.config.acks))

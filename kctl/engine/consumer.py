@@ -158,8 +158,7 @@ class Consumer:
             if self.coordinator.fatal_error is not None:
                 raise self.coordinator.fatal_error
         else:
-            for tp in self.subscriptions.initializing_partitions():
-                self.subscriptions.request_offset_reset(tp)
+            self.subscriptions.reset_initializing_positions()
         self.offsets.reset_positions_if_needed(now_ns)
         self.offsets.poll_queries(now_ns)
         if self.offsets.fatal_error is not None:

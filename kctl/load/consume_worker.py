@@ -27,9 +27,12 @@ records, or once caught up when told to (``stop_when_caught_up``). Closing commi
 closing (the run's end, as kafka-consumer-perf-test takes its end time before close), its
 counters are read after.
 
-In group mode the rebalance listener commits the positions of revoked partitions
-before they move (``commit_async``; the next join waits for it), as a careful
-application does, so a rebalance does not hand the next owner records already read.
+Commits are the engine's, as a Java consumer with the same settings makes them: with
+``enable.auto.commit`` every ``auto.commit.interval.ms``, before a rebalance revokes
+partitions (ConsumerCoordinator's onJoinPrepare) and at close; with it off, none. The
+rebalance listener only times rejoining (kafka-consumer-perf-test's listener does no
+more): a commit of its own would commit with auto-commit off, and send a second,
+identical OffsetCommit at close with it on.
 """
 
 from __future__ import annotations
@@ -46,7 +49,6 @@ from kctl.consumer_config import ConsumerConfig
 from kctl.engine.batch import TopicPartition
 from kctl.engine.clock import SystemClock
 from kctl.engine.consumer import Consumer
-from kctl.engine.consumer_coordinator import CommitResult, describe_commit_errors
 from kctl.engine.fetcher import ConsumedBatch
 from kctl.engine.subscription import FetchPosition
 from kctl.errors import KctlError
@@ -67,16 +69,20 @@ POLL_S = 0.05
 @dataclass(frozen=True, slots=True)
 class StartPosition:
     """Where reading starts: ``beginning``, ``end``, ``offset`` (``value``), ``timestamp``
-    (``value`` ms), ``committed`` (the group's, else auto.offset.reset) or ``offsets``
-    (one offset per partition: a backlog's, or the end before ``produce --consume``)."""
+    (``value`` ms), ``committed`` (the group's, else auto.offset.reset), ``reset`` (assign
+    mode, no seek: auto.offset.reset, ``reset`` its text, as Java's assign() without a seek)
+    or ``offsets`` (one offset per partition: a backlog's, or the end before ``produce --consume``)."""
 
     kind: str
     value: int = 0
     offsets: dict[int, int] | None = None
+    reset: str = ""
 
     def describe(self) -> str:
         if self.kind in ("offset", "timestamp"):
             return f"{self.kind} {self.value}"
+        if self.kind == "reset":
+            return f"auto.offset.reset={self.reset}"
         return self.kind
 
 
@@ -114,47 +120,13 @@ class ConsumeWorkerSpec:
 
 
 class _Listener:
-    """Commits revoked partitions' positions before they move (module docstring).
-
-    The commit made while the consumer closes (it revokes what it owns before LeaveGroup)
-    is kept with its answer: when it leaves the group's committed offsets behind what was
-    read, the final report says why, as a failed closing commit does."""
+    """Times rejoining; commits nothing (module docstring)."""
 
     def __init__(self, worker: ConsumerWorker) -> None:
         self.worker = worker
-        self.closing_offsets: dict[TopicPartition, int] = {}   # the commit sent while closing
-        self.closing_sent = False
-        self.closing_result: CommitResult | None = None
 
     def on_partitions_revoked(self, partitions, positions) -> None:
-        c = self.worker.consumer
-        coordinator = c.coordinator
-        if coordinator is not None and positions:
-            if coordinator.closing:
-                self.closing_offsets = {tp: p.offset for tp, p in positions.items()}
-                self.closing_sent = coordinator.commit_async(positions, c.clock.now_ns(), self._closing_answered)
-            else:
-                coordinator.commit_async(positions, c.clock.now_ns())
         self.worker.lose(partitions)
-
-    def _closing_answered(self, result: CommitResult) -> None:
-        self.closing_result = result
-
-    def closing_commit_error(self) -> str:
-        """Why the commit made while closing left partitions' committed offsets behind
-        what was read ("": it did not, or there was none). A partition the consumer's own
-        closing commit (``enable.auto.commit``) already committed at that offset is not."""
-        if not self.closing_offsets:
-            return ""
-        c = self.worker.consumer.coordinator
-        committed = c.committed() if c is not None else {}
-        if self.closing_result is not None:
-            errors = self.closing_result.errors
-        else:
-            why = "no answer before closing" if self.closing_sent else "not sent (no coordinator)"
-            errors = {tp: why for tp in self.closing_offsets}
-        behind = {tp: e for tp, e in errors.items() if committed.get(tp) != self.closing_offsets.get(tp)}
-        return f"the revoke listener's commit: {describe_commit_errors(behind)}" if behind else ""
 
     def on_partitions_assigned(self, partitions) -> None:
         self.worker.assigned_once = True
@@ -175,8 +147,7 @@ class ConsumerWorker:
         self.clock = SystemClock()
         self.e2e = E2eRecorder()
         self.assigned_once = False
-        self.listener = _Listener(self)
-        self.consumer = Consumer(spec.config, clock=self.clock, listener=self.listener)
+        self.consumer = Consumer(spec.config, clock=self.clock, listener=_Listener(self))
         self.targets: dict[int, int] | None = dict(spec.targets) if spec.targets is not None else None
         self.matched = self.unidentified = self.foreign = 0
         self.seen: dict[int, list[SeenRun]] = {}
@@ -236,7 +207,8 @@ class ConsumerWorker:
                     c.subscriptions.seek(tp, FetchPosition(offsets[tp.partition]))
                 else:
                     c.seek_to_beginning([tp])
-        # "committed": the group's committed offsets (ConsumerCoordinator), else auto.offset.reset.
+        # "committed": the group's committed offsets (ConsumerCoordinator), else auto.offset.reset;
+        # "reset": no seek, so the engine resets by auto.offset.reset (none: it fails).
 
     def _ready(self) -> bool:
         c = self.consumer
@@ -443,12 +415,6 @@ class ConsumerWorker:
             gc.unfreeze()
             self._report(final=True, progress=progress, end_wall_ns=end_wall)
 
-    def _close_commit_error(self) -> str:
-        """Why closing left the group's committed offsets behind what was read: the
-        consumer's closing commit, the revoke listener's, or both ("": neither)."""
-        reasons = (self.consumer.close_commit_error or "", self.listener.closing_commit_error())
-        return "; ".join(r for r in reasons if r)
-
     def _report(self, *, final: bool, progress: tuple[PartitionProgress, ...] | None = None,
                 end_wall_ns: int | None = None) -> None:
         """``end_wall_ns``: the interval's end when not now (the final report: before closing)."""
@@ -460,7 +426,7 @@ class ConsumerWorker:
             consumer=self.spec.consumer, start_wall_ns=self._interval_start, end_wall_ns=now_wall,
             histograms={} if keep else self.e2e.encode_interval(), metrics=self.consumer.metrics.snapshot(),
             partitions=self._progress() if progress is None else progress, matched=self.matched, warmup=self._interval_warmup, final=final,
-            close_commit_error=self._close_commit_error() if final else "",
+            close_commit_error=(self.consumer.close_commit_error or "") if final else "",
             caught_up=bool(self.caught_up_wall_ns), caught_up_wall_ns=self.caught_up_wall_ns,
             first_record_wall_ns=self.first_record_wall_ns,
             seen=dict(self.seen) if final and self.spec.verify else None,

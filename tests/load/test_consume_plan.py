@@ -143,6 +143,21 @@ def test_no_e2e_samples_says_why():
     assert no_e2e_samples(s) == "e2e: no samples: no records were read"
 
 
+def test_assign_mode_starts_by_an_explicit_auto_offset_reset():
+    """Java's assign() without a seek starts each partition by auto.offset.reset: given
+    (-X or a consumer config) without --from, it decides the start (it was accepted and
+    ignored: assign mode read from the beginning); an explicit --from still wins."""
+    def start(**kw):
+        return prepare(ConsumeOptions(bootstrap="127.0.0.1:9092", consumers=1, **kw)).start
+    assert start().kind == "beginning"                       # kctl's default, no reset given
+    latest = start(properties=("auto.offset.reset=latest",))
+    assert (latest.kind, latest.describe()) == ("reset", "auto.offset.reset=latest")
+    assert start(properties=("auto.offset.reset=none",)).reset == "none"
+    assert start(properties=("auto.offset.reset=smallest",)).reset == "earliest"   # librdkafka's name
+    assert start(properties=("auto.offset.reset=latest",), start="beginning").kind == "beginning"
+    assert start(properties=("auto.offset.reset=earliest",), start="end").kind == "end"
+
+
 def test_produce_consume_reads_without_a_group_so_its_consumers_never_commit(tmp_path):
     """produce --consume's consumers are in assign mode with no group.id (refused, from a
     --consumer-property or a --consumer-config file), so they have no coordinator and no
