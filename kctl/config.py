@@ -576,7 +576,8 @@ PROPERTIES: tuple[PropertySpec, ...] = (
                  "a non-empty string"),
     _int_spec("transaction.timeout.ms", 60000, 1, INT_MAX, "ms"),
     _int_spec("metadata.max.age.ms", 300000, 0, LONG_MAX, "ms"),
-    _int_spec("metadata.max.idle.ms", 300000, 5000, LONG_MAX, "ms"),
+    _int_spec("metadata.max.idle.ms", 300000, 5000, LONG_MAX, "ms",
+              "A topic not sent to for this long leaves the Metadata requests until sent to again."),
     PropertySpec("partitioner.class", "partitioner", PartitionerKind.DEFAULT, _parse_partitioner,
                  "default, sticky, murmur2, round_robin, or one of the Java classes "
                  + ", ".join(PARTITIONER_CLASS_NAMES)),
@@ -790,7 +791,7 @@ class NetworkConfig:
 @dataclass(frozen=True, slots=True)
 class MetadataConfig:
     metadata_max_age_ms: int
-    metadata_max_idle_ms: int
+    metadata_max_idle_ms: int | None  # None: topics never expire (the consumer's subscription)
     retry_backoff_ms: int
     retry_backoff_max_ms: int
 

@@ -558,7 +558,7 @@ class ConsumerConfig:
     @property
     def metadata(self) -> MetadataConfig:
         return MetadataConfig(
-            metadata_max_age_ms=self.metadata_max_age_ms, metadata_max_idle_ms=300000,
+            metadata_max_age_ms=self.metadata_max_age_ms, metadata_max_idle_ms=None,
             retry_backoff_ms=min(self.retry_backoff_ms, self.retry_backoff_max_ms),
             retry_backoff_max_ms=self.retry_backoff_max_ms)
 
