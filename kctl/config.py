@@ -779,7 +779,7 @@ class NetworkConfig:
     request_timeout_ms: int
     max_in_flight_requests_per_connection: int
     socket_connection_setup_timeout_ms: int
-    socket_connection_setup_timeout_max_ms: int  # already at least the initial timeout
+    socket_connection_setup_timeout_max_ms: int  # ExponentialBackoff: min(initial, max) is the first
     send_buffer_bytes: int  # -1: OS default
     receive_buffer_bytes: int  # -1: OS default
     connections_max_idle_ms: int  # -1: never
@@ -921,6 +921,7 @@ class ProducerConfig:
             values["sasl_password"] = os.environ[SASL_PASSWORD_ENV]
         explicit = frozenset(origins)
         _resolve_defaults(values, explicit, warnings)
+        common_client_rules(values, explicit, warnings)
         probe = _Fields({spec.field: values.get(spec.field, spec.default) for spec in PROPERTIES})
         _check_rules(probe, explicit=explicit, origins=origins)
         return cls(
@@ -1026,9 +1027,7 @@ class ProducerConfig:
             request_timeout_ms=self.request_timeout_ms,
             max_in_flight_requests_per_connection=self.max_in_flight_requests_per_connection,
             socket_connection_setup_timeout_ms=self.socket_connection_setup_timeout_ms,
-            socket_connection_setup_timeout_max_ms=max(
-                self.socket_connection_setup_timeout_ms, self.socket_connection_setup_timeout_max_ms
-            ),
+            socket_connection_setup_timeout_max_ms=self.socket_connection_setup_timeout_max_ms,
             send_buffer_bytes=self.send_buffer_bytes,
             receive_buffer_bytes=self.receive_buffer_bytes,
             connections_max_idle_ms=self.connections_max_idle_ms,
@@ -1134,17 +1133,37 @@ def _resolve_defaults(values: dict[str, Any], explicit: frozenset[str], warnings
             f"delivery.timeout.ms raised from its default {current.delivery_timeout_ms} to {floor} "
             f"(linger.ms + request.timeout.ms)"
         )
-    if current.retry_backoff_ms > current.retry_backoff_max_ms:
-        warnings.append(
-            f"retry.backoff.ms ({current.retry_backoff_ms}) is greater than retry.backoff.max.ms "
-            f"({current.retry_backoff_max_ms}): a constant backoff of {current.retry_backoff_max_ms} ms applies"
-        )
-    if current.reconnect_backoff_ms > current.reconnect_backoff_max_ms:
-        warnings.append(
-            f"reconnect.backoff.ms ({current.reconnect_backoff_ms}) is greater than reconnect.backoff.max.ms "
-            f"({current.reconnect_backoff_max_ms}): a constant backoff of "
-            f"{current.reconnect_backoff_max_ms} ms applies"
-        )
+
+
+def common_client_rules(values: dict[str, Any], explicit: Iterable[str], warnings: list[str]) -> None:
+    """What the Java client's ``CommonClientConfigs`` does after parsing, the same for the
+    producer and the consumer (``values``: field -> parsed value; ``explicit``: the Kafka
+    names the user set):
+
+    * ``reconnect.backoff.ms`` set without ``reconnect.backoff.max.ms``: the max becomes
+      ``reconnect.backoff.ms``, a constant backoff (``postProcessReconnectBackoffConfigs``).
+    * An initial backoff or setup timeout above its max: the max applies, constant
+      (``ExponentialBackoff`` takes the smaller), with Java's warning
+      (``warnDisablingExponentialBackoff``).
+    """
+    explicit = frozenset(explicit)
+    if "reconnect.backoff.ms" in explicit and "reconnect.backoff.max.ms" not in explicit:
+        values["reconnect_backoff_max_ms"] = values["reconnect_backoff_ms"]
+        warnings.append("reconnect.backoff.ms is set and reconnect.backoff.max.ms is not: a constant "
+                        f"reconnect backoff of {values['reconnect_backoff_ms']} ms applies, as in the "
+                        "Java client")
+
+    def value(name: str) -> Any:
+        spec = PROPERTY_BY_NAME[name]
+        return values.get(spec.field, spec.default)
+
+    for initial, top, what in (("retry.backoff.ms", "retry.backoff.max.ms", "backoff"),
+                               ("reconnect.backoff.ms", "reconnect.backoff.max.ms", "backoff"),
+                               ("socket.connection.setup.timeout.ms",
+                                "socket.connection.setup.timeout.max.ms", "connection setup timeout")):
+        if value(initial) > value(top):
+            warnings.append(f"{initial} ({value(initial)}) is greater than {top} ({value(top)}): "
+                            f"a constant {what} of {value(top)} ms applies")
 
 
 def _check_rules(v: Any, explicit: frozenset[str] | None, origins: Mapping[str, str | None]) -> None:
@@ -1256,6 +1275,7 @@ __all__ = [
     "SenderConfig",
     "Setting",
     "canonical_setting",
+    "common_client_rules",
     "describe_properties",
     "load_properties_file",
     "parse_assignment",

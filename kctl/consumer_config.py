@@ -56,6 +56,7 @@ from kctl.config import (
     SecurityConfig,
     SecurityProtocol,
     Setting,
+    common_client_rules,
     load_properties_file,
     parse_assignment,
     parse_jaas_config,
@@ -458,6 +459,7 @@ class ConsumerConfig:
         # maybeOverrideEnableAutoCommit); an explicit true without one is an error.
         if "enable_auto_commit" not in values:
             values["enable_auto_commit"] = values.get("group_id") is not None
+        common_client_rules(values, origins, warnings)
         _check_rules(_Fields({s.field: values.get(s.field, s.default) for s in CONSUMER_PROPERTIES}),
                      origins)
         return cls(**values, settings=settings,
@@ -534,8 +536,7 @@ class ConsumerConfig:
             # Java's KafkaConsumer: "a fixed large enough value will suffice" (100).
             max_in_flight_requests_per_connection=100,
             socket_connection_setup_timeout_ms=self.socket_connection_setup_timeout_ms,
-            socket_connection_setup_timeout_max_ms=max(self.socket_connection_setup_timeout_ms,
-                                                       self.socket_connection_setup_timeout_max_ms),
+            socket_connection_setup_timeout_max_ms=self.socket_connection_setup_timeout_max_ms,
             send_buffer_bytes=self.send_buffer_bytes, receive_buffer_bytes=self.receive_buffer_bytes,
             connections_max_idle_ms=self.connections_max_idle_ms,
             reconnect_backoff_ms=min(self.reconnect_backoff_ms, self.reconnect_backoff_max_ms),

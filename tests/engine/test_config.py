@@ -14,6 +14,8 @@ from kctl.config import (
     parse_assignment,
     parse_properties,
 )
+from kctl.consumer_config import ConsumerConfig
+from kctl.engine.connection_states import ClusterConnectionStates
 from kctl.errors import ConfigError
 
 JAVA_DEFAULTS = {
@@ -255,7 +257,7 @@ def test_pieces_carry_what_each_component_needs():
     assert cfg.accumulator.batch_size == 1000
     assert cfg.buffer_pool.batch_size == 1000 and cfg.buffer_pool.buffer_memory == 33554432
     assert cfg.sender.guarantee_message_order
-    assert cfg.network.reconnect_backoff_ms == 1000
+    assert cfg.network.reconnect_backoff_ms == 2000   # max not set: constant, as Java
     assert cfg.partitioning.sticky_batch_size == 1000
     assert cfg.metadata.metadata_max_age_ms == 300000
     assert ProducerConfig().compression.level is None
@@ -352,3 +354,36 @@ def test_lz4_default_level_is_lz4s_fast_mode_as_in_java():
     assert default.compression_lz4_level == 9 and default.compression.level == LZ4_FAST_LEVEL
     high = ProducerConfig.from_properties({"compression.type": "lz4", "compression.lz4.level": "12"})
     assert high.compression.level == 12
+
+
+# -- CommonClientConfigs' rules, producer and consumer alike ----------------------------
+
+
+@pytest.mark.parametrize("client", [ProducerConfig, ConsumerConfig])
+def test_reconnect_backoff_without_max_is_constant(client):
+    """Java's postProcessReconnectBackoffConfigs: reconnect.backoff.ms set and the max not,
+    the max is reconnect.backoff.ms (KafkaProducerTest/KafkaConsumerTest's constant backoff)."""
+    for ms in (200, 5000):
+        cfg = client.from_properties({"reconnect.backoff.ms": ms})
+        assert (cfg.network.reconnect_backoff_ms, cfg.network.reconnect_backoff_max_ms) == (ms, ms)
+        assert any("constant reconnect backoff" in w for w in cfg.warnings)
+        assert not any("greater than" in w for w in cfg.warnings)
+    both = client.from_properties({"reconnect.backoff.ms": 200, "reconnect.backoff.max.ms": 4000})
+    assert (both.network.reconnect_backoff_ms, both.network.reconnect_backoff_max_ms) == (200, 4000)
+    assert client.from_properties({}).network.reconnect_backoff_max_ms == 1000
+
+
+@pytest.mark.parametrize("client", [ProducerConfig, ConsumerConfig])
+def test_connection_setup_timeout_above_its_max_is_the_max(client):
+    """ExponentialBackoff takes min(initial, max): a constant timeout of the max, with
+    Java's warning (CommonClientConfigs.warnDisablingExponentialBackoff)."""
+    cfg = client.from_properties({"socket.connection.setup.timeout.ms": 40000,
+                                  "socket.connection.setup.timeout.max.ms": 20000})
+    states = ClusterConnectionStates(
+        cfg.network.reconnect_backoff_ms, cfg.network.reconnect_backoff_max_ms,
+        cfg.network.socket_connection_setup_timeout_ms, cfg.network.socket_connection_setup_timeout_max_ms,
+        random=lambda: 0.5)
+    assert states.connection_setup_timeout.backoff_ms(0) == 20000
+    assert states.connection_setup_timeout.backoff_ms(5) == 20000
+    assert any("socket.connection.setup.timeout.ms (40000) is greater than "
+               "socket.connection.setup.timeout.max.ms (20000)" in w for w in cfg.warnings)
