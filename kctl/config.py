@@ -443,17 +443,25 @@ def _parse_security_protocol(value: Any) -> SecurityProtocol:
     return proto
 
 
-def _parse_sasl_mechanism(value: Any) -> SaslMechanism:
-    if isinstance(value, SaslMechanism):
+def _parse_sasl_mechanism(value: Any) -> SaslMechanism | None:
+    """Case-sensitive, as SASL names are: the Java client finds no SASL client for
+    ``scram-sha-256`` and a broker no mechanism for ``plain``."""
+    if value is None or isinstance(value, SaslMechanism):
         return value
     if isinstance(value, str):
-        text = value.strip().upper()
+        text = value.strip()
+        if not text:
+            return None
         for m in SaslMechanism:
             if m.value == text:
                 return m
-        if text in ("GSSAPI", "OAUTHBEARER"):
+        if text.upper() in ("GSSAPI", "OAUTHBEARER"):
             raise _Invalid(f"{text} is a Kafka SASL mechanism but kctl does not support it; "
                            "use PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512")
+        for m in SaslMechanism:
+            if m.value == text.upper():
+                raise _Invalid(f"SASL mechanism names are upper case: write {m.value} (the Java "
+                               f"client would find no SASL client for {text!r})")
     raise _Invalid("")
 
 
@@ -597,8 +605,9 @@ PROPERTIES: tuple[PropertySpec, ...] = (
                  "the private key's password, or @file", doc="Secret."),
     PropertySpec("ssl.endpoint.identification.algorithm", "ssl_endpoint_identification_algorithm",
                  "https", _parse_endpoint_algorithm, "https, or empty to skip host name verification"),
-    PropertySpec("sasl.mechanism", "sasl_mechanism", SaslMechanism.PLAIN, _parse_sasl_mechanism,
-                 "PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512"),
+    PropertySpec("sasl.mechanism", "sasl_mechanism", None, _parse_sasl_mechanism,
+                 "PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512",
+                 doc="Needed with SASL: the Java client's default, GSSAPI, is not supported."),
     PropertySpec("sasl.username", "sasl_username", None, _parse_optional_str, "a user name"),
     PropertySpec("sasl.password", "sasl_password", None, _parse_secret,
                  "a password, or @file", doc=f"Secret; default: ${SASL_PASSWORD_ENV}."),
@@ -755,7 +764,7 @@ class SecurityConfig:
     ssl_key_location: str | None = None
     ssl_key_password: str | None = field(default=None, repr=False)
     ssl_check_hostname: bool = True  # ssl.endpoint.identification.algorithm=https
-    sasl_mechanism: SaslMechanism = SaslMechanism.PLAIN
+    sasl_mechanism: SaslMechanism | None = None  # set whenever uses_sasl (check_sasl)
     sasl_username: str | None = None
     sasl_password: str | None = field(default=None, repr=False)
 
@@ -859,7 +868,7 @@ class ProducerConfig:
     ssl_key_location: str | None = None
     ssl_key_password: str | None = field(default=None, repr=False)
     ssl_endpoint_identification_algorithm: str = "https"
-    sasl_mechanism: SaslMechanism = SaslMechanism.PLAIN
+    sasl_mechanism: SaslMechanism | None = None  # Java's default GSSAPI: none kctl has
     sasl_username: str | None = None
     sasl_password: str | None = field(default=None, repr=False)
     sasl_jaas_config: str | None = field(default=None, repr=False)
@@ -1195,22 +1204,57 @@ def _check_rules(v: Any, explicit: frozenset[str] | None, origins: Mapping[str, 
             f"({v.linger_ms} + {v.request_timeout_ms} = {floor})"
             + where("delivery.timeout.ms", "linger.ms", "request.timeout.ms")
         )
-    if v.security_protocol in (SecurityProtocol.SASL_PLAINTEXT, SecurityProtocol.SASL_SSL):
-        username, password = v.sasl_username, v.sasl_password
-        if v.sasl_jaas_config:
-            _, options = parse_jaas_config(v.sasl_jaas_config)
-            username = username or options.get("username")
-            password = password or options.get("password")
-        if not username or not password:
-            raise ConfigError(
-                f"security.protocol={v.security_protocol.value} needs a user name and a password: "
-                f"set sasl.username and sasl.password (or sasl.password=@file, or ${SASL_PASSWORD_ENV}), "
-                "or sasl.jaas.config" + where("security.protocol"))
+    check_sasl(v, where)
     if v.batch_size > v.buffer_memory:
         raise ConfigError(
             f"batch.size ({v.batch_size}) must not exceed buffer.memory ({v.buffer_memory}): "
             "no batch could ever be allocated" + where("batch.size", "buffer.memory")
         )
+
+
+#: The login module each mechanism logs in with (the Java client's names; a shaded copy's
+#: package does not matter).
+_LOGIN_MODULES = {SaslMechanism.PLAIN: "PlainLoginModule", SaslMechanism.SCRAM_SHA_256: "ScramLoginModule",
+                  SaslMechanism.SCRAM_SHA_512: "ScramLoginModule"}
+
+
+def check_sasl(v: Any, where: Callable[..., str]) -> None:
+    """With ``SASL_*``: a mechanism kctl has, set (Java's default is GSSAPI), a user name and a
+    password, and a ``sasl.jaas.config`` whose login module fits the mechanism. Producer and
+    consumer alike (``where(*names)``: where those settings came from, for the message)."""
+    if v.security_protocol not in (SecurityProtocol.SASL_PLAINTEXT, SecurityProtocol.SASL_SSL):
+        return
+    proto = f"security.protocol={v.security_protocol.value}"
+    if v.sasl_mechanism is None:
+        raise ConfigError(
+            f"{proto} without sasl.mechanism: sasl.mechanism is GSSAPI by default in the Java client; "
+            "kctl supports PLAIN, SCRAM-SHA-256, SCRAM-SHA-512: set sasl.mechanism" + where("security.protocol"))
+    username, password = v.sasl_username, v.sasl_password
+    if v.sasl_jaas_config:
+        module, options = parse_jaas_config(v.sasl_jaas_config)
+        name = module.rsplit(".", 1)[-1]
+        wanted = _LOGIN_MODULES[v.sasl_mechanism]
+        if name not in _LOGIN_MODULES.values():
+            raise ConfigError(
+                f"sasl.jaas.config names {module}: kctl logs in with PlainLoginModule (PLAIN) or "
+                "ScramLoginModule (SCRAM-SHA-256, SCRAM-SHA-512) entries" + where("sasl.jaas.config"))
+        if name != wanted:
+            why = ("the Java client would send its password in clear with PLAIN"
+                   if v.sasl_mechanism is SaslMechanism.PLAIN
+                   else "the Java client has no SCRAM client without ScramLoginModule and fails to log in")
+            raise ConfigError(
+                f"sasl.jaas.config's {name} does not fit sasl.mechanism={v.sasl_mechanism.value} ({why}): "
+                f"use {wanted}, or the mechanism that fits {name}" + where("sasl.jaas.config", "sasl.mechanism"))
+        if options.get("tokenauth", "").lower() == "true":
+            raise ConfigError("sasl.jaas.config's tokenauth=true (delegation token authentication) is not "
+                              "supported by kctl" + where("sasl.jaas.config"))
+        username = username or options.get("username")
+        password = password or options.get("password")
+    if not username or not password:
+        raise ConfigError(
+            f"{proto} needs a user name and a password: "
+            f"set sasl.username and sasl.password (or sasl.password=@file, or ${SASL_PASSWORD_ENV}), "
+            "or sasl.jaas.config" + where("security.protocol"))
 
 
 def _show(value: Any) -> str:
@@ -1275,6 +1319,7 @@ __all__ = [
     "SenderConfig",
     "Setting",
     "canonical_setting",
+    "check_sasl",
     "common_client_rules",
     "describe_properties",
     "load_properties_file",

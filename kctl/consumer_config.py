@@ -56,6 +56,7 @@ from kctl.config import (
     SecurityConfig,
     SecurityProtocol,
     Setting,
+    check_sasl,
     common_client_rules,
     load_properties_file,
     parse_assignment,
@@ -402,7 +403,7 @@ class ConsumerConfig:
     ssl_key_location: str | None = None
     ssl_key_password: str | None = field(default=None, repr=False)
     ssl_endpoint_identification_algorithm: str = "https"
-    sasl_mechanism: SaslMechanism = SaslMechanism.PLAIN
+    sasl_mechanism: SaslMechanism | None = None  # Java's default GSSAPI: none kctl has
     sasl_username: str | None = None
     sasl_password: str | None = field(default=None, repr=False)
     sasl_jaas_config: str | None = field(default=None, repr=False)
@@ -585,17 +586,7 @@ def _check_rules(v: Any, origins: Mapping[str, str | None]) -> None:
         raise ConfigError(
             f"heartbeat.interval.ms ({v.heartbeat_interval_ms}) must be lower than session.timeout.ms "
             f"({v.session_timeout_ms})" + where("heartbeat.interval.ms", "session.timeout.ms"))
-    if v.security_protocol in (SecurityProtocol.SASL_PLAINTEXT, SecurityProtocol.SASL_SSL):
-        username, password = v.sasl_username, v.sasl_password
-        if v.sasl_jaas_config:
-            _, options = parse_jaas_config(v.sasl_jaas_config)
-            username = username or options.get("username")
-            password = password or options.get("password")
-        if not username or not password:
-            raise ConfigError(
-                f"security.protocol={v.security_protocol.value} needs a user name and a password: "
-                f"set sasl.username and sasl.password (or sasl.password=@file, or ${SASL_PASSWORD_ENV}), "
-                "or sasl.jaas.config" + where("security.protocol"))
+    check_sasl(v, where)
 
 
 def canonical_consumer_setting(setting: Setting) -> Setting:

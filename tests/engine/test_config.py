@@ -8,6 +8,7 @@ from kctl.config import (
     CompressionType,
     PartitionerKind,
     ProducerConfig,
+    SaslMechanism,
     SecurityProtocol,
     Setting,
     load_properties_file,
@@ -130,7 +131,7 @@ def test_security_protocols_and_unknown_ones():
     cfg = ProducerConfig.from_properties({"security.protocol": "ssl"})
     assert cfg.security.uses_tls and not cfg.security.uses_sasl
     with pytest.raises(ConfigError, match="needs a user name and a password"):
-        ProducerConfig.from_properties({"security.protocol": "sasl_ssl"})
+        ProducerConfig.from_properties({"security.protocol": "sasl_ssl", "sasl.mechanism": "PLAIN"})
     with pytest.raises(ConfigError, match="expected PLAINTEXT, SSL, SASL_PLAINTEXT or SASL_SSL"):
         ProducerConfig.from_properties({"security.protocol": "TLS"})
     with pytest.raises(ConfigError, match="GSSAPI is a Kafka SASL mechanism but kctl does not support it"):
@@ -141,17 +142,19 @@ def test_secrets_from_file_env_and_jaas_never_shown(tmp_path, monkeypatch):
     secret = tmp_path / "pw"
     secret.write_text("canary-7f3\n")
     cfg = ProducerConfig.load(overrides=["security.protocol=SASL_SSL", "sasl.username=alice",
-                                         f"sasl.password=@{secret}", "sasl.mechanism=scram-sha-256"])
+                                         f"sasl.password=@{secret}", "sasl.mechanism=SCRAM-SHA-256"])
     assert cfg.security.sasl_password == "canary-7f3"
     assert "canary" not in repr(cfg) + repr(cfg.security) + repr(cfg.settings)
     assert cfg.to_properties()["sasl.password"] == "[redacted]"
     monkeypatch.setenv("KCTL_SASL_PASSWORD", "from-env")
-    cfg = ProducerConfig.from_properties({"security.protocol": "SASL_PLAINTEXT", "sasl.username": "bob"})
+    cfg = ProducerConfig.from_properties({"security.protocol": "SASL_PLAINTEXT", "sasl.username": "bob",
+                                          "sasl.mechanism": "PLAIN"})
     assert cfg.security.sasl_password == "from-env"
     monkeypatch.delenv("KCTL_SASL_PASSWORD")
     jaas = ('org.apache.kafka.common.security.plain.PlainLoginModule required '
             'username="carol" password="p@ss word";')
-    cfg = ProducerConfig.from_properties({"security.protocol": "SASL_PLAINTEXT", "sasl.jaas.config": jaas})
+    cfg = ProducerConfig.from_properties({"security.protocol": "SASL_PLAINTEXT", "sasl.jaas.config": jaas,
+                                          "sasl.mechanism": "PLAIN"})
     assert (cfg.security.sasl_username, cfg.security.sasl_password) == ("carol", "p@ss word")
     with pytest.raises(ConfigError) as info:
         ProducerConfig.from_properties({"sasl.password": "@/nonexistent/pw"})
@@ -387,3 +390,41 @@ def test_connection_setup_timeout_above_its_max_is_the_max(client):
     assert states.connection_setup_timeout.backoff_ms(5) == 20000
     assert any("socket.connection.setup.timeout.ms (40000) is greater than "
                "socket.connection.setup.timeout.max.ms (20000)" in w for w in cfg.warnings)
+
+
+# -- SASL: no default mechanism, the login module fits it ------------------------
+
+
+PLAIN_JAAS = 'org.apache.kafka.common.security.plain.PlainLoginModule required username="u" password="p";'
+SCRAM_JAAS = 'org.apache.kafka.common.security.scram.ScramLoginModule required username="u" password="p";'
+
+
+@pytest.mark.parametrize("client", [ProducerConfig, ConsumerConfig])
+def test_sasl_without_a_mechanism_is_refused_not_sent_as_plain(client):
+    """Java's sasl.mechanism defaults to GSSAPI, which kctl has not: a SCRAM password is
+    never sent as PLAIN because the mechanism was left out."""
+    with pytest.raises(ConfigError, match="sasl.mechanism is GSSAPI by default in the Java client; kctl "
+                                          "supports PLAIN, SCRAM-SHA-256, SCRAM-SHA-512: set sasl.mechanism"):
+        client.from_properties({"security.protocol": "SASL_PLAINTEXT", "sasl.jaas.config": SCRAM_JAAS})
+    cfg = client.from_properties({"security.protocol": "SASL_SSL", "sasl.jaas.config": SCRAM_JAAS,
+                                  "sasl.mechanism": "SCRAM-SHA-512"})
+    assert cfg.security.sasl_mechanism is SaslMechanism.SCRAM_SHA_512
+    assert client.from_properties({}).security.sasl_mechanism is None   # no SASL: none needed
+
+
+@pytest.mark.parametrize("client", [ProducerConfig, ConsumerConfig])
+def test_jaas_login_module_must_fit_the_mechanism(client):
+    def props(mechanism, jaas):
+        return {"security.protocol": "SASL_PLAINTEXT", "sasl.mechanism": mechanism, "sasl.jaas.config": jaas}
+
+    with pytest.raises(ConfigError, match="PlainLoginModule does not fit sasl.mechanism=SCRAM-SHA-256"):
+        client.from_properties(props("SCRAM-SHA-256", PLAIN_JAAS))
+    with pytest.raises(ConfigError, match="ScramLoginModule does not fit sasl.mechanism=PLAIN"):
+        client.from_properties(props("PLAIN", SCRAM_JAAS))
+    with pytest.raises(ConfigError, match="kctl logs in with PlainLoginModule"):
+        client.from_properties(props("PLAIN", "com.sun.security.auth.module.Krb5LoginModule required "
+                                               'useKeyTab=true principal="u@R";'))
+    with pytest.raises(ConfigError, match="tokenauth=true"):
+        client.from_properties(props("SCRAM-SHA-256", SCRAM_JAAS[:-1] + ' tokenauth="true";'))
+    assert client.from_properties(props("PLAIN", PLAIN_JAAS)).security.sasl_username == "u"
+    assert client.from_properties(props("SCRAM-SHA-256", SCRAM_JAAS)).security.sasl_password == "p"
