@@ -33,7 +33,12 @@ Choices worth knowing
   the Java producer bounds batches in bytes) is refused naming the Java property.
 * Values are parsed as the Java client parses them: integers are plain
   decimal (durations are milliseconds, sizes bytes, no unit suffixes),
-  booleans are ``true``/``false`` in any case, enums are case-insensitive.
+  booleans are ``true``/``false`` in any case; choices are case-sensitive where
+  Java's validator is (``ValidString``: ``acks=all``, ``compression.type=gzip``,
+  ``isolation.level``, ``auto.offset.reset``, and ``sasl.mechanism``, whose SASL
+  names are) and not where it is not (``CaseInsensitiveValidString``:
+  ``security.protocol``, ``group.protocol``); a value wrong only in its case is
+  refused saying so.
 * Like the Java client, a rule broken only because of a default is fixed
   quietly (with a warning) and a rule broken by explicit settings is an error:
   idempotence is disabled when ``acks``, ``retries`` or
@@ -392,14 +397,24 @@ def _bool_spec(name: str, default: bool, doc: str = "") -> PropertySpec:
     return PropertySpec(name, name.replace(".", "_"), default, _parse_bool, "true or false", doc=doc)
 
 
+def case_sensitive(text: str, choices: Iterable[str]) -> _Invalid:
+    """The error for ``text`` not among ``choices`` (Java's ``ValidString``, which compares
+    case-sensitively): when only its case is wrong, it says so."""
+    for choice in choices:
+        if text.lower() == choice.lower():
+            return _Invalid(f"values are case-sensitive, as in the Java client: write {choice!r}")
+    return _Invalid("")
+
+
 def _enum_parser(choices: Mapping[str, Any]) -> Callable[[Any], Any]:
     def parse(value: Any) -> Any:
         if isinstance(value, enum.Enum) and value in choices.values():
             return value
         if isinstance(value, str):
-            key = value.strip().lower()
+            key = value.strip()
             if key in choices:
                 return choices[key]
+            raise case_sensitive(key, choices)
         raise _Invalid("")
 
     return parse
@@ -409,11 +424,12 @@ def _parse_acks(value: Any) -> int:
     if isinstance(value, int) and not isinstance(value, bool) and value in (-1, 0, 1):
         return value
     if isinstance(value, str):
-        text = value.strip().lower()
+        text = value.strip()
         if text in ("all", "-1"):
             return -1
         if text in ("0", "1"):
             return int(text)
+        raise case_sensitive(text, ("all",))
     raise _Invalid("")
 
 

@@ -63,7 +63,7 @@ from kctl.config import (
     parse_jaas_config,
     redact_properties,
 )
-from kctl.config import _Invalid, _at, _bool_spec, _int_spec, _parse_str  # the shared parsers
+from kctl.config import _Invalid, _at, _bool_spec, _int_spec, _parse_str, case_sensitive  # the shared parsers
 from kctl.config import _invalid_message, _librdkafka_to_java
 from kctl.errors import ConfigError
 from kctl.java_properties import CONSUMER, JAVA_ONLY_PROPERTIES, PRODUCER, JavaOnlySettings, is_java_only
@@ -153,23 +153,26 @@ def _parse_reset(value: Any) -> AutoOffsetReset:
     if not isinstance(value, str):
         raise _Invalid("")
     text = value.strip()
-    low = text.lower()
-    if low.startswith("by_duration:"):
+    # Java's AutoOffsetResetStrategy: the names case-sensitive, the ISO-8601 duration not.
+    if text.startswith("by_duration:"):
         return AutoOffsetReset(OffsetResetStrategy.BY_DURATION, _iso_duration_ms(text.split(":", 1)[1]))
     for s in (OffsetResetStrategy.EARLIEST, OffsetResetStrategy.LATEST, OffsetResetStrategy.NONE):
-        if low == s.value:
+        if text == s.value:
             return AutoOffsetReset(s)
-    raise _Invalid("")
+    if text.lower().startswith("by_duration:"):
+        raise case_sensitive("by_duration", ("by_duration",))
+    raise case_sensitive(text, ("earliest", "latest", "none"))
 
 
 def _parse_isolation(value: Any) -> IsolationLevel:
     if isinstance(value, IsolationLevel):
         return value
     if isinstance(value, str):
-        low = value.strip().lower()
+        text = value.strip()
         for level in IsolationLevel:
-            if level.text == low:
+            if level.text == text:
                 return level
+        raise case_sensitive(text, (level.text for level in IsolationLevel))
     raise _Invalid("")
 
 

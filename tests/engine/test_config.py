@@ -70,7 +70,7 @@ def test_table_and_dataclass_agree():
 
 def test_to_properties_round_trips():
     cfg = ProducerConfig.from_properties({
-        "linger.ms": "20", "compression.type": "ZSTD", "bootstrap.servers": "a:1, [::1]:2",
+        "linger.ms": "20", "compression.type": "zstd", "bootstrap.servers": "a:1, [::1]:2",
         "partitioner": "round-robin", "transactional.id": "tx", "enable.idempotence": "true",
     })
     again = ProducerConfig.from_properties(cfg.to_properties())
@@ -79,7 +79,7 @@ def test_to_properties_round_trips():
 
 def test_typed_values():
     cfg = ProducerConfig.load(overrides=[
-        "acks=0", "linger.ms=50", "compression.type=LZ4", "compression.lz4.level=12",
+        "acks=0", "linger.ms=50", "compression.type=lz4", "compression.lz4.level=12",
         "enable.idempotence=FALSE", "bootstrap.servers=PLAINTEXT://k1:9093,k2", "partitioner.class="
         "org.apache.kafka.clients.producer.RoundRobinPartitioner", "security.protocol=plaintext",
     ])
@@ -428,3 +428,28 @@ def test_jaas_login_module_must_fit_the_mechanism(client):
         client.from_properties(props("SCRAM-SHA-256", SCRAM_JAAS[:-1] + ' tokenauth="true";'))
     assert client.from_properties(props("PLAIN", PLAIN_JAAS)).security.sasl_username == "u"
     assert client.from_properties(props("SCRAM-SHA-256", SCRAM_JAAS)).security.sasl_password == "p"
+
+
+# -- case: Java's ValidString is case-sensitive, CaseInsensitiveValidString not ----------
+
+
+@pytest.mark.parametrize("client, name, wrong, right", [
+    (ProducerConfig, "acks", "ALL", "all"),
+    (ProducerConfig, "compression.type", "GZIP", "gzip"),
+    (ProducerConfig, "sasl.mechanism", "scram-sha-256", "SCRAM-SHA-256"),
+    (ConsumerConfig, "isolation.level", "READ_COMMITTED", "read_committed"),
+    (ConsumerConfig, "auto.offset.reset", "Earliest", "earliest"),
+    (ConsumerConfig, "auto.offset.reset", "BY_DURATION:PT1H", "by_duration"),
+])
+def test_valid_string_choices_are_case_sensitive(client, name, wrong, right):
+    with pytest.raises(ConfigError, match=f"write '{right}'" if name != "sasl.mechanism" else f"write {right}"):
+        client.from_properties({name: wrong})
+
+
+def test_case_insensitive_valid_string_choices_stay_so():
+    assert ProducerConfig.from_properties({"security.protocol": "ssl"}).security_protocol is SecurityProtocol.SSL
+    assert ConsumerConfig.from_properties({"group.protocol": "CLASSIC", "security.protocol": "Ssl"}).group_protocol \
+        == "classic"
+    assert ConsumerConfig.from_properties({"auto.offset.reset": "by_duration:pt1h"}).auto_offset_reset.duration_ms \
+        == 3_600_000
+    assert ProducerConfig.from_properties({"enable.idempotence": "TRUE"}).enable_idempotence

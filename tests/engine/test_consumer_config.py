@@ -69,7 +69,7 @@ def test_what_kctl_cannot_honour_is_refused():
 
 def test_values_parse_as_java_does():
     c = ConsumerConfig.from_properties({
-        "isolation.level": "READ_COMMITTED", "auto.offset.reset": "by_duration:P1DT2H",
+        "isolation.level": "read_committed", "auto.offset.reset": "by_duration:P1DT2H",
         "partition.assignment.strategy": "org.apache.kafka.clients.consumer.CooperativeStickyAssignor",
         "group.id": "g"})
     assert c.isolation_level is IsolationLevel.READ_COMMITTED
