@@ -573,7 +573,8 @@ PROPERTIES: tuple[PropertySpec, ...] = (
         doc="Brokers to fetch metadata from; empty means kctl starts its embedded broker.",
     ),
     PropertySpec("client.id", "client_id", "", _parse_str, "any string",
-                 doc="Sent in every request header; empty means each load worker sends kctl-producer-<worker>."),
+                 doc="Sent in every request header; not set, each load worker sends kctl-producer-<worker> "
+                     "(set empty, an empty id, as in the Java producer)."),
     PropertySpec("acks", "acks", -1, _parse_acks, "all, -1, 0 or 1", doc="-1 is all."),
     _int_spec("linger.ms", 5, 0, INT_MAX, "ms", "Kafka 4.0 default (KIP-1030); Kafka 3.x used 0."),
     _int_spec("batch.size", 16384, 0, INT_MAX, "bytes"),
