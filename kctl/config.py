@@ -1296,6 +1296,10 @@ def _known_names() -> list[str]:
 
 def _unknown_message(setting: Setting) -> str:
     message = f"{_at(setting.origin)}unknown producer property {setting.name!r}"
+    from kctl.consumer_config import is_consumer_property   # consumer_config imports this module
+
+    if is_consumer_property(setting.name):
+        return message + " (a consumer property)"
     close = difflib.get_close_matches(setting.name, _known_names(), n=1, cutoff=0.75)
     if close:
         message += f" (did you mean {close[0]!r}?)"

@@ -598,15 +598,22 @@ def canonical_consumer_setting(setting: Setting) -> Setting:
     return _librdkafka_to_java(setting, LIBRDKAFKA_CONSUMER_ALIASES, LIBRDKAFKA_CONSUMER_DIFFERENT)
 
 
+def is_consumer_property(name: str) -> bool:
+    """``name`` is a Java consumer property (kctl's or Java-only), for the producer's hint."""
+    return name in CONSUMER_PROPERTY_BY_NAME or is_java_only(name, CONSUMER)
+
+
 def _unknown_message(setting: Setting) -> str:
+    """The line for a name the consumer does not know: a producer property says so (the
+    producer's says "a consumer property" the same way), else a did-you-mean."""
     message = f"{_at(setting.origin)}unknown consumer property {setting.name!r}"
+    if setting.name in _PRODUCER_SPECS or is_java_only(setting.name, PRODUCER):
+        return message + " (a producer property)"
     known = [*CONSUMER_PROPERTY_BY_NAME, *(p.name for p in JAVA_ONLY_PROPERTIES if CONSUMER in p.clients),
              *LIBRDKAFKA_CONSUMER_ALIASES]
     close = difflib.get_close_matches(setting.name, known, n=1, cutoff=0.75)
     if close:
         message += f" (did you mean {close[0]!r}?)"
-    elif setting.name in _PRODUCER_SPECS or is_java_only(setting.name, PRODUCER):
-        message += " (a producer property)"
     return message
 
 

@@ -123,7 +123,7 @@ def test_unknown_property_suggests_the_right_name():
     with pytest.raises(ConfigError) as info:
         ProducerConfig.load(overrides=["lingr.ms=5"])
     assert str(info.value) == "unknown producer property 'lingr.ms' (did you mean 'linger.ms'?)"
-    with pytest.raises(ConfigError, match=r"^unknown producer property 'group.id'$"):
+    with pytest.raises(ConfigError, match=r"^unknown producer property 'group.id' \(a consumer property\)$"):
         ProducerConfig.from_properties({"group.id": "g"})
 
 
@@ -453,3 +453,16 @@ def test_case_insensitive_valid_string_choices_stay_so():
     assert ConsumerConfig.from_properties({"auto.offset.reset": "by_duration:pt1h"}).auto_offset_reset.duration_ms \
         == 3_600_000
     assert ProducerConfig.from_properties({"enable.idempotence": "TRUE"}).enable_idempotence
+
+
+def test_the_other_clients_property_is_named_so_both_ways():
+    with pytest.raises(ConfigError, match=r"unknown producer property 'group.id' \(a consumer property\)"):
+        ProducerConfig.from_properties({"group.id": "x"})
+    with pytest.raises(ConfigError, match=r"unknown producer property 'isolation.level' \(a consumer property\)"):
+        ProducerConfig.from_properties({"isolation.level": "read_committed"})
+    with pytest.raises(ConfigError, match=r"unknown producer property 'key.deserializer' \(a consumer property\)"):
+        ProducerConfig.from_properties({"key.deserializer": "x"})
+    with pytest.raises(ConfigError, match=r"unknown consumer property 'linger.ms' \(a producer property\)"):
+        ConsumerConfig.from_properties({"linger.ms": "5"})
+    with pytest.raises(ConfigError, match=r"'lingr.ms' \(did you mean 'linger.ms'\?\)"):
+        ProducerConfig.from_properties({"lingr.ms": "5"})
