@@ -1169,8 +1169,9 @@ def common_client_rules(values: dict[str, Any], explicit: Iterable[str], warning
     * ``reconnect.backoff.ms`` set without ``reconnect.backoff.max.ms``: the max becomes
       ``reconnect.backoff.ms``, a constant backoff (``postProcessReconnectBackoffConfigs``).
     * An initial backoff or setup timeout above its max: the max applies, constant
-      (``ExponentialBackoff`` takes the smaller), with Java's warning
-      (``warnDisablingExponentialBackoff``).
+      (``ExponentialBackoff`` takes the smaller), with a warning (Java's
+      ``warnDisablingExponentialBackoff`` warns for retry.backoff.ms and the setup timeout;
+      kctl for reconnect.backoff.ms too).
     """
     explicit = frozenset(explicit)
     if "reconnect.backoff.ms" in explicit and "reconnect.backoff.max.ms" not in explicit:
