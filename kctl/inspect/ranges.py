@@ -359,6 +359,9 @@ class RangeDecoder:
                 yield from self._frame(it)
                 continue
             gap, after_gap = after_gap, it.kind == "gap"
+            if it.head:
+                # A cut request's response decodes, as in decode (marked request_cut).
+                self.decoder.cut_frame(it)
             cv = self.coverage.get((it.conn, it.direction))
             if cv is None:
                 continue

@@ -303,6 +303,11 @@ class Frame:
     first_packet: int = 0
 
 
+#: Bytes of a cut frame an ``incomplete`` notice keeps: the size prefix and a request
+#: header's API key, version and correlation id.
+_HEAD_BYTES: Final = 12
+
+
 @dataclass(frozen=True, slots=True)
 class StreamNotice:
     """Something about a stream that is not a frame: a gap, lost framing,
@@ -315,6 +320,9 @@ class StreamNotice:
     kind: Literal["gap", "framing", "skipped", "incomplete", "retransmission", "tls", "undecodable"]
     message: str
     length: int = 0
+    # ``incomplete``: the cut frame's first bytes (up to ``_HEAD_BYTES``: its size prefix and
+    # a request header's fixed fields), for a reader that knows the protocol to name it.
+    head: bytes = b""
 
 
 def _looks_like_tls(data: bytes) -> bool:
@@ -516,7 +524,7 @@ class FrameSplitter:
         if self._buf and self.synced:
             out.append(StreamNotice(self.conn, self.direction, self._buf_offset, gap.ts_ns,
                                     "incomplete", f"frame cut by a gap after {len(self._buf)} bytes",
-                                    len(self._buf)))
+                                    len(self._buf), bytes(self._buf[:_HEAD_BYTES])))
         elif self._buf and not self.synced:
             # Bytes held while resynchronising (an open candidate) are given up too.
             if not self._skipped:
@@ -546,9 +554,11 @@ class FrameSplitter:
         msg = (f"capture ends inside a frame ({len(self._buf)} bytes of it present)" if self.synced
                else f"{len(self._buf)} trailing bytes where no frame start was found")
         n = len(self._buf)
+        head = bytes(self._buf[:_HEAD_BYTES]) if self.synced else b""
         self._buf.clear()
         self._chunks.clear()
-        out.append(StreamNotice(self.conn, self.direction, self._buf_offset, ts_ns, kind, msg, n))
+        out.append(StreamNotice(self.conn, self.direction, self._buf_offset, ts_ns, kind, msg, n,
+                                head))
         return out
 
     def _lose_framing(self, at: int) -> None:
