@@ -18,7 +18,8 @@ if TYPE_CHECKING:
 def _table(title: str, rows: list[dict], columns: list[str]) -> Table:
     t = Table(title=title, title_justify="left")
     for c in columns:
-        t.add_column(c, justify="left" if c in ("api_name", "topic", "direction", "client_id", "error") else "right")
+        t.add_column(c, justify="left" if c in ("api_name", "topic", "direction", "client_id", "error", "notice")
+                     else "right")
     for r in rows:
         t.add_row(*[_cell(r.get(c)) for c in columns])
     return t
@@ -137,6 +138,11 @@ def _render(res: AnalyzeResult, files: list[str], bucket_s: float, json_out: boo
     out.print(_table("Top clients by bytes", res.clients,
                      ["client_id", "connections", "requests", "bytes", "request_bytes", "response_bytes"]))
     out.print(_table("Errors by name", res.errors, ["error", "count"]) if res.errors else "no errors")
+    # The damage kctl decode --summary reports as notices (gaps, frames cut off, bytes
+    # skipped, a truncated file...), each counted once across the ranges.
+    notices = [{"notice": k, "count": v} for k, v in res.notices.items()]
+    out.print(_table("Notices by kind (as kctl decode --summary counts them)", notices,
+                     ["notice", "count"]) if notices else "no notices")
 
 
 def register(app: typer.Typer) -> None:
