@@ -378,9 +378,12 @@ class RangeDecoder:
                 continue
             if it.kind in _BREAKS:
                 cv.breaks += 1
-            elif it.kind == "incomplete" and not gap and cv.base is not None:
+            elif (it.kind == "incomplete" and not gap and cv.base is not None
+                  and (not it.first_packet or self._owns(it.first_packet))):
                 # The capture (or the connection) ends inside this frame, as decode sees it;
-                # a frame cut by a gap is not a tail (the gap is judged by the check).
+                # a frame cut by a gap is not a tail (the gap is judged by the check). Every
+                # reader that reads to the end may see it: it is the tail of the one that
+                # owns its first byte's packet, as a frame would be.
                 cv.tails.append(((cv.base + it.offset) % _MOD, it.length))
 
     def _frame(self, fr: Frame) -> Iterator[FramePair | RequestHalf | ResponseHalf]:

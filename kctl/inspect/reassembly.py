@@ -315,6 +315,7 @@ class StreamNotice:
     kind: Literal["gap", "framing", "skipped", "incomplete", "retransmission", "tls", "undecodable"]
     message: str
     length: int = 0
+    first_packet: int = 0   # 'incomplete' at the end: the packet that carried its first byte
 
 
 def _looks_like_tls(data: bytes) -> bool:
@@ -546,9 +547,11 @@ class FrameSplitter:
         msg = (f"capture ends inside a frame ({len(self._buf)} bytes of it present)" if self.synced
                else f"{len(self._buf)} trailing bytes where no frame start was found")
         n = len(self._buf)
+        first_packet = self._origin(self._buf_offset)[1] if self._chunks else 0
         self._buf.clear()
         self._chunks.clear()
-        out.append(StreamNotice(self.conn, self.direction, self._buf_offset, ts_ns, kind, msg, n))
+        out.append(StreamNotice(self.conn, self.direction, self._buf_offset, ts_ns, kind, msg, n,
+                                first_packet))
         return out
 
     def _lose_framing(self, at: int) -> None:
