@@ -301,8 +301,9 @@ def _damaged_captures(tmp_path) -> list[str]:
 def test_damage_is_counted_as_decode_counts_it_however_the_ranges_cut(spark, tmp_path):
     """decode --summary's notices (gaps, frames cut off, bytes skipped, a malformed packet,
     a truncated file) and errors (a record set that does not decode) are analyze's, each
-    counted once, whether one task reads a file, ranges of 300 bytes share it with a
-    lookback that frames every stream, or one too short makes them repair connections.
+    counted once, whether one task reads a file or ranges of 1000 bytes share it: the
+    damaged file's connections are repaired (a gap breaks the check), the other file's
+    streams pass it and their damage is the range readers'.
     The bad record set is a partitions row that says so, and so does its requests row."""
     from kctl.spark.analyze import analyze, sources
     paths = _damaged_captures(tmp_path)
@@ -311,15 +312,14 @@ def test_damage_is_counted_as_decode_counts_it_however_the_ranges_cut(spark, tmp
     assert {"gap", "incomplete", "skipped", "malformed", "truncated"} <= set(want["notices"])
     clean = _decode_summary(paths[1:], [9092])["notices"]
     assert clean["skipped"] and clean["incomplete"]     # streams no reader breaks
-    runs = {"one": dict(range_bytes=1 << 30), "many": dict(range_bytes=300, lookback_bytes=16000),
-            "short": dict(range_bytes=300, lookback_bytes=200)}
+    runs = {"one": dict(range_bytes=1 << 30), "many": dict(range_bytes=1000, lookback_bytes=16000)}
     for name, kw in runs.items():
         res = analyze(sources(paths, [9092]), str(tmp_path / name), spark=spark, **kw)
         assert res.notices == want["notices"], name
         assert {r["error"]: r["count"] for r in res.errors} == want["errors"], name
         assert sum(g["requests"] + g["responses"] for g in res.latency) == want["frames"], name
         repaired = {r.split(": ")[0] for r in res.repaired}
-        if name == "many":      # the clean file's damage is counted from the range readers
+        if name == "many":
             assert res.tasks > 20 and repaired == {paths[0]}, res.repaired
     bad = [r.asDict() for r in spark.read.parquet(str(tmp_path / "many" / "partitions"))
            .where("decode_error IS NOT NULL").collect()]
