@@ -50,6 +50,20 @@ How this works
    again from the start of the file by one reader (``RangeDecoder`` with
    ``connections``), as ``kctl decode`` would; its rows replace the others'.
 
+6. Notices (the damage ``kctl decode`` reports: gaps, frames cut off, bytes skipped...),
+   each counted once. A reader that began mid-stream has notices of its own (its resync,
+   holes before its window), so its stream notices are not decode's. A stream that passes
+   the check has exactly two kinds in decode, both known to the check: the bytes skipped
+   before the first frame when the capture began inside the stream (the exact readers'
+   initial skip) and each frame the capture or the connection's end cuts off (a tail: the
+   tail of the reader owning the packet of its first byte, as a frame's owner is chosen;
+   every reader reading to the end sees it). Any other notice fails the check (a gap is a
+   hole in the claimed bytes or claimed bytes no frame covers; lost framing, undecodable
+   and TLS are breaks), so its connection is repaired, and the repair's reader, whose
+   state is decode's, gives that connection's notices (``RangeDecoder.notices``). A
+   malformed packet is the notice of the range holding it; a truncated file is the index
+   pass's (``CaptureIndex.truncated``).
+
 Limits kept on purpose: a stream longer than 2 GiB between two cuts, or retransmitted
 bytes that differ from their first copy, could fool the check; the per-connection cap
 on outstanding requests (``MAX_OUTSTANDING_PER_CONNECTION``) is applied per reader, and

@@ -18,7 +18,10 @@ How this works
 
 3. Check (driver): the coverage rows go through ``check_coverage``; a connection whose
    readers may differ from a sequential decode is decoded again from the start of its
-   file by one task, and its rows replace the others'.
+   file by one task, and its rows replace the others'. Notices (decode's damage report)
+   are counted once each: the passing streams' from the check, the repaired connections'
+   from their repair, malformed packets from the range holding them, a truncated or
+   broken file from the index (ranges.py, 6.).
 
 4. Pair (Spark): request and response halves that landed in different tasks are joined on
    (file, connection, correlation id), sort-merge style: shuffled by that key, sorted by
@@ -36,7 +39,7 @@ How this works
 
 6. Summaries, in Spark SQL over those tables: latency percentiles per API (exact nearest
    rank, as HdrHistogram ranks), throughput per topic per time bucket, top clients by
-   bytes, errors by name. Counting follows ``kctl decode --summary``.
+   bytes, errors by name, notices by kind. Counting follows ``kctl decode --summary``.
 """
 
 from __future__ import annotations
