@@ -75,7 +75,7 @@ def analyze(
     top: int = typer.Option(10, "--top", help="Top clients shown."),
     json_out: bool = typer.Option(False, "--json", help="Print the summaries as one JSON object."),
 ) -> None:
-    """Decode captures in parallel on Spark into Parquet; print latency, throughput, client, error and notice (damage) summaries, counted as decode --summary counts them."""
+    """Decode captures in parallel on Spark into Parquet; print latency, throughput, client, error and damage (notice) summaries."""
     from kctl.inspect.legs import LEG_CHOICES
     from kctl.inspect.traffic import no_kafka_traffic, tcp_port_bytes
     from kctl.quantities import parse_duration
