@@ -34,11 +34,13 @@ Choices worth knowing
 * Values are parsed as the Java client parses them: integers are plain
   decimal (durations are milliseconds, sizes bytes, no unit suffixes),
   booleans are ``true``/``false`` in any case, enums are case-insensitive.
-* Like the Java client, a rule broken only because of a default is fixed
+* Like the Java client (4.x), a rule broken only because of a default is fixed
   quietly (with a warning) and a rule broken by explicit settings is an error:
-  idempotence is disabled when ``acks``, ``retries`` or
-  ``max.in.flight.requests.per.connection`` conflict with it unless the user
-  set ``enable.idempotence`` themselves; ``delivery.timeout.ms`` is raised to
+  idempotence is disabled when ``acks`` or ``retries`` conflict with it unless the
+  user set ``enable.idempotence`` themselves; ``max.in.flight.requests.per.connection``
+  above 5 is an error unless ``enable.idempotence=false`` is set (Java 3.x disabled
+  idempotence with a warning, 4.0 made it an error: ProducerConfig's
+  ``postProcessAndValidateIdempotenceConfigs``); ``delivery.timeout.ms`` is raised to
   ``linger.ms + request.timeout.ms`` unless the user set it.
 * Constructing ``ProducerConfig(...)`` directly is strict: every field is
   treated as explicit, so an inconsistent combination is an error.
@@ -1117,6 +1119,14 @@ def _resolve_defaults(values: dict[str, Any], explicit: frozenset[str], warnings
     """The Java producer's quiet fixes for rules broken only by defaults."""
     current = _Fields({spec.field: values.get(spec.field, spec.default) for spec in PROPERTIES})
     if current.enable_idempotence and "enable.idempotence" not in explicit:
+        in_flight = current.max_in_flight_requests_per_connection
+        if in_flight > MAX_IN_FLIGHT_FOR_IDEMPOTENCE:
+            # Java 4.x: an error whenever idempotence is on, by default too (even when acks
+            # or retries would have disabled it quietly); only enable.idempotence=false lifts it.
+            raise ConfigError(
+                f"max.in.flight.requests.per.connection={in_flight}: the idempotent producer (on by "
+                f"default) allows at most {MAX_IN_FLIGHT_FOR_IDEMPOTENCE} in flight, as the Java client's "
+                "does; set enable.idempotence=false to send more")
         conflicts = _idempotence_conflicts(current)
         if conflicts:
             values["enable_idempotence"] = False
@@ -1164,9 +1174,13 @@ def _check_rules(v: Any, explicit: frozenset[str] | None, origins: Mapping[str, 
                 + ": change those settings or set enable.idempotence=false"
             )
     if v.transactional_id is not None and not v.enable_idempotence:
+        off = (_idempotence_conflicts(v) if explicit is not None and "enable.idempotence" not in explicit
+               else [])
+        why = ("idempotence is off because of " + "; ".join(reason for _, reason in off) if off
+               else "enable.idempotence is false")
         raise ConfigError(
-            "transactional.id needs idempotence, but enable.idempotence is false"
-            + where("transactional.id", "enable.idempotence")
+            f"transactional.id needs idempotence, but {why}"
+            + where("transactional.id", "enable.idempotence", *(name for name, _ in off))
         )
     floor = min(v.linger_ms + v.request_timeout_ms, INT_MAX)
     if v.delivery_timeout_ms < floor:

@@ -193,12 +193,18 @@ def _parse_assignors(value: Any) -> tuple[str, ...]:
     return tuple(out)
 
 
-def _parse_optional_id(value: Any) -> str | None:
-    if value is None:
-        return None
-    if isinstance(value, str):
-        return value.strip() or None
-    raise _Invalid("")
+def _non_empty(why: str) -> Callable[[Any], str | None]:
+    """A string property with no default that may be left out but not given empty: Java
+    trims it (ConfigDef) and refuses "" (``why``: its words)."""
+    def parse(value: Any) -> str | None:
+        if value is None:
+            return None
+        if isinstance(value, str):
+            if not value.strip():
+                raise _Invalid(why)
+            return value.strip()
+        raise _Invalid("")
+    return parse
 
 
 def _parse_group_protocol(value: Any) -> str:
@@ -227,9 +233,13 @@ CONSUMER_PROPERTIES: tuple[PropertySpec, ...] = (
                  doc="Sent in every request header; empty means kctl names each consumer."),
     PropertySpec("client.rack", "client_rack", "", _parse_str, "any string",
                  doc="Sent in Fetch (v11+) for follower fetching (KIP-392)."),
-    PropertySpec("group.id", "group_id", None, _parse_optional_id, "a group name",
-                 doc="Empty: no group (assign mode, no offset commits)."),
-    PropertySpec("group.instance.id", "group_instance_id", None, _parse_optional_id,
+    PropertySpec("group.id", "group_id", None,
+                 _non_empty("it should not be an empty string or whitespace (the Java consumer's "
+                            "InvalidGroupIdException); leave group.id out for no group"),
+                 "a group name", doc="Unset: no group (assign mode, no offset commits)."),
+    PropertySpec("group.instance.id", "group_instance_id", None,
+                 _non_empty("String must be non-empty (Java's NonEmptyString); leave group.instance.id "
+                            "out for a dynamic member"),
                  "a static member id (KIP-345)"),
     PropertySpec("group.protocol", "group_protocol", "classic", _parse_group_protocol, "classic"),
     _int_spec("session.timeout.ms", 45000, 1, INT_MAX, "ms"),

@@ -79,6 +79,10 @@ class BrokerUnavailableError(KctlError):
     """A broker could not be reached or the connection broke."""
 
 
+class BrokerUnreachableError(BrokerUnavailableError):
+    """No connection could be opened to a broker (refused, no route, DNS)."""
+
+
 class AuthenticationError(KctlError):
     """The broker refused kctl's SASL credentials, or TLS could not be established
     (an untrusted or mismatched certificate): retrying with the same settings cannot help."""

@@ -12,11 +12,11 @@ import typer
 
 from kctl.bench.charts import write_charts, write_max_rate_chart
 from kctl.bench.gate import DEFAULT_MAX_REGRESSION, parse_bounds
-from kctl.bench.results import best_cells, load_run
+from kctl.bench.results import best_cells
 from kctl.bench.max_rate import parse_precision, parse_slo
 from kctl.bench.runner import BenchRunner, find_max_rate
 from kctl.bench.workload import Workload, load_workload, parse_matrix_option
-from kctl.commands._gate import run_gate
+from kctl.commands._gate import load_baseline, run_gate
 from kctl.commands._stop import EXIT_INTERRUPTED
 from kctl.config import parse_assignment
 from kctl.errors import ConfigError
@@ -86,13 +86,8 @@ def bench(
     if junit_xml and not baseline:
         raise ConfigError("--junit-xml reports the regression gate: give --baseline too")
     parse_bounds(max_regression)
-    if baseline is not None and not baseline.exists():
-        raise ConfigError(f"--baseline {baseline}: no such file")
-    if baseline is not None:
-        try:
-            load_run(baseline)   # a bad baseline fails before the runs, not after them
-        except ConfigError as e:
-            raise ConfigError(f"--baseline {e}") from None
+    # A bad baseline fails before the runs, not after them.
+    gate_baseline = load_baseline(baseline) if baseline is not None else None
 
     out = stdout_console()
     err = stderr_console()
@@ -136,8 +131,8 @@ def bench(
         # matrix; the status says the bench was cut short (cli.py: 'kctl: interrupted').
         err.print(interrupted_line(results, baseline is not None), highlight=False)
         raise typer.Exit(EXIT_INTERRUPTED)
-    if baseline is not None:
-        ok = run_gate(results.cells, baseline, max_regression, junit_xml, out,
+    if gate_baseline is not None:
+        ok = run_gate(results.cells, gate_baseline, max_regression, junit_xml, out,
                       elapsed_s=time.monotonic() - t0)
         if not ok:
             raise typer.Exit(1)

@@ -90,7 +90,8 @@ def decode(
     verbose: bool = typer.Option(False, "--verbose", "-v", help="Full decoded tree of every frame: the fields of its API version only; a consumer group's JoinGroup subscriptions and SyncGroup assignments decoded."),
     records: bool = typer.Option(False, "--records", help="Print each record of Produce requests and Fetch responses; control records "
                                  "(transaction COMMIT/ABORT markers) are left out, as consumers "
-                                 "and kcat do (--summary counts them)."),
+                                 "and kcat do (--summary counts them); a record set or frame whose "
+                                 "records cannot be read is named in a '#' line on stderr."),
     fmt: str = typer.Option(report.DEFAULT_RECORD_FORMAT, "--format", "-f",
                             help="Record format with --records (kcat-like: %t %p %o %k %s %K %S %T %h)."),
     api: list[str] = typer.Option([], "--api", help="Only these APIs (name or key, repeatable; a key kctl's schema does not know is refused); with --hex: the response's API."),
@@ -119,7 +120,7 @@ def decode(
     api_keys = _api_keys(api)
 
     if hex_in:
-        _decode_hex(api_keys, api_version, json_out, verbose, records, fmt, out, show_secrets)
+        _decode_hex(api_keys, api_version, json_out, verbose, records, fmt, out, err, show_secrets)
         return
     if not files:
         raise ConfigError("give capture files to decode ('-' for stdin; or --hex with a frame on stdin)")
@@ -145,6 +146,8 @@ def decode(
                 summ.add(item)
             if item.kind == "error":
                 failures.append(item)
+                if len(failures) == 1:
+                    continue        # the run's last line, kctl: error: (said once)
             elif item.conn is not None:
                 # A broker-port stream that was seen but not decoded (skipped as
                 # undecodable, a gap, TLS): Kafka's port, so not "no Kafka traffic".
@@ -167,7 +170,7 @@ def decode(
         if summ is not None:
             summ.add(f)
             continue
-        _emit(f, json_out, verbose, records, fmt, topics, out)
+        _emit(f, json_out, verbose, records, fmt, topics, out, err)
 
     if summ is not None:
         s = summ.to_dict()
@@ -183,7 +186,8 @@ def decode(
                                    seen=tcp_port_bytes(files)), markup=False)
         raise typer.Exit(1)
     if failures:
-        # One line: the file, the file offset of the damage and what it is.
+        # One line: the file, the file offset of the damage and what it is (the first
+        # damage; any other was a # line where it happened).
         first = failures[0]
         where = first.file if first.offset is None else f"{first.file}, file offset {first.offset}"
         more = f" (and {len(failures) - 1} more)" if len(failures) > 1 else ""
@@ -196,15 +200,23 @@ def _summary_tables(s: dict) -> list:
 
 
 def _emit(f: DecodedFrame, json_out: bool, verbose: bool, records: bool, fmt: str,
-          topics: set[str], out: Console) -> None:
+          topics: set[str], out: Console, err: Console) -> None:
     if records:
-        for rv in report.iter_records(f):
-            if topics and rv.topic not in topics:
+        undecoded = report.frame_records_left_out(f)
+        if undecoded is not None:
+            err.print(f"# {undecoded}", markup=False)
+        for rs in f.record_sets:
+            if topics and rs.topic not in topics:
                 continue
-            if json_out:
-                _line(out, report.dumps(report.record_json(rv)))
-            else:
-                _line(out, report.format_record(fmt, rv))
+            for rv in report.set_records(f, rs):
+                if json_out:
+                    _line(out, report.dumps(report.record_json(rv)))
+                else:
+                    _line(out, report.format_record(fmt, rv))
+            left_out = report.records_left_out(f, rs)
+            if left_out is not None:
+                # As the frame views say "bad records": never left out without a word.
+                err.print(f"# {left_out}", markup=False)
         return
     if json_out:
         _line(out, report.dumps(report.frame_json(f)))
@@ -223,7 +235,8 @@ def _line(out: Console, text: str) -> None:
 
 
 def _decode_hex(api_keys: set[int], version: int | None, json_out: bool, verbose: bool,
-                records: bool, fmt: str, out: Console, show_secrets: bool = False) -> None:
+                records: bool, fmt: str, out: Console, err: Console,
+                show_secrets: bool = False) -> None:
     text = "".join(sys.stdin.read().split())
     try:
         data = binascii.unhexlify(text)
@@ -236,7 +249,7 @@ def _decode_hex(api_keys: set[int], version: int | None, json_out: bool, verbose
         if version is None:
             raise ConfigError("--hex with --api (a response) needs --api-version")
     f = decode_frame_bytes(data, api_key=key, api_version=version, show_secrets=show_secrets)
-    _emit(f, json_out, verbose or not json_out, records, fmt, set(), out)
+    _emit(f, json_out, verbose or not json_out, records, fmt, set(), out, err)
     if f.error is not None:
         raise f.error
 

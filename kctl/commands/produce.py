@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Optional
 
@@ -19,7 +20,7 @@ from kctl.quantities import parse_byte_rate, parse_duration, parse_rate
 from kctl.ui.console import stderr_console, stdout_console
 from kctl.ui.produce_view import (
     ProduceDashboard, clock_line, no_verdict_line, plain_line, spark_start_line, summary_line,
-    summary_renderable,
+    summary_renderable, verify_line,
 )
 
 #: kafka-producer-perf-test takes several properties after one flag (argparse nargs="+").
@@ -94,7 +95,7 @@ def produce(
     hdr_out: Optional[Path] = typer.Option(None, "--hdr-out", help="Write the HdrHistogram interval log (.hlog)."),
     json_out: Optional[Path] = typer.Option(None, "--json-out", help="Write the summary JSON."),
     interval: str = typer.Option("1s", "--interval", help="Time between interval reports: 250ms, 1s, 5s."),
-    verify: bool = typer.Option(False, "--verify", help="Read the produced range back (acks=0: from each partition's log end before the run); report lost, duplicated, reordered records."),
+    verify: bool = typer.Option(False, "--verify", help="Read the produced range back (records acknowledged without an offset, acks=0 or a retry answered DUPLICATE_SEQUENCE_NUMBER: from each partition's log end before the run); report lost, duplicated, reordered records."),
     quiet: bool = typer.Option(False, "--quiet", help="Print only the summary."),
     no_id_headers: bool = typer.Option(False, "--no-id-headers", help="Do not add the 24-byte kctl identity header (run, worker, sequence, intended time)."),
     seed: int = typer.Option(0, "--seed", help="Seed for payloads and keys."),
@@ -130,7 +131,8 @@ def produce(
         warmup = str(warmup_records) if warmup_records else None
     if payload_monotonic:
         payload = "monotonic"
-    plan = prepare(ProduceOptions(
+    use_spark = bool(spark or master or tasks is not None)
+    options = ProduceOptions(
         bootstrap=bootstrap_server, topic=topic, partitions=partitions,
         replication_factor=replication_factor, create_topic=not no_create_topic,
         rate=_perf_test_rate(throughput, rate), rate_bytes=parse_byte_rate(rate_bytes, "--rate-bytes"),
@@ -139,16 +141,22 @@ def produce(
         payload_delimiter=payload_delimiter, compressibility=compressibility, keys=keys,
         headers=headers, properties=tuple(properties) + tuple(producer_props),
         producer_config=tuple(producer_config),
-        workers=tasks if spark and tasks is not None else workers,
+        workers=tasks if use_spark and tasks is not None else workers,
+        workers_reason="--tasks" if use_spark and tasks is not None else "--workers",
         interval=parse_duration(interval, "--interval"), verify=verify,
         id_headers=not no_id_headers, seed=seed, transaction_duration_ms=transaction_duration_ms,
         transactional_id=transactional_id, consume=consume, consumers=consumers,
         consumer_properties=tuple(consumer_property), consumer_config=tuple(consumer_config),
-        drain_timeout=drain_timeout, clock_server=_clock_address(clock_server), spin_ms=spin_ms))
+        drain_timeout=drain_timeout, clock_server=_clock_address(clock_server), spin_ms=spin_ms)
+    plan = prepare(options)
     run_factory = None
-    if spark or master or tasks is not None:
-        from kctl.spark.load import spark_run_factory   # imports pyspark only here
-        run_factory = spark_run_factory(master, explicit_tasks=tasks is not None or workers is not None)
+    if use_spark:
+        from kctl.spark.load import slot_tasks, spark_run_factory   # imports pyspark only here
+        if options.workers is None:
+            # One task per slot: asked of the cluster once every option is checked.
+            count = slot_tasks(master)
+            plan = prepare(replace(options, workers=count.count, workers_reason=count.reason))
+        run_factory = spark_run_factory(master)
     out = stdout_console()
     err = stderr_console()
     live_view = out.is_terminal and not quiet
@@ -213,19 +221,20 @@ def produce(
         first = sorted(failures.items())[0]
         raise KctlError(f"worker {first[0]} failed: {first[1].splitlines()[0]}")
     status = 0
+    if summary.verify_error is not None:
+        # The run's summary (and --json-out) stand; the read back failed: one line, exit 2.
+        print(f"kctl: error: {summary.verify_error}", file=sys.stderr, flush=True)
+        status = 2
     if outcome.verify is not None:
         v = outcome.verify
-        what = "sent (acks=0)" if plan.config.acks == 0 else "acknowledged"  # acks=0: no offsets
-        line = (f"verify: {v.expected} {what}, {v.found} found, {v.lost} lost, "
-                f"{v.duplicated} duplicated, {v.reordered} reordered, {v.misplaced} misplaced")
-        print(line)
+        print(verify_line(v, acks=plan.config.acks))
         if not v.ok or v.expected == 0:
             status = 1
     counts = summary.counts
     if counts.failed:
         by_error = ", ".join(f"{name} x{n}" for name, n in counts.failed_by_error.items())
         err.print(f"{counts.failed} record(s) failed: {by_error}", highlight=False)
-        status = 1
+        status = status or 1
     if status:
         sys.exit(status)
 

@@ -21,8 +21,8 @@ def replay(
     bootstrap_server: Optional[str] = typer.Option(
         None, "-b", "--bootstrap-server", help="Brokers (host:port,...). None: start the embedded broker."),
     fmt: Optional[str] = typer.Option(None, "--format", help="parquet | json | csv (default: from the name)."),
-    key_col: Optional[str] = typer.Option(None, "--key-col", help="Column for the record key (default: no key)."),
-    value_col: Optional[str] = typer.Option(None, "--value-col", help="Column for the value (default: the whole row as JSON)."),
+    key_col: Optional[str] = typer.Option(None, "--key-col", help="Column for the record key (default: no key); a null cell is a null key."),
+    value_col: Optional[str] = typer.Option(None, "--value-col", help="Column for the value (default: the whole row as JSON); a null cell is a null value (a tombstone)."),
     value_format: str = typer.Option("json", "--value-format", help="json | raw."),
     rate: Optional[str] = typer.Option(None, "--rate", help="Records/s over all tasks (5000, 5k), or max (the default)."),
     master: Optional[str] = typer.Option(None, "--master", help="Spark master URL (default local[*])."),
@@ -43,10 +43,12 @@ def replay(
     from kctl.quantities import parse_duration, parse_rate
     from kctl.topics import validate_topic_name
     from kctl.spark.replay import read_dataset, records_frame, replay_run_factory
-    from kctl.spark.session import available_slots, spark_session
+    from kctl.load.worker_count import WorkerCount
+    from kctl.spark.load import slot_tasks
+    from kctl.spark.session import spark_session
     from kctl.ui.console import stderr_console
     from kctl.ui.produce_view import (clock_line, no_verdict_line, plain_line, spark_start_line,
-                                      summary_line)
+                                      summary_line, verify_line)
     err = stderr_console()
     # Every value is checked before Spark starts.
     check_outputs(files={"--hdr-out": hdr_out, "--json-out": json_out})
@@ -59,11 +61,13 @@ def replay(
     count = records.count()
     if count == 0:
         raise ConfigError(f"{dataset}: no rows to replay")
-    n = min(tasks if tasks is not None else available_slots(spark), count)
+    chosen = WorkerCount(tasks, "--tasks") if tasks is not None else slot_tasks(master)
+    n = min(chosen.count, count)
+    reason = chosen.reason if n == chosen.count else f"{chosen.reason}, at most one per row"
     plan = prepare(ProduceOptions(
         bootstrap=bootstrap_server, topic=topic, partitions=partitions, rate=rate_per_s, num_records=count,
         properties=tuple(properties), producer_config=tuple(producer_config), workers=n,
-        interval=interval_s, verify=verify, payload="zeros", record_size=0))
+        workers_reason=reason, interval=interval_s, verify=verify, payload="zeros", record_size=0))
 
     def on_event(message: str) -> None:
         if not quiet:
@@ -79,7 +83,8 @@ def replay(
                       run_factory=replay_run_factory(records, keyed=key_col is not None, master=master))
     summary = replace(outcome.summary, config=dict(
         outcome.summary.config, dataset=dataset, key_col=key_col, value_col=value_col,
-        value_format=value_format, record_size=None, payload="dataset"))
+        value_format=value_format, record_size=None, payload="dataset",
+        keys=f"column:{key_col}" if key_col is not None else "none"))
     if json_out:
         json_out.write_text(json.dumps(summary.to_json(), indent=2) + "\n")
     if (line := spark_start_line(summary)) is not None:
@@ -92,11 +97,13 @@ def replay(
         if summary.unaccounted:
             err.print(no_verdict_line(summary.unaccounted))
         sys.exit(EXIT_INTERRUPTED)
+    if summary.verify_error is not None:
+        # As kctl produce: the summary stands; the read back failed: one line, exit 2.
+        print(f"kctl: error: {summary.verify_error}", file=sys.stderr, flush=True)
+        sys.exit(2)
     if outcome.verify is not None:
         v = outcome.verify
-        what = "sent (acks=0)" if plan.config.acks == 0 else "acknowledged"  # acks=0: no offsets
-        print(f"verify: {v.expected} {what}, {v.found} found, {v.lost} lost, "
-              f"{v.duplicated} duplicated, {v.reordered} reordered, {v.misplaced} misplaced")
+        print(verify_line(v, acks=plan.config.acks))
         if not v.ok:
             sys.exit(1)
 

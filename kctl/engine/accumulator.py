@@ -234,7 +234,7 @@ class RecordAccumulator:
         assert i == 0
         return AppendResult(batch, i, True)
 
-    def append_bulk(self, tp: TopicPartition, values: Sequence[bytes], record_bytes: int,
+    def append_bulk(self, tp: TopicPartition, values: Sequence[bytes | None], record_bytes: int,
                     template: BatchTemplate, now_ns: int, wall_ms: int, *,
                     keys: Sequence[bytes | None] | None = None,
                     value_size: int | None = None, intended_first_ns: int = -1,

@@ -202,6 +202,13 @@ class LogEndOffsets:
 
     offsets: dict[int, int]     # partition -> log end offset (read_committed: last stable offset)
     errors: dict[int, str]      # partition -> why its end offset is unknown
+    #: the partitions of ``errors`` whose error may pass (retriable, no leader, a connection)
+    passing: frozenset[int] = frozenset()
+
+    @property
+    def may_pass(self) -> bool:
+        """Some end offsets are unknown, and every reason may pass if asked again later."""
+        return bool(self.errors) and self.passing >= self.errors.keys()
 
     def describe_errors(self) -> str:
         """The errors grouped by reason: ``NOT_LEADER_OR_FOLLOWER from broker 2 (host:port):
@@ -261,7 +268,8 @@ def log_end_offsets(client: BlockingClient, topic: str, partitions: Iterable[int
         for address, conn in conns.items():
             if conn is not client:
                 conn.close()
-    return LogEndOffsets(dict(sorted(offsets.items())), {p: why for p, (why, _) in sorted(failed.items())})
+    return LogEndOffsets(dict(sorted(offsets.items())), {p: why for p, (why, _) in sorted(failed.items())},
+                         frozenset(p for p, (_, again) in failed.items() if again))
 
 
 def _listed_topic(md: ClusterMetadata, topic: str, address: str) -> TopicInfo:

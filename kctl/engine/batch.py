@@ -384,7 +384,7 @@ class ProducerBatch:
                 n += 1
         return max(n, 0 if self.record_count else 1)
 
-    def append_bulk(self, values: Sequence[bytes], keys: Sequence[bytes | None] | None,
+    def append_bulk(self, values: Sequence[bytes | None], keys: Sequence[bytes | None] | None,
                     record_bytes: int, now_ns: int, intended_first_ns: int = -1,
                     intended_step_ns: int = 0, first_seq: int = -1,
                     positions: Sequence[int] | None = None, positions_base: int = 0,
@@ -396,7 +396,12 @@ class ProducerBatch:
         if self._keys is not None:
             self._keys.extend(keys)  # type: ignore[arg-type]
         n = len(values)
-        self.value_bytes += n * self.value_size if self.value_size is not None else sum(map(len, values))
+        if self.value_size is not None:
+            self.value_bytes += n * self.value_size
+        elif self.template.null_values:          # a null value has no bytes
+            self.value_bytes += sum(len(v) for v in values if v is not None)
+        else:
+            self.value_bytes += sum(map(len, values))  # type: ignore[arg-type]
         self.slices.append(AppendSlice(n, now_ns if handed_ns < 0 else handed_ns, intended_first_ns,
                                        intended_step_ns, first_seq, positions, positions_base))
         self.record_count += n

@@ -21,7 +21,7 @@ from typing import Any
 from kctl.config import PLAINTEXT_SECURITY, SecurityConfig
 from kctl.engine.connection import open_blocking
 from kctl.engine.handshake import ClientHandshake
-from kctl.errors import BrokerUnavailableError, RemoteProtocolError
+from kctl.errors import BrokerUnavailableError, BrokerUnreachableError, RemoteProtocolError
 from kctl.protocol import messages, schema
 from kctl.protocol.frames import DEFAULT_MAX_FRAME_BYTES, frame
 from kctl.protocol.versions import NegotiatedVersions
@@ -85,7 +85,7 @@ class BlockingClient:
         try:
             self._sock = open_blocking(self.host, self.port, self.timeout_s)
         except OSError as e:
-            raise BrokerUnavailableError(f"cannot connect to broker {self._tried()}: {e.strerror or e}") from None
+            raise BrokerUnreachableError(f"cannot connect to broker {self._tried()}: {e.strerror or e}") from None
         try:
             if self.security.uses_tls:
                 from kctl.engine.tls import context_for, tls_failure
@@ -115,6 +115,11 @@ class BlockingClient:
             handshake.on_response(data)
         assert handshake.versions is not None
         return handshake.versions
+
+    @property
+    def connected(self) -> bool:
+        """Connected (a connection that broke is closed; ``connect`` opens a new one)."""
+        return self._sock is not None
 
     def close(self) -> None:
         if self._sock is not None:

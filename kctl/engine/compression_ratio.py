@@ -87,8 +87,3 @@ class CompressionRatioEstimator:
 
     def set_estimation(self, topic: str, compression: Compression, ratio: float) -> None:
         self._ratios[(topic, compression)] = _f32(ratio)
-
-    def reset_estimation(self, topic: str) -> None:
-        """Every codec of ``topic`` back to its initial ratio."""
-        for key in [k for k in self._ratios if k[0] == topic]:
-            del self._ratios[key]

@@ -33,7 +33,8 @@ from dataclasses import dataclass
 from kctl.consumer_config import ConsumerConfig
 from kctl.engine.batch import TopicPartition
 from kctl.engine.clock import NS_PER_MS, Clock, SystemClock
-from kctl.engine.consumer_coordinator import CommitResult, ConsumerCoordinator, RebalanceListener
+from kctl.engine.consumer_coordinator import (
+    CommitResult, ConsumerCoordinator, RebalanceListener, describe_commit_errors)
 from kctl.engine.consumer_metrics import ConsumerMetrics
 from kctl.engine.fetcher import ConsumedBatch, Fetcher
 from kctl.engine.metadata import Metadata, MetadataUpdate
@@ -157,8 +158,7 @@ class Consumer:
             if self.coordinator.fatal_error is not None:
                 raise self.coordinator.fatal_error
         else:
-            for tp in self.subscriptions.initializing_partitions():
-                self.subscriptions.request_offset_reset(tp)
+            self.subscriptions.reset_initializing_positions()
         self.offsets.reset_positions_if_needed(now_ns)
         self.offsets.poll_queries(now_ns)
         if self.offsets.fatal_error is not None:
@@ -318,19 +318,24 @@ class Consumer:
                     try:
                         result = self.commit_sync(timeout_s=timeout_s)
                         if not result.ok:
-                            self.close_commit_error = ", ".join(
-                                f"{tp.topic}-{tp.partition} {name}" for tp, name in sorted(result.errors.items()))
+                            self.close_commit_error = describe_commit_errors(result.errors)
                     except KctlError as e:
                         self.close_commit_error = str(e)
                     if self.close_commit_error:
                         log.info("commit on close failed: %s", self.close_commit_error)
                 c.closing = True
                 now = self.clock.now_ns()
-                if c.maybe_leave_group("the consumer is being closed", now):
-                    # One short wait so the LeaveGroup is written (its answer does not matter).
-                    end = now + min(int(timeout_s * 1e9), 1000 * NS_PER_MS)
-                    while self.network.has_in_flight_requests(c.coordinator) and self.clock.now_ns() < end:
-                        self.network.poll(10 * NS_PER_MS, self.clock.now_ns())
+                left = c.maybe_leave_group("the consumer is being closed", now)
+                # As Java's close awaits the coordinator's pending requests: a commit sent
+                # while closing (the revoke listener's) is waited for within the timeout,
+                # LeaveGroup (whose answer does not matter) one short while so it is written.
+                commit_end = now + int(timeout_s * 1e9)
+                leave_end = now + min(int(timeout_s * 1e9), 1000 * NS_PER_MS) if left else now
+                while c.coordinator is not None and self.network.has_in_flight_requests(c.coordinator):
+                    t = self.clock.now_ns()
+                    if t >= (commit_end if c.commits_in_flight else leave_end):
+                        break
+                    self.network.poll(10 * NS_PER_MS, t)
         finally:
             self.network.close_all()
 

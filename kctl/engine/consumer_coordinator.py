@@ -25,7 +25,9 @@ How this works
   committed offset resets by ``auto.offset.reset``. Without a group they reset directly.
 - Commits: ``commit_async(offsets)`` sends OffsetCommit with the generation and member
   id (or -1 and "" when not in a generation: assign mode). ``enable.auto.commit``
-  commits the consumed positions every ``auto.commit.interval.ms``. A commit answered
+  commits every consumed position every ``auto.commit.interval.ms``, changed or not
+  (Java's ``allConsumed()``: the same commit load as a Java consumer, idle included);
+  a retriable failure tries again after ``retry.backoff.ms``. A commit answered
   ILLEGAL_GENERATION / UNKNOWN_MEMBER_ID drops the generation (Java's
   CommitFailedException); REBALANCE_IN_PROGRESS asks for a rejoin; NOT_COORDINATOR
   drops the coordinator; all three count as failed commits.
@@ -53,7 +55,7 @@ from kctl.errors import KctlError
 from kctl.protocol import messages, schema
 from kctl.protocol.error_codes import error_for
 
-__all__ = ["CommitResult", "ConsumerCoordinator", "RebalanceListener"]
+__all__ = ["CommitResult", "ConsumerCoordinator", "RebalanceListener", "describe_commit_errors"]
 
 log = logging.getLogger(__name__)
 
@@ -63,8 +65,11 @@ _OffsetCommit = messages.message_class("OffsetCommitRequest")
 _OffsetFetch = messages.message_class("OffsetFetchRequest")
 #: OffsetCommit/OffsetFetch from this version name topics by id (kctl speaks the last by name).
 _BY_TOPIC_ID_VERSION = 10
-_COMMIT_RETRIABLE = frozenset({"COORDINATOR_LOAD_IN_PROGRESS", "REQUEST_TIMED_OUT", "NETWORK_EXCEPTION",
-                               "UNKNOWN_TOPIC_OR_PARTITION", "OFFSET_NOT_AVAILABLE"})
+#: OffsetCommit errors Java raises as retriable (OffsetCommitResponseHandler): a failed
+#: auto-commit with one of them is tried again after retry.backoff.ms, not a whole interval.
+_COMMIT_RETRIABLE = frozenset({"COORDINATOR_LOAD_IN_PROGRESS", "UNKNOWN_TOPIC_OR_PARTITION",
+                               "COORDINATOR_NOT_AVAILABLE", "NOT_COORDINATOR", "REQUEST_TIMED_OUT",
+                               "NETWORK_EXCEPTION"})
 
 
 class RebalanceListener(Protocol):
@@ -80,10 +85,16 @@ class RebalanceListener(Protocol):
 class CommitResult:
     offsets: dict[TopicPartition, int]
     errors: dict[TopicPartition, str] = field(default_factory=dict)
+    answered_ns: int = field(default=0, compare=False)   # monotonic ns the answer (or failure) came
 
     @property
     def ok(self) -> bool:
         return not self.errors
+
+
+def describe_commit_errors(errors: Mapping[TopicPartition, str]) -> str:
+    """A commit's failed partitions as one phrase: ``t-0 UNKNOWN_MEMBER_ID, t-1 ...``."""
+    return ", ".join(f"{tp.topic}-{tp.partition} {why}" for tp, why in sorted(errors.items()))
 
 
 class ConsumerCoordinator(GroupCoordinator):
@@ -275,6 +286,7 @@ class ConsumerCoordinator(GroupCoordinator):
                 self._offset_fetch_retry_ns = now + self._backoff_ns
             return
         subs = self.subscriptions
+        uncommitted: list[TopicPartition] = []
         for t in topics:
             for p in t.partitions:
                 tp = TopicPartition(t.name, p.partition_index)
@@ -296,19 +308,28 @@ class ConsumerCoordinator(GroupCoordinator):
                     log.debug("group %s: %s starts at its committed offset %s", self.group.group_id, tp,
                               p.committed_offset)
                 else:
-                    subs.request_offset_reset(tp)
+                    uncommitted.append(tp)
+        subs.reset_initializing_positions(uncommitted)
 
     # -- OffsetCommit --------------------------------------------------------------------------------
     def maybe_auto_commit(self, now_ns: int, *, force: bool = False) -> int:
+        """Every ``auto.commit.interval.ms`` (or now, ``force``), one OffsetCommit of every
+        consumed position, changed or not, idle or not (Java's autoCommitOffsetsAsync commits
+        ``subscriptions.allConsumed()``); nothing only when no partition has a position. A
+        retriable failure, or no coordinator to send to, tries again after retry.backoff.ms."""
         interval = self.group.auto_commit_interval_ms * NS_PER_MS
         if not force and now_ns < self._next_auto_commit_ns:
             return self._next_auto_commit_ns
         self._next_auto_commit_ns = now_ns + interval
-        offsets = {tp: p for tp, p in self.subscriptions.all_consumed().items()
-                   if self._last_committed.get(tp) != p.offset}
+        offsets = self.subscriptions.all_consumed()
         if offsets and (not self.needs_join or self.generation.valid):
-            self.commit_async(offsets, now_ns)
+            if not self.commit_async(offsets, now_ns, self._on_auto_commit):
+                self._next_auto_commit_ns = now_ns + self._backoff_ns
         return self._next_auto_commit_ns
+
+    def _on_auto_commit(self, result: CommitResult) -> None:
+        if set(result.errors.values()) & _COMMIT_RETRIABLE:
+            self._next_auto_commit_ns = result.answered_ns + self._backoff_ns
 
     @property
     def commits_in_flight(self) -> int:
@@ -386,7 +407,7 @@ class ConsumerCoordinator(GroupCoordinator):
             log.info("group %s: commit failed: %s", self.group.group_id, sorted(set(errors.values())))
         else:
             self.metrics.commits += 1
-        result = CommitResult(sent, errors)
+        result = CommitResult(sent, errors, now)
         self.last_commit = result
         if callback is not None:
             callback(result)

@@ -182,6 +182,8 @@ class Producer:
         self._topics: dict[str, _TopicState] = {}
         self._load_topics: set[str] = set()
         self._templates: dict[RecordShape, BatchTemplate] = {}
+        # Pools with null values: templates that write them (BatchTemplate(null_values=True)).
+        self._null_value_templates: dict[RecordShape, BatchTemplate] = {}
         self._record_bytes: dict[tuple[RecordShape, RecordPool], int] = {}
         self._layouts: dict[tuple[str, RecordPool], KeyLayout] = {}
         self._compression = Compression[config.compression_type.name]
@@ -480,15 +482,17 @@ class Producer:
     def _template_for(self, shape: RecordShape, pool: RecordPool) -> tuple[BatchTemplate, int]:
         """The shape's template (one per shape, with this producer's codec) and an upper
         bound of one pool record's bytes in a batch."""
-        template = self._templates.get(shape)
+        nulls = pool.null_values
+        templates = self._null_value_templates if nulls else self._templates
+        template = templates.get(shape)
         if template is None:
-            template = self._templates[shape] = BatchTemplate(
+            template = templates[shape] = BatchTemplate(
                 headers=shape.headers, identity=shape.identity, compression=self._compression,
-                compression_level=self.config.compression.level)
+                compression_level=self.config.compression.level, null_values=nulls)
         key = (shape, pool)
         record_bytes = self._record_bytes.get(key)
         if record_bytes is None:
-            value_len = pool.value_size if pool.value_size is not None else max(map(len, pool.values))
+            value_len = pool.longest_value
             longest = None if pool.max_key_size < 0 else b"k" * pool.max_key_size
             record_bytes = template.record_size(value_len, longest)
             if len(self._record_bytes) >= 64:
@@ -541,7 +545,7 @@ class Producer:
             self._append(t.tps[part], values, keys[a + j:a + n:m] if keys is not None else None,
                          run, range(offset + j, offset + n, m), 0)
 
-    def _place_sticky(self, t: _TopicState, values: Sequence[bytes],
+    def _place_sticky(self, t: _TopicState, values: Sequence[bytes | None],
                       keys: Sequence[bytes | None] | None, a: int, n: int, offset: int,
                       run: _BulkRun) -> None:
         """Keyless records (or keys ignored) on the sticky partition, in chunks that end
@@ -588,7 +592,7 @@ class Producer:
                 pt.on_append(t.topic, part, take * rbw, acc.all_batches_full(tp))
             done += take
 
-    def _append(self, tp: TopicPartition, values: Sequence[bytes],
+    def _append(self, tp: TopicPartition, values: Sequence[bytes | None],
                 keys: Sequence[bytes | None] | None, run: _BulkRun,
                 positions: Sequence[int] | None, stream_offset: int) -> None:
         """One partition's slice into the accumulator, waiting for memory as needed.

@@ -304,8 +304,7 @@ class Sender:
             if b.state is BatchState.RETRY:
                 metrics.retries += 1
             else:
-                if compressed:
-                    self.accumulator.batch_encoded(b)
+                self.accumulator.batch_encoded(b)
                 metrics.records_sent += b.record_count
                 metrics.queue_time_ns_total += now_ns - b.created_ns
                 metrics.batch_fill_total += min(1.0, b.estimated_bytes / max(self.batch_size, 1))

@@ -246,10 +246,19 @@ class SubscriptionState:
     def default_reset_request(self, tp: TopicPartition) -> ResetRequest:
         request = ResetRequest.from_config(self.default_reset)
         if request is None:
-            raise NoOffsetForPartitionError(
-                f"{tp} has no committed offset and auto.offset.reset=none "
-                "(the Java consumer's NoOffsetForPartitionException)")
+            raise NoOffsetForPartitionError.of([tp])
         return request
+
+    def reset_initializing_positions(self, partitions: Iterable[TopicPartition] | None = None) -> None:
+        """Partitions still without a position (of ``partitions``, default every one) reset
+        by ``auto.offset.reset``; with ``none``, one error naming them all (Java's
+        ``resetInitializingPositions``)."""
+        wanted = None if partitions is None else set(partitions)
+        parts = [tp for tp in self.initializing_partitions() if wanted is None or tp in wanted]
+        if parts and not self.has_default_reset:
+            raise NoOffsetForPartitionError.of(parts)
+        for tp in parts:
+            self.request_offset_reset(tp)
 
     @property
     def has_default_reset(self) -> bool:
@@ -271,6 +280,12 @@ class SubscriptionState:
 
 class NoOffsetForPartitionError(KctlError):
     """auto.offset.reset=none and a partition has no position (Java's NoOffsetForPartitionException)."""
+
+    @classmethod
+    def of(cls, partitions: Iterable[TopicPartition]) -> NoOffsetForPartitionError:
+        names = ", ".join(str(tp) for tp in sorted(partitions))
+        # Java's wording, then which setting says so.
+        return cls(f"Undefined offset with no reset policy for partitions: [{names}] (auto.offset.reset=none)")
 
 
 class OffsetOutOfRangeError(KctlError):

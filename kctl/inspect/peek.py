@@ -76,8 +76,7 @@ def _body_start(frame: bytes | memoryview, api_key: int, api_version: int) -> in
     """Where the body begins: after the header's client id (and tagged fields, header v2)."""
     pos = 8
     if schema.request_header_version(api_key, api_version) >= 1:
-        (n,) = _I16.unpack_from(frame, pos)
-        pos += 2 + max(n, 0)
+        pos = _skip_nullable_string(frame, pos, False)   # an int16 length even in header v2
     if schema.request_header_version(api_key, api_version) >= 2:
         pos = _skip_tags(frame, pos)
     return pos
@@ -86,12 +85,8 @@ def _body_start(frame: bytes | memoryview, api_key: int, api_version: int) -> in
 def _produce_acks_at(frame: bytes | memoryview, version: int) -> tuple[int, int]:
     """(acks, position after acks) of a Produce request."""
     pos = _body_start(frame, PRODUCE, version)
-    if version >= _PRODUCE_FLEXIBLE:
-        n, pos = _uvarint(frame, pos)          # compact nullable string: length + 1
-        pos += max(n - 1, 0)
-    elif version >= 3:
-        (n,) = _I16.unpack_from(frame, pos)
-        pos += 2 + max(n, 0)
+    if version >= 3:                           # transactional_id
+        pos = _skip_nullable_string(frame, pos, version >= _PRODUCE_FLEXIBLE)
     (acks,) = _I16.unpack_from(frame, pos)
     return acks, pos + 2
 
@@ -136,20 +131,10 @@ def _produce_summary(frame: bytes | memoryview, version: int) -> ProduceSummary 
     codecs = [0, 0, 0, 0, 0, 0, 0, 0]
     for _ in range(max(topics, 0)):
         pos = _after_topic(frame, pos, version, flexible)
-        if flexible:
-            parts, pos = _uvarint(frame, pos)
-            parts -= 1
-        else:
-            (parts,) = _I32.unpack_from(frame, pos)
-            pos += 4
+        parts, pos = _array_length(frame, pos, flexible)
         for _ in range(max(parts, 0)):
-            pos += 4                                  # partition index
-            if flexible:
-                size, pos = _uvarint(frame, pos)
-                size -= 1
-            else:
-                (size,) = _I32.unpack_from(frame, pos)
-                pos += 4
+            # partition index, then the record set's length (-1: null), read as an array's
+            size, pos = _array_length(frame, pos + 4, flexible)
             partitions += 1
             if size > 0:
                 if pos + size > end:
@@ -207,8 +192,8 @@ def produce_answer(frame: bytes | memoryview, version: int) -> tuple[list[int], 
 
 
 def _array_length(b: bytes | memoryview, pos: int, flexible: bool) -> tuple[int, int]:
-    """An array's length (-1: null) and the position after it: a compact array's
-    unsigned varint (length + 1) in flexible versions, else an int32."""
+    """An array's (or a byte string's) length (-1: null) and the position after it: a
+    compact array's unsigned varint (length + 1) in flexible versions, else an int32."""
     if flexible:
         n, pos = _uvarint(b, pos)
         return n - 1, pos
@@ -219,10 +204,7 @@ def _after_topic(b: bytes | memoryview, pos: int, version: int, flexible: bool) 
     """The position after a Produce topic's name (or its id, from v13)."""
     if version >= _PRODUCE_TOPIC_IDS:
         return pos + 16
-    if flexible:
-        n, pos = _uvarint(b, pos)
-        return pos + max(n - 1, 0)
-    return pos + 2 + max(_I16.unpack_from(b, pos)[0], 0)
+    return _skip_nullable_string(b, pos, flexible)
 
 
 def _produce_answer(b: bytes | memoryview, version: int) -> tuple[list[int], int] | None:
@@ -274,6 +256,8 @@ def _produce_answer(b: bytes | memoryview, version: int) -> tuple[list[int], int
 
 
 def _skip_nullable_string(b: bytes | memoryview, pos: int, flexible: bool) -> int:
+    """The position after a nullable string (a string reads the same): a compact one's
+    unsigned varint (length + 1, 0: null) in flexible versions, else an int16 (-1: null)."""
     if flexible:
         n, pos = _uvarint(b, pos)
         return pos + max(n - 1, 0)

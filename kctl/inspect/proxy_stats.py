@@ -36,6 +36,7 @@ from typing import Final
 from hdrh.histogram import HdrHistogram
 
 from kctl.inspect.peek import ProduceSummary
+from kctl.inspect.summary import capped_percentiles
 from kctl.stats.latency import histogram_mean
 
 _MAX_LATENCY_US: Final = 3_600_000_000   # an hour: anything longer is clamped
@@ -338,12 +339,9 @@ def merge_reports(reports: Iterable[StatsReport], now_ns: int, *, processors: in
         # One walk of the counts for all percentiles and one for the mean: hdrh's
         # get_mean_value() walks an iterator object per bucket (tens of ms of the
         # parent's CPU per snapshot under load, taken from the traffic it watches).
-        pct = h.get_percentile_to_value_dict(list(PERCENTILES)) if count else {}
         apis[name] = ApiSnapshot(
             name, t[0], t[1], t[2], t[3],
-            # Bucket values, never above the largest latency measured (a bucket's highest
-            # value can be: p99 would read above max).
-            {p: min(pct.get(p, 0), max_ns[name] / 1000) for p in PERCENTILES},
+            capped_percentiles(h, PERCENTILES, max_ns[name]),
             # The exact largest latency: HdrHistogram's max is its bucket's highest value
             # (3 significant digits: 23030.849 ms reads 23035.903 ms).
             max_ns[name] / 1000 if count else 0, histogram_mean(h) if count else 0.0,

@@ -387,6 +387,9 @@ class RangeDecoder:
             if self._whole and it.kind != "retransmission":     # as CaptureDecoder says it
                 self.notices.append(CaptureNotice(self.range.file, it.kind, it.message, it.offset,
                                                   it.ts_ns, it.conn, it.direction))
+            if it.head:
+                # A cut request's response decodes, as in decode (marked request_cut).
+                self.decoder.cut_frame(it)
             cv = self.coverage.get((it.conn, it.direction))
             if cv is None:
                 continue

@@ -303,6 +303,11 @@ class Frame:
     first_packet: int = 0
 
 
+#: Bytes of a cut frame an ``incomplete`` notice keeps: the size prefix and a request
+#: header's API key, version and correlation id.
+_HEAD_BYTES: Final = 12
+
+
 @dataclass(frozen=True, slots=True)
 class StreamNotice:
     """Something about a stream that is not a frame: a gap, lost framing,
@@ -316,6 +321,9 @@ class StreamNotice:
     message: str
     length: int = 0
     first_packet: int = 0   # 'incomplete' at the end: the packet that carried its first byte
+    # ``incomplete``: the cut frame's first bytes (up to ``_HEAD_BYTES``: its size prefix and
+    # a request header's fixed fields), for a reader that knows the protocol to name it.
+    head: bytes = b""
 
 
 def _looks_like_tls(data: bytes) -> bool:
@@ -517,7 +525,7 @@ class FrameSplitter:
         if self._buf and self.synced:
             out.append(StreamNotice(self.conn, self.direction, self._buf_offset, gap.ts_ns,
                                     "incomplete", f"frame cut by a gap after {len(self._buf)} bytes",
-                                    len(self._buf)))
+                                    len(self._buf), head=bytes(self._buf[:_HEAD_BYTES])))
         elif self._buf and not self.synced:
             # Bytes held while resynchronising (an open candidate) are given up too.
             if not self._skipped:
@@ -548,10 +556,11 @@ class FrameSplitter:
                else f"{len(self._buf)} trailing bytes where no frame start was found")
         n = len(self._buf)
         first_packet = self._origin(self._buf_offset)[1] if self._chunks else 0
+        head = bytes(self._buf[:_HEAD_BYTES]) if self.synced else b""
         self._buf.clear()
         self._chunks.clear()
         out.append(StreamNotice(self.conn, self.direction, self._buf_offset, ts_ns, kind, msg, n,
-                                first_packet))
+                                first_packet=first_packet, head=head))
         return out
 
     def _lose_framing(self, at: int) -> None:

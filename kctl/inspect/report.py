@@ -26,7 +26,8 @@ from kctl.protocol.records import Record
 
 __all__ = [
     "error_codes", "throttle_time_ms", "frame_json", "notice_json", "frame_line", "gist",
-    "format_ts", "RecordView", "iter_records", "record_json", "format_record",
+    "format_ts", "RecordView", "iter_records", "set_records", "records_left_out",
+    "frame_records_left_out", "record_json", "format_record",
     "binary_json", "DEFAULT_RECORD_FORMAT", "JSON_KEYS", "topics_of", "has_errors", "dumps",
     "consumer_protocol_json",
 ]
@@ -446,11 +447,59 @@ class RecordView:
 def iter_records(f: DecodedFrame) -> Iterator[RecordView]:
     """The data records of a frame's record sets. Control records (the COMMIT/ABORT markers
     of transactions, in batches with the control bit) are left out, as a Java consumer and
-    kcat leave them out: they are not data (``--summary`` and the frame views count them)."""
+    kcat leave them out: they are not data (``--summary`` and the frame views count them).
+    A record set that did not decode gives the records of its batches before the damage
+    (``records_left_out`` says what is missing)."""
     for rs in f.record_sets:
-        for batch, r in rs.iter_records():
-            if not batch.is_control:
-                yield RecordView(rs.topic, rs.partition, r, f.direction)
+        yield from set_records(f, rs)
+
+
+def set_records(f: DecodedFrame, rs: RecordSet) -> Iterator[RecordView]:
+    """``iter_records`` for one record set of ``f``."""
+    for batch, r in rs.iter_records():
+        if not batch.is_control:
+            yield RecordView(rs.topic, rs.partition, r, f.direction)
+
+
+def frame_records_left_out(f: DecodedFrame) -> CaptureNotice | None:
+    """A ``records`` notice for a frame whose body was not decoded and may hold records: a
+    Produce request or Fetch response that does not decode or whose version kctl's schema
+    does not know, or a response whose request was not captured (its API is not known)."""
+    if f.body is not None:
+        return None
+    if "unmatched" in f.marks:
+        what, why = f"response #{f.correlation_id}", "its request was not captured"
+    elif (f.api_key, f.direction) in ((0, "request"), (1, "response")):
+        what = f"{f.api_name} v{f.api_version} #{f.correlation_id}"
+        why = (f"the frame does not decode ({f.error})" if f.error is not None
+               else "kctl's schema does not know this version")
+    else:
+        return None
+    return CaptureNotice(f.file, "records", f"{what}{_packet(f)}: not decoded, any records in "
+                         f"it left out: {why}", f.offset, f.ts_ns, f.conn, f.direction)
+
+
+def _packet(f: DecodedFrame) -> str:
+    """`` (packet N)``: the capture packet completing the frame (none with --hex)."""
+    return f" (packet {f.packet})" if f.packet else ""
+
+
+def records_left_out(f: DecodedFrame, rs: RecordSet) -> CaptureNotice | None:
+    """A ``records`` notice for a record set of ``f`` whose records cannot all be given
+    (bad bytes, an unknown codec, a CRC-32C mismatch, corrupt compressed data, the
+    decompression budget): the frame, the partition and why; None when nothing is missing."""
+    if rs.error is None:
+        return None
+    name = f.api_name or (f"api{f.api_key}" if f.api_key is not None else "?")
+    n = rs.batch_count
+    after = f" after its first {n} batch{'es' if n > 1 else ''}" if n else ""
+    why = (f"not decoded past the decompression budget ({rs.error.reason}; "
+           "--max-decompress-ratio raises it)" if isinstance(rs.error, BudgetExceededError)
+           else f"they do not decode ({rs.error})")
+    return CaptureNotice(
+        f.file, "records", f"{name} v{f.api_version} #{f.correlation_id}{_packet(f)} "
+        f"{rs.topic}/{rs.partition}: left out{after}, {why}",
+        f.offset, f.ts_ns, f.conn, f.direction)
 
 
 def record_json(v: RecordView) -> dict[str, Any]:

@@ -86,7 +86,8 @@ def _redact_auth_bytes(df: DecodedFrame) -> None:
         df.marks += ("redacted",)
 
 #: What a frame's ``marks`` may hold.
-MARKS: Final = ("unmatched", "unknown_api", "decode_error", "resynced", "redacted")
+MARKS: Final = ("unmatched", "unknown_api", "decode_error", "resynced", "redacted",
+                "request_cut")
 
 
 @dataclass(frozen=True, slots=True)
@@ -235,6 +236,10 @@ class CaptureDecoder:
         self.budget = budget if budget is not None else DecompressionBudget()
         self._budget_noticed = False
         self._outstanding: dict[ConnectionId, OrderedDict[int, _Pending]] = {}
+        # Requests cut by a gap whose header was captured (an ``incomplete`` notice): their
+        # responses decode, marked ``request_cut``. Looked at only when ``_outstanding`` has
+        # no request for a response.
+        self._cut_requests: dict[ConnectionId, OrderedDict[int, _Pending]] = {}
         self.topic_names: dict[Any, str] = {}      # topic id (UUID) -> name, from Metadata
         self.group_protocol_types: dict[str, str] = {}  # group id -> protocol_type, from JoinGroup
         self.reassembler = Reassembler(broker_ports, expects_response=self._expects,
@@ -245,11 +250,18 @@ class CaptureDecoder:
 
     def _expects(self, conn: ConnectionId, corr: int) -> bool:
         pending = self._outstanding.get(conn)
-        return pending is not None and corr in pending
+        cut = self._cut_requests.get(conn)
+        return (pending is not None and corr in pending) or (cut is not None and corr in cut)
 
     def _response_decodes(self, conn: ConnectionId, data: bytes) -> bool:
+        if len(data) < 4:
+            return False
+        corr = struct.unpack_from(">i", data, 0)[0]
         pending = self._outstanding.get(conn)
-        req = pending.get(struct.unpack_from(">i", data, 0)[0]) if pending and len(data) >= 4 else None
+        req = pending.get(corr) if pending else None
+        if req is None:
+            cut = self._cut_requests.get(conn)
+            req = cut.get(corr) if cut else None
         if req is None:
             return False
         if not req.known:
@@ -283,9 +295,43 @@ class CaptureDecoder:
                         "--max-decompress-ratio raises it)", None,
                         it.ts_ns, it.conn, it.direction))
             elif it.kind != "retransmission":
-                out.append(CaptureNotice(self.file, it.kind, it.message, it.offset, it.ts_ns,
-                                         it.conn, it.direction))
+                what = self.cut_frame(it) if it.head else None
+                out.append(CaptureNotice(self.file, it.kind,
+                                         it.message if what is None else f"{what}: {it.message}",
+                                         it.offset, it.ts_ns, it.conn, it.direction))
         return out
+
+    def cut_frame(self, n: StreamNotice) -> str | None:
+        """What an ``incomplete`` frame was, from the header bytes captured before the cut:
+        a request's API, version and correlation id (the request is remembered, so that its
+        response decodes, marked ``request_cut``); a response's correlation id and its
+        request's API (that request is answered). None when too little of it was captured.
+        For a reader that takes the reassembler's notices itself (``ranges.RangeDecoder``)."""
+        head = n.head
+        if len(head) < 8:
+            return None
+        size, corr = struct.unpack_from(">ii", head, 0)
+        if n.direction == "request":
+            if len(head) < 12:
+                return None
+            api_key, api_version, corr = struct.unpack_from(">hhi", head, 4)
+            api = schema.API_BY_KEY.get(api_key)
+            known = api is not None and api_version in api.request.valid_versions
+            cut = self._cut_requests.setdefault(n.conn, OrderedDict())
+            cut[corr] = _Pending(api_key, api_version, n.ts_ns, known)
+            cut.move_to_end(corr)
+            if len(cut) > MAX_OUTSTANDING_PER_CONNECTION:
+                cut.popitem(last=False)
+            return f"{_api_name(api_key)} v{api_version} request #{corr} of {size + 4} bytes"
+        pending = self._outstanding.get(n.conn)
+        req = pending.pop(corr, None) if pending else None
+        if req is None:
+            cut = self._cut_requests.get(n.conn)
+            req = cut.pop(corr, None) if cut else None
+        if req is None:
+            return f"response #{corr} of {size + 4} bytes (its request not captured)"
+        return (f"{_api_name(req.api_key)} v{req.api_version} response #{corr} "
+                f"of {size + 4} bytes")
 
     def observe(self, fr: Frame) -> None:
         """Keeps what ``decode(fr)`` would keep for the frames after it, without decoding
@@ -401,8 +447,7 @@ class CaptureDecoder:
         pending = self._outstanding.get(fr.conn)
         req = pending.pop(corr, None) if pending is not None else None
         if req is None:
-            return DecodedFrame(**base, api_key=None, api_version=None, correlation_id=corr,
-                                raw_body=data[4:], marks=("unmatched",))
+            return self._response_without_request(fr, base, corr)
         df = DecodedFrame(**base, api_key=req.api_key, api_version=req.api_version,
                           correlation_id=corr, latency_ns=fr.ts_ns - req.ts_ns)
         if not req.known:
@@ -427,6 +472,23 @@ class CaptureDecoder:
             self._learn_topics(resp.body)
         return df
 
+    def _response_without_request(self, fr: Frame, base: dict[str, Any],
+                                  corr: int) -> DecodedFrame:
+        """A response whose request is not outstanding: the answer to a request cut by a
+        gap (its header captured) is decoded as the request's API and version, marked
+        ``request_cut``, without a latency (when the cut request was sent whole is not
+        known); else ``unmatched``, its raw body kept."""
+        cut = self._cut_requests.get(fr.conn)
+        req = cut.pop(corr, None) if cut else None
+        if req is None:
+            return DecodedFrame(**base, api_key=None, api_version=None, correlation_id=corr,
+                                raw_body=fr.data[4:], marks=("unmatched",))
+        self._remember(fr.conn, corr, req)
+        df = self._response(fr)
+        df.latency_ns = None
+        df.marks += ("request_cut",)
+        return df
+
     # -- record sets ----------------------------------------------------
 
     def _topic(self, name: str | None, topic_id: Any) -> str:
@@ -449,6 +511,11 @@ class CaptureDecoder:
             for p in t.partitions:
                 out.append(_record_set(topic, p.partition_index, p.records, self.budget))
         return out
+
+
+def _api_name(api_key: int) -> str:
+    api = schema.API_BY_KEY.get(api_key)
+    return api.name if api is not None else f"api{api_key}"
 
 
 def _request_decodes(data: bytes) -> bool:

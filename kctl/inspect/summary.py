@@ -9,6 +9,7 @@ batches and codecs; errors by name; throttling totals; notices by kind.
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
 
@@ -19,10 +20,27 @@ from kctl.inspect.report import error_codes, throttle_time_ms
 from kctl.inspect.session import CaptureNotice, DecodedFrame
 from kctl.protocol.error_codes import error_for
 
-__all__ = ["CaptureSummary", "ApiStats", "PartitionStats", "PERCENTILES"]
+__all__ = ["CaptureSummary", "ApiStats", "PartitionStats", "PERCENTILES", "capped_percentiles"]
 
 PERCENTILES: Final = (50.0, 90.0, 99.0, 99.9, 100.0)
 _MAX_LATENCY_US: Final = 3_600 * 1_000_000
+
+
+def capped_percentiles(h: HdrHistogram | None, percentiles: Sequence[float], max_ns: int, *,
+                       unit_ns: int = 1000) -> dict[float, float]:
+    """Percentile -> value in units of ``unit_ns`` (µs by default, 1_000_000: ms) of a
+    latency histogram in µs, beside the exact largest value measured, ``max_ns``: hdrh's
+    bucket values (one walk of the counts for all percentiles), never above ``max_ns`` (a
+    bucket's highest value can be, at 3 significant digits: p99 would read above max).
+    No histogram, or an empty one: 0 each. Here and in the proxy's snapshot
+    (``proxy_stats.merge_reports``); not in kctl.stats, which would load the engine into
+    ``kctl decode``."""
+    if h is None or not h.get_total_count():
+        return dict.fromkeys(percentiles, 0)
+    per_us = unit_ns / 1000
+    cap = max_ns / unit_ns
+    pct = h.get_percentile_to_value_dict(list(percentiles))
+    return {p: min(pct[p] / per_us, cap) for p in percentiles}
 
 
 @dataclass(slots=True)
@@ -53,10 +71,8 @@ class ApiStats:
                              "latency_count": h.get_total_count()}
         if h.get_total_count():
             # One pass over the buckets for all percentiles (one walk each cost ~5 ms per API).
-            values = h.get_percentile_to_value_dict(list(PERCENTILES))
-            # Bucket values, never above the largest latency measured (a bucket's highest
-            # value can be: p99 would read above max).
-            d["latency_ms"] = {f"p{p:g}": min(values[p] / 1000, self.latency_max_ns / 1e6) for p in PERCENTILES}
+            values = capped_percentiles(h, PERCENTILES, self.latency_max_ns, unit_ns=1_000_000)
+            d["latency_ms"] = {f"p{p:g}": v for p, v in values.items()}
             d["latency_ms"]["max"] = self.latency_max_ns / 1e6
             d["latency_ms"]["mean"] = round(self.latency_sum_us / h.get_total_count() / 1000, 3)
         return d

@@ -12,7 +12,9 @@ through ``on_round`` / ``on_event`` / ``on_start``.
 ``--from`` (assign mode; kafka-consumer-perf-test reads from the beginning too):
 ``beginning`` (the default), ``end``, an offset (``1234``), a time: ISO 8601
 (``2024-05-01T12:00:00Z``), ``@<unix ms>`` or ``-<duration>`` (``-5m``: five minutes
-ago). In group mode positions are the group's committed offsets; ``--from beginning|end``
+ago). Without ``--from``, an ``auto.offset.reset`` given by ``-X`` or a consumer config
+decides instead, as for Java's ``assign()`` without a seek (``latest``: only new records;
+``none``: the run fails with NoOffsetForPartitionException's line). In group mode positions are the group's committed offsets; ``--from beginning|end``
 then says where a partition without one starts (``auto.offset.reset``): ``beginning``
 without ``--from`` or with ``--from committed`` (the same thing spelled out; perf-test's
 default, which sets earliest unless --from-latest), unless a consumer config or ``-X`` sets
@@ -30,16 +32,17 @@ from __future__ import annotations
 import dataclasses
 import time
 from collections.abc import Callable, Sequence
-from contextlib import ExitStack
+from contextlib import ExitStack, closing
 from dataclasses import dataclass
 from datetime import datetime
 
 
 from kctl.config import Setting, load_properties_file, parse_assignment, redact_properties
 from kctl.consumer_config import ConsumerConfig, canonical_consumer_setting
-from kctl.engine import admin
+from kctl.engine import admin, setup_retry
 from kctl.engine.batch import TopicPartition
 from kctl.engine.blocking_client import BlockingClient
+from kctl.engine.setup_retry import SetupRetry
 from kctl.errors import ConfigError, KctlError
 from kctl.load.clock_sync import SAME_HOST
 from kctl.load.consume_run import ConsumeResult, ConsumeRun, ConsumeSpec
@@ -184,6 +187,10 @@ def prepare(o: ConsumeOptions) -> ConsumePlan:
             start = StartPosition("committed")
     elif "group.id" in named:
         raise ConfigError("give the group as --group (assign mode takes no group.id)")
+    elif o.start is None and o.backlog is None and "auto.offset.reset" in named:
+        # Java's assign() without a seek: each partition starts by auto.offset.reset
+        # (latest: only new records; none: NoOffsetForPartitionException). --from wins.
+        start = StartPosition("reset")
     if committed_only and "auto.offset.reset" not in named:
         # No --from, or --from committed: a partition without a committed offset starts at
         # the beginning (kafka-consumer-perf-test's default too), not the Java client's
@@ -193,6 +200,8 @@ def prepare(o: ConsumeOptions) -> ConsumePlan:
                                 else "--from committed (default beginning)"))
     config = ConsumerConfig.from_settings(
         settings + [Setting("bootstrap.servers", o.bootstrap or "127.0.0.1:9092", "-b")])
+    if start.kind == "reset":
+        start = StartPosition("reset", reset=config.auto_offset_reset.to_text())
     duration_s = parse_duration(o.duration, "--duration") if o.duration else None
     idle_s = parse_duration(o.idle_timeout, "--idle-timeout") if o.idle_timeout else None
     if idle_s is None and o.num_records is not None and duration_s is None and o.backlog is None:
@@ -306,9 +315,14 @@ def execute(plan: ConsumePlan, *, on_event: Callable[[str], None] = lambda _m: N
             on_event(f"no --bootstrap-server given: started the embedded broker (Tansu) at {bootstrap}; "
                      "it stops when the run ends")
         config = plan.config.with_properties({"bootstrap.servers": bootstrap})
-        with BlockingClient(bootstrap.split(",")[0], client_id="kctl-consume-admin",
-                            security=config.security) as client:
-            partitions = _topic_partitions(client, plan)
+        # The topic check is asked again over a new connection while the connection breaks,
+        # for at most default.api.timeout.ms (as the Java consumer's partitionsFor).
+        retry = SetupRetry(config.default_api_timeout_ms, "default.api.timeout.ms",
+                           min(config.retry_backoff_ms, config.retry_backoff_max_ms), config.retry_backoff_max_ms)
+        with closing(BlockingClient(bootstrap.split(",")[0], client_id="kctl-consume-admin",
+                                    security=config.security)) as client:
+            partitions = setup_retry.call(client, lambda c: _topic_partitions(c, plan), retry,
+                                          what=f"looking up topic {o.topic!r}")
         backlog = _write_backlog(plan, bootstrap, on_event) if o.backlog is not None else None
         group = o.group is not None
         consumers = plan.consumers.count
@@ -402,7 +416,8 @@ def read_extents(partitions: Sequence[int], start: StartPosition, group: bool,
     from the log start when assign mode sought to the beginning; to the end when the
     partition's final position reached its end offset. A partition never fetched has
     neither (its end offset is unknown)."""
-    from_start = start.kind == "beginning" and not group
+    from_start = not group and (start.kind == "beginning"
+                                or (start.kind == "reset" and start.reset == "earliest"))
     at_end = {s.partition for s in summary.partitions if s.end_offset >= 0 and s.position >= s.end_offset}
     return {p: ReadExtent(from_start, p in at_end) for p in partitions}
 

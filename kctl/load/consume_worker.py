@@ -27,9 +27,12 @@ records, or once caught up when told to (``stop_when_caught_up``). Closing commi
 closing (the run's end, as kafka-consumer-perf-test takes its end time before close), its
 counters are read after.
 
-In group mode the rebalance listener commits the positions of revoked partitions
-before they move (``commit_async``; the next join waits for it), as a careful
-application does, so a rebalance does not hand the next owner records already read.
+Commits are the engine's, as a Java consumer with the same settings makes them: with
+``enable.auto.commit`` every ``auto.commit.interval.ms``, before a rebalance revokes
+partitions (ConsumerCoordinator's onJoinPrepare) and at close; with it off, none. The
+rebalance listener only times rejoining (kafka-consumer-perf-test's listener does no
+more): a commit of its own would commit with auto-commit off, and send a second,
+identical OffsetCommit at close with it on.
 """
 
 from __future__ import annotations
@@ -66,16 +69,20 @@ POLL_S = 0.05
 @dataclass(frozen=True, slots=True)
 class StartPosition:
     """Where reading starts: ``beginning``, ``end``, ``offset`` (``value``), ``timestamp``
-    (``value`` ms), ``committed`` (the group's, else auto.offset.reset) or ``offsets``
-    (one offset per partition: a backlog's, or the end before ``produce --consume``)."""
+    (``value`` ms), ``committed`` (the group's, else auto.offset.reset), ``reset`` (assign
+    mode, no seek: auto.offset.reset, ``reset`` its text, as Java's assign() without a seek)
+    or ``offsets`` (one offset per partition: a backlog's, or the end before ``produce --consume``)."""
 
     kind: str
     value: int = 0
     offsets: dict[int, int] | None = None
+    reset: str = ""
 
     def describe(self) -> str:
         if self.kind in ("offset", "timestamp"):
             return f"{self.kind} {self.value}"
+        if self.kind == "reset":
+            return f"auto.offset.reset={self.reset}"
         return self.kind
 
 
@@ -113,15 +120,12 @@ class ConsumeWorkerSpec:
 
 
 class _Listener:
-    """Commits revoked partitions' positions before they move (module docstring)."""
+    """Times rejoining; commits nothing (module docstring)."""
 
     def __init__(self, worker: ConsumerWorker) -> None:
         self.worker = worker
 
     def on_partitions_revoked(self, partitions, positions) -> None:
-        c = self.worker.consumer
-        if c.coordinator is not None and positions:
-            c.coordinator.commit_async(positions, c.clock.now_ns())
         self.worker.lose(partitions)
 
     def on_partitions_assigned(self, partitions) -> None:
@@ -203,7 +207,8 @@ class ConsumerWorker:
                     c.subscriptions.seek(tp, FetchPosition(offsets[tp.partition]))
                 else:
                     c.seek_to_beginning([tp])
-        # "committed": the group's committed offsets (ConsumerCoordinator), else auto.offset.reset.
+        # "committed": the group's committed offsets (ConsumerCoordinator), else auto.offset.reset;
+        # "reset": no seek, so the engine resets by auto.offset.reset (none: it fails).
 
     def _ready(self) -> bool:
         c = self.consumer

@@ -62,12 +62,12 @@ class PayloadSpec:
 
 @dataclass(frozen=True, slots=True)
 class PayloadPool:
-    values: tuple[bytes, ...]
-    value_size: int | None        # the common size, None when sizes vary
+    values: tuple[bytes | None, ...]  # None: a null value (kctl replay's null cells)
+    value_size: int | None        # the common size, None when sizes vary or a value is null
 
     @property
     def mean_size(self) -> float:
-        return sum(map(len, self.values)) / len(self.values)
+        return sum(len(v) for v in self.values if v is not None) / len(self.values)
 
 
 def make_pool(spec: PayloadSpec) -> PayloadPool:

@@ -12,7 +12,7 @@ caller (the command) renders through the ``on_round``/``on_event`` callbacks.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from contextlib import ExitStack
+from contextlib import ExitStack, closing
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -24,8 +24,9 @@ from kctl.config import (
     parse_assignment,
     redact_properties,
 )
-from kctl.engine import admin
+from kctl.engine import admin, setup_retry
 from kctl.engine.blocking_client import BlockingClient
+from kctl.engine.setup_retry import SetupRetry
 from kctl.errors import ConfigError, KctlError
 from kctl.consumer_config import ConsumerConfig, canonical_consumer_setting
 from kctl.load.clock_sync import SAME_HOST, ClockServer
@@ -65,6 +66,9 @@ class ProduceOptions:
     properties: Sequence[str] = ()
     producer_config: Sequence[str] = ()
     workers: int | None = None
+    #: why ``workers`` (when given): the option that set it (named in its errors), or the
+    #: reason a command chose it (e.g. one Spark task per slot)
+    workers_reason: str = "--workers"
     interval: float = 1.0
     verify: bool = False
     id_headers: bool = True
@@ -134,7 +138,7 @@ def prepare(o: ProduceOptions) -> ProducePlan:
     if not 0 <= o.spin_ms <= 1000:
         raise ConfigError(f"--spin-ms must be between 0 and 1000, not {o.spin_ms}")
     if o.workers is not None and o.workers < 1:
-        raise ConfigError(f"--workers must be at least 1, not {o.workers}")
+        raise ConfigError(f"{o.workers_reason} must be at least 1, not {o.workers}")
     if o.verify and not o.id_headers:
         raise ConfigError("--verify needs the record identity headers: drop --no-id-headers")
     if o.consume and not o.id_headers:
@@ -168,7 +172,7 @@ def prepare(o: ProduceOptions) -> ProducePlan:
             x.name == "transactional.id" and x.value not in (None, "") for x in settings):
         settings.append(Setting("transactional.id", DEFAULT_TRANSACTIONAL_ID, "--transaction-duration-ms"))
     if o.workers is not None:
-        workers = WorkerCount(o.workers, "--workers")
+        workers = WorkerCount(o.workers, o.workers_reason)
     else:
         given = o.bootstrap or next((str(x.value) for x in reversed(settings)
                                      if x.name == "bootstrap.servers"), None)
@@ -365,8 +369,12 @@ def execute(plan: ProducePlan, *, on_event: Callable[[str], None] = lambda _m: N
                      "it stops when the run ends")
         first = bootstrap.split(",")[0]
         security = plan.config.security
-        with BlockingClient(first, client_id="kctl-produce-admin", security=security) as client:
-            partitions = ensure_topic(client, plan)
+        # Set-up is asked again over a new connection while the connection breaks, for at
+        # most max.block.ms (as the Java producer blocks for its metadata): setup_retry.py.
+        retry = SetupRetry.of_producer(plan.config)
+        with closing(BlockingClient(first, client_id="kctl-produce-admin", security=security)) as client:
+            partitions = setup_retry.call(client, lambda c: ensure_topic(c, plan), retry,
+                                          what=f"setting up topic {plan.options.topic!r} on {first}")
         on_event(f"producing to {plan.options.topic} ({partitions} partitions) on {bootstrap} "
                  f"with {plan.spec_args['workers']} worker(s) ({plan.spec_args['workers_reason']})")
         props = {s.name: str(s.value) for s in plan.settings}
@@ -408,9 +416,11 @@ def execute(plan: ProducePlan, *, on_event: Callable[[str], None] = lambda _m: N
             if on_start is not None:
                 on_start(run)
 
-        # acks=0 acknowledges no offset: --verify reads from each partition's log end before the run.
-        since = log_end_offsets(bootstrap, spec.topic, security=security) \
-            if spec.verify and producer.acks == 0 else None
+        # Records acknowledged without an offset (acks=0; a retry the broker answered
+        # DUPLICATE_SEQUENCE_NUMBER, offset -1 as in the Java client) are looked for from
+        # each partition's log end before the run.
+        since = log_end_offsets(bootstrap, spec.topic, security=security, retry=retry) \
+            if spec.verify else None
         # started() is called by the run once its stats exist (after the workers' common start).
         extra = {"close_hlog": False} if consume_run is not None else {}
         run = run_factory(spec, config_for_summary=summary_config, hdr_out=hdr_out, on_round=on_round,
@@ -437,14 +447,20 @@ def execute(plan: ProducePlan, *, on_event: Callable[[str], None] = lambda _m: N
                 if run.stats is not None and run.stats.hlog is not None:
                     run.stats.hlog.close()
         checked = None
+        verify_error = None
         if spec.verify and not result.failures:
             on_event("verifying: reading the produced range back")
-            checked = verify(bootstrap, spec.topic, spec.run_id, result.acked_runs, security=security,
-                             read_committed=spec.transaction_duration_ms is not None, since=since)
+            try:
+                checked = verify(bootstrap, spec.topic, spec.run_id, result.acked_runs, security=security,
+                                 read_committed=spec.transaction_duration_ms is not None, since=since,
+                                 retry=retry)
+            except KctlError as e:
+                # The run stands (its summary, --json-out); the verdict is missing, and says why.
+                verify_error = str(e)
         elif plan.options.verify and consumed is not None and not result.failures and not consumed.failures:
             on_event("verifying what the consumers read against the acknowledgements")
             checked = verify_against_acks(spec.run_id, result.acked_runs, consumed.seen)
-        summary = result.summary.with_verify(checked)
+        summary = result.summary.with_verify(checked, verify_error)
         if consumed is not None:
             summary = summary.with_consume(consumed.summary)
         return ProduceOutcome(bootstrap, embedded, result, checked, summary, consumed)

@@ -116,6 +116,24 @@ def worker_specs(spec: LoadSpec) -> list[WorkerSpec]:
         for w, sched in enumerate(schedules)]
 
 
+def run_stats(spec: LoadSpec, start_wall_ns: int, *, config: dict[str, Any],
+              hdr_out: str | None) -> RunStats:
+    """The merge of a run's reports, local workers' or Spark tasks' (kctl/spark/load.py)
+    alike, with its .hlog when ``hdr_out`` is given. ``start_wall_ns`` is the workers'
+    agreed start, where every schedule begins, not when the first of them began (a late
+    worker's records are still due from it); a paced run's measured span is then the
+    schedule's window from there (``RunStats`` ``window_s``), so a late start does not
+    shorten the span and overstate the rate."""
+    hlog = IntervalLogWriter.open(hdr_out, start_wall_ns) if hdr_out else None
+    return RunStats(
+        workers=spec.workers, start_wall_ns=start_wall_ns, target_rate=spec.rate or None,
+        config=config, run_id=spec.run_id, duration_s=spec.duration_s,
+        num_records=spec.num_records, hlog=hlog, workers_reason=spec.workers_reason,
+        transactional=spec.transaction_duration_ms is not None,
+        window_s=_seconds(window_ns(spec.rate, num_records=spec.num_records,
+                                    duration_ns=spec.duration_ns)))
+
+
 @dataclass
 class LoadResult:
     summary: RunSummary
@@ -169,14 +187,9 @@ class LoadRun:
         start_wall = time.time_ns() + int(START_MARGIN_S * 1e9)
         gate.start_wall_ns.value = start_wall
         gate.go.set()
-        hlog = IntervalLogWriter.open(self.hdr_out, start_wall) if self.hdr_out else None
-        self.stats = stats = RunStats(
-            workers=spec.workers, start_wall_ns=start_wall, target_rate=spec.rate or None,
-            config=self.config_for_summary, run_id=spec.run_id, duration_s=spec.duration_s,
-            num_records=spec.num_records, hlog=hlog, workers_reason=spec.workers_reason,
-            transactional=spec.transaction_duration_ms is not None,
-            window_s=_seconds(window_ns(spec.rate, num_records=spec.num_records,
-                                        duration_ns=spec.duration_ns)))
+        self.stats = stats = run_stats(spec, start_wall, config=self.config_for_summary,
+                                       hdr_out=self.hdr_out)
+        hlog = stats.hlog
         collector = _Collector(self, reports, procs, stop, early)
         thread = threading.Thread(target=collector.run, name="kctl-load-reports", daemon=True)
         thread.start()

@@ -4,16 +4,18 @@ How this works: workers report the ranges they had acknowledged, per
 partition, as runs of ``(offset, count, first_seq)``. The verifier reads each
 partition from the lowest acknowledged offset to the end of the highest run
 and identifies each record by its ``kctl`` identity header (run tag, worker,
-sequence; protocol/identity.py). With acks=0 a send completes at once with no
-offset (offset -1, as in the Java client): there is no acknowledged range, so
-the caller takes each partition's log end offset before the run (``since``,
-``log_end_offsets``) and the verifier reads from there to the log end after the
-run, and on while records of the run are still missing and the partition keeps
-growing (acks=0 writes may still be on their way), until nothing new came for
-``EMPTY_WAIT_S``. Records are then matched by identity alone: lost, duplicated
-and reordered are exact; nothing is misplaced (no offset was promised). Per worker it keeps one byte per sequence
-number (how many times it was expected, how many times it was found), so
-memory is one byte per record, not an object. It reports:
+sequence; protocol/identity.py). Some records are acknowledged with no offset
+(offset -1, as in the Java client): every send with acks=0, and a retry the broker
+answered DUPLICATE_SEQUENCE_NUMBER (its first attempt was written, the answer
+lost: Java's ``Sender.completeBatch`` completes it with offset -1). For them the
+caller takes each partition's log end offset before the run (``since``,
+``log_end_offsets``) and the verifier reads such a partition from there to the log
+end after the run, and on while records of the run are still missing and the
+partition keeps growing (acks=0 writes may still be on their way), until nothing
+new came for ``EMPTY_WAIT_S``. Those records are matched by identity alone;
+nothing is misplaced where no offset was promised. Per worker it keeps one byte
+per sequence number (how many times it was expected, how many times it was found),
+so memory is one byte per record, not an object. It reports:
 
 - lost: acknowledged but not found;
 - duplicated: found more than once (each extra copy counts);
@@ -39,12 +41,14 @@ import sys
 import threading
 import time
 from array import array
+from contextlib import closing
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from kctl.engine import admin
+from kctl.engine import admin, setup_retry
 from kctl.engine.blocking_client import BlockingClient
-from kctl.errors import KctlError
+from kctl.engine.setup_retry import SetupRetry
+from kctl.errors import BrokerUnavailableError, KctlError
 from kctl.protocol import messages, requests
 from kctl.protocol.identity import IDENTITY_SIZE, ScannedBatch, run_tag, scan_batches
 from kctl.stats.summary import VerifyResult
@@ -143,7 +147,7 @@ class _Checker:
         self._last_seq: dict[int, dict[int, int]] = {}
 
     def add(self, partition: int, lo: int, hi: int, place: _Placement, b: ScannedBatch) -> None:
-        stats = self.per_partition.setdefault(partition, {"expected": hi - lo, "found": 0, "reordered": 0})
+        stats = self.per_partition.setdefault(partition, _partition_stats())
         last_seq = self._last_seq.setdefault(partition, {})
         if b.identities is None:
             for off, ident in b.records:
@@ -210,6 +214,11 @@ class _Checker:
             self.misplaced += 1
 
 
+def _partition_stats() -> dict[str, int]:
+    """One partition's figures; ``expected`` and ``lost`` are filled in by ``Verification.result``."""
+    return {"expected": 0, "found": 0, "lost": 0, "reordered": 0}
+
+
 def _leaders(md: admin.ClusterMetadata, topic: str, address: str) -> tuple[dict[int, str], Any]:
     """Each partition's leader's address, and the topic's id, from one Metadata answer."""
     info = md.topics.get(topic)
@@ -235,13 +244,16 @@ def _run_records(batches: Iterable[ScannedBatch], tag: bytes, lo: int) -> int:
 
 
 def _read_partitions(jobs: queue.Queue, out: queue.Queue, topic: str, topic_id: Any,
-                     leaders: dict[int, str], connect: Any, fetch_bytes: int,
-                     isolation_level: int = requests.READ_UNCOMMITTED, tag: bytes = b"") -> None:
+                     leaders: dict[int, str], client_for: Any, fetch_bytes: int,
+                     isolation_level: int = requests.READ_UNCOMMITTED, tag: bytes = b"",
+                     retry: SetupRetry = SetupRetry()) -> None:
     """A reader thread: takes (partition, lo, hi, want) jobs; puts (partition, batches)
     chunks, then (partition, None) when the partition is done, or (partition, error).
-    ``want`` (acks=0, None otherwise): the run's records sent to the partition; past
-    ``hi`` it reads on while fewer of the run's records (``tag``) were read and the
-    partition still grows."""
+    ``want`` (records acknowledged without an offset there, None otherwise): the run's
+    records acknowledged to the partition; past ``hi`` it reads on while fewer of the
+    run's records (``tag``) were read and the partition still grows. ``client_for(address)``:
+    a connection, not yet open; a Fetch whose connection breaks is asked again from the
+    same offset over a new one, for at most ``retry.timeout_ms`` (as a consumer reconnects)."""
     clients: dict[str, BlockingClient] = {}
     try:
         while True:
@@ -253,7 +265,7 @@ def _read_partitions(jobs: queue.Queue, out: queue.Queue, topic: str, topic_id: 
                 address = leaders[partition]
                 client = clients.get(address)
                 if client is None:
-                    client = clients[address] = connect(address)
+                    client = clients[address] = client_for(address)
                 offset = lo
                 idle_since = None
                 got = 0
@@ -261,8 +273,11 @@ def _read_partitions(jobs: queue.Queue, out: queue.Queue, topic: str, topic_id: 
                 while offset < hi or (want is not None and got < want):
                     if offset >= hi and time.monotonic() - found_at >= EMPTY_WAIT_S:
                         break   # past the end: others' records only, for a while (the rest is lost)
-                    raw = admin.fetch_raw(client, topic, partition, offset, max_bytes=fetch_bytes,
-                                          topic_id=topic_id, isolation_level=isolation_level)
+                    raw = setup_retry.call(
+                        client, lambda c, at=offset: admin.fetch_raw(
+                            c, topic, partition, at, max_bytes=fetch_bytes, topic_id=topic_id,
+                            isolation_level=isolation_level),
+                        retry, what=f"Fetch of partition {partition} at offset {offset}")
                     batches, _ = scan_batches(raw.records)
                     batches = [b for b in batches if b.next_offset > offset]
                     if not batches:
@@ -293,8 +308,11 @@ class Verification:
     """The accounting of one verify, fed batch by batch: by ``verify`` (records read back
     from the broker) or by the consumer side (what ``kctl consume`` / ``produce --consume``
     handed out). ``acked``: worker -> partition -> runs of (offset, count, first_seq).
-    ``since`` (acks=0): partition -> its log end offset before the run; the records
-    acknowledged without an offset are looked for from there on."""
+    ``since``: partition -> its log end offset before the run. Records acknowledged
+    without an offset (acks=0; a retry the broker answered DUPLICATE_SEQUENCE_NUMBER,
+    as the Java producer completes it with offset -1) are looked for from there on, so
+    such a partition's range runs from ``since`` to the log end, whatever offsets its
+    other records were acknowledged at."""
 
     def __init__(self, run_id: str, acked: Mapping[int, Mapping[int, Iterable[tuple[int, int, int]]]], *,
                  max_examples: int = 10, since: Mapping[int, int] | None = None) -> None:
@@ -302,14 +320,21 @@ class Verification:
         where: dict[int, list[tuple[int, int, int, int]]] = {}
         self.ranges: dict[int, tuple[int, int]] = {}
         self.expected = 0
-        #: partition -> records acknowledged without an offset (acks=0)
+        #: partition -> records acknowledged there (with or without an offset)
+        self.acked_in: dict[int, int] = {}
+        #: partition -> records acknowledged there without an offset
         self.unplaced: dict[int, int] = {}
+        #: partition -> the acknowledged runs as (worker, first_seq, count): per-partition lost
+        self._runs: dict[int, list[tuple[int, int, int]]] = {}
         for worker, parts in acked.items():
             for partition, runs in parts.items():
                 placed = where.setdefault(partition, [])
+                mine = self._runs.setdefault(partition, [])
                 for offset, count, first_seq in runs:
                     self.tally.expect_run(worker, first_seq, count)
                     self.expected += count
+                    self.acked_in[partition] = self.acked_in.get(partition, 0) + count
+                    mine.append((worker, first_seq, count))
                     if offset < 0:
                         # acknowledged without an offset: found anywhere after ``since`` is fine
                         self.unplaced[partition] = self.unplaced.get(partition, 0) + count
@@ -320,6 +345,8 @@ class Verification:
         for partition in self.unplaced:
             if since is not None and partition in since:
                 self.ranges[partition] = (since[partition], UNBOUNDED)    # read on to the end
+            else:
+                self.ranges.pop(partition, None)     # nowhere to look for them: verify() refuses
         self.placements = {p: _Placement(runs) for p, runs in where.items()}
         self.max_examples = max_examples
         self.checker = _Checker(run_tag(run_id), self.tally, max_examples)
@@ -332,13 +359,9 @@ class Verification:
             self.checker.add(partition, lo, hi, place, b)
 
     def result(self, read_s: float) -> VerifyResult:
+        """The verdict. Per partition: ``expected`` the records acknowledged there, ``found``
+        the run's records read there, ``lost`` those acknowledged there and found nowhere."""
         checker, tally, max_examples = self.checker, self.tally, self.max_examples
-        for partition, (lo, hi) in self.ranges.items():
-            checker.per_partition.setdefault(partition, {"expected": hi - lo, "found": 0, "reordered": 0})
-        for partition, count in self.unplaced.items():
-            # No range was acknowledged: expected is what was sent there.
-            checker.per_partition.setdefault(partition, {"expected": count, "found": 0, "reordered": 0})
-            checker.per_partition[partition]["expected"] = count
         lost = 0
         lost_examples: list[tuple[int, int]] = []
         for worker, exp in tally.expected.items():
@@ -349,22 +372,51 @@ class Verification:
             lost += len(missing)
             for s in missing[:max(0, max_examples - len(lost_examples))]:
                 lost_examples.append((worker, s))
+        for partition, count in self.acked_in.items():
+            stats = checker.per_partition.setdefault(partition, _partition_stats())
+            stats["expected"] = count
+            stats["lost"] = sum(_unfound(tally.found.get(worker), first_seq, n)
+                                for worker, first_seq, n in self._runs[partition])
         return VerifyResult(self.expected, checker.found, lost, checker.duplicated, checker.reordered,
                             checker.misplaced, tuple(lost_examples), tuple(checker.dup_examples),
                             dict(sorted(checker.per_partition.items())), read_s)
 
 
-def log_end_offsets(bootstrap: str, topic: str, *, security: Any = None) -> dict[int, int]:
+def _unfound(found: bytearray | None, first_seq: int, count: int) -> int:
+    """How many of a worker's sequences ``first_seq`` .. ``first_seq + count - 1`` were never found."""
+    if found is None:
+        return count
+    seg = found[first_seq:first_seq + count]
+    return seg.count(0) + count - len(seg)
+
+
+def log_end_offsets(bootstrap: str, topic: str, *, security: Any = None,
+                    retry: SetupRetry = SetupRetry()) -> dict[int, int]:
     """Every partition's log end offset, each asked of its leader (``admin.log_end_offsets``):
-    where an acks=0 run's records start (``verify``'s ``since``), taken before the run. A
-    partition whose end offset is unknown fails it: its records could not be looked for."""
+    where the records acknowledged without an offset start (``verify``'s ``since``), taken
+    before the run. Asked again over a new connection while a connection breaks or an
+    error may pass, for at most ``retry.timeout_ms``. A partition whose end offset is
+    unknown fails it: its records could not be looked for."""
     first = bootstrap.split(",")[0].strip()
-    with _admin_client(first, security) as client:
-        ends = admin.log_end_offsets(client, topic, client_for=lambda a: _admin_client(a, security))
+    with closing(_admin_client(first, security)) as client:
+        ends = setup_retry.call(client, lambda c: _ends(c, topic, security), retry,
+                                what=f"--verify: the log end offsets of {topic!r} before the run")
     if ends.errors:
         raise KctlError(f"--verify: the log end offset of {topic!r} before the run is unknown "
-                        f"({ends.describe_errors()}): acks=0 records there could not be looked for")
+                        f"({ends.describe_errors()}): records acknowledged without an offset "
+                        "could not be looked for")
     return ends.offsets
+
+
+def _ends(client: BlockingClient, topic: str, security: Any, partitions: Iterable[int] | None = None,
+          metadata: admin.ClusterMetadata | None = None) -> admin.LogEndOffsets:
+    """``admin.log_end_offsets``; errors that may pass raise ``BrokerUnavailableError`` so
+    that ``setup_retry.call`` asks again (the last answer's reasons in its message)."""
+    ends = admin.log_end_offsets(client, topic, partitions, metadata=metadata,
+                                 client_for=lambda a: _admin_client(a, security))
+    if ends.may_pass:
+        raise BrokerUnavailableError(f"end offsets unknown ({ends.describe_errors()})")
+    return ends
 
 
 def _admin_client(address: str, security: Any) -> BlockingClient:
@@ -375,55 +427,59 @@ def verify(bootstrap: str, topic: str, run_id: str,
            acked: Mapping[int, Mapping[int, Iterable[tuple[int, int, int]]]], *,
            security: Any = None, readers: int = READERS, fetch_bytes: int = FETCH_BYTES,
            max_examples: int = 10, read_committed: bool = False,
-           since: Mapping[int, int] | None = None) -> VerifyResult:
+           since: Mapping[int, int] | None = None, retry: SetupRetry = SetupRetry()) -> VerifyResult:
     """``acked``: worker -> partition -> runs of (offset, count, first_seq).
     ``read_committed``: read as a read_committed consumer (a transactional run): up to
     the last stable offset.
-    ``since`` (acks=0): ``log_end_offsets`` taken before the run; records acknowledged
-    without an offset are read from there to the log end after the run (and on while
-    some are missing and the log grows).
-    ``bootstrap``: any broker's ``host:port`` (the first of a list is used)."""
+    ``since``: ``log_end_offsets`` taken before the run; records acknowledged without an
+    offset (acks=0; a retry answered DUPLICATE_SEQUENCE_NUMBER) are read from there to the
+    log end after the run (and on while some are missing and the log grows).
+    ``bootstrap``: any broker's ``host:port`` (the first of a list is used).
+    ``retry``: how long a request whose connection broke is asked again over a new one
+    (Metadata, ListOffsets, each Fetch; engine/setup_retry.py)."""
     started = time.monotonic()
     v = Verification(run_id, acked, max_examples=max_examples, since=since)
     ranges = v.ranges
     blind = sorted(p for p in v.unplaced if p not in ranges)
     if blind:
         raise KctlError(f"--verify: records of partition(s) {', '.join(map(str, blind))} of {topic!r} "
-                        "were acknowledged without an offset (acks=0) and the log end offsets "
+                        "were acknowledged without an offset (acks=0, or a retry answered "
+                        "DUPLICATE_SEQUENCE_NUMBER) and the log end offsets "
                         "before the run are unknown: nothing to read them back from")
-
-    def connect(address: str) -> BlockingClient:
-        client = BlockingClient(address, client_id="kctl-verify", security=security)
-        client.connect()
-        return client
 
     if ranges:
         first = bootstrap.split(",")[0].strip()
-        with _admin_client(first, security) as client:
+
+        def look_up(client: BlockingClient) -> tuple[dict[int, str], Any, int, admin.LogEndOffsets]:
             md = admin.fetch_metadata(client, [topic])
             leaders, tid = _leaders(md, topic, client.address)
             version = client.version_for(messages.message_class("FetchRequest")())
-            # acks=0: read to each partition's log end after the run (its leader's answer,
-            # from the Metadata just taken: one Metadata for both).
-            ends = admin.log_end_offsets(client, topic, sorted(v.unplaced), metadata=md,
-                                         client_for=lambda a: _admin_client(a, security)) \
+            # Where records were acknowledged without an offset: read to each partition's
+            # log end after the run (its leader's answer, from the Metadata just taken).
+            ends = _ends(client, topic, security, sorted(v.unplaced), md) \
                 if v.unplaced else admin.LogEndOffsets({}, {})
+            return leaders, tid, version, ends
+
+        with closing(_admin_client(first, security)) as client:
+            leaders, tid, version, ends = setup_retry.call(
+                client, look_up, retry, what=f"--verify: Metadata of {topic!r}")
         if ends.errors:
             raise KctlError(f"--verify: the log end offset of {topic!r} after the run is unknown "
-                            f"({ends.describe_errors()}): the acks=0 records there cannot be read back to its end")
+                            f"({ends.describe_errors()}): the records acknowledged without an offset "
+                            "there cannot be read back to its end")
         jobs: queue.Queue = queue.Queue()
         for partition, (lo, hi) in sorted(ranges.items()):
             if partition in v.unplaced:
-                jobs.put((partition, lo, ends.offsets[partition], v.unplaced[partition]))
+                jobs.put((partition, lo, ends.offsets[partition], v.acked_in[partition]))
             else:
                 jobs.put((partition, lo, hi, None))
         out: queue.Queue = queue.Queue()
         by_id = tid if requests.names_topics_by_id(version) else None
         threads = [threading.Thread(target=_read_partitions, name=f"kctl-verify-{i}", daemon=True,
                                     args=(jobs, out, topic, by_id,
-                                          leaders, connect, fetch_bytes,
+                                          leaders, lambda a: _admin_client(a, security), fetch_bytes,
                                           requests.READ_COMMITTED if read_committed
-                                          else requests.READ_UNCOMMITTED, run_tag(run_id)))
+                                          else requests.READ_UNCOMMITTED, run_tag(run_id), retry))
                    for i in range(max(1, min(readers, len(ranges))))]
         for t in threads:
             t.start()

@@ -59,7 +59,7 @@ import math
 import random
 import time
 import traceback
-from collections import defaultdict
+from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -266,6 +266,12 @@ class Worker:
         # their value bytes: the parent counts records by when they were scheduled.
         self.warmup_acked_late = self.warmup_bytes_late = 0
         self.measured_acked_early = self.measured_bytes_early = 0
+        # the same records by partition and by broker (the summary's per-partition and
+        # per-broker counts)
+        self.warmup_late_by_partition: Counter[tuple[str, int]] = Counter()
+        self.warmup_late_by_node: Counter[int] = Counter()
+        self.measured_early_by_partition: Counter[tuple[str, int]] = Counter()
+        self.measured_early_by_node: Counter[int] = Counter()
         self.acked = AckedRuns()
         self.config = spec.producer
         self.producer = Producer(self.config, clock=self.clock, on_batch_done=self._on_batch_done)
@@ -328,11 +334,15 @@ class Worker:
                 if n:
                     self.measured_acked_early += n
                     self.measured_bytes_early += batch.value_bytes * n // max(1, total)
+                    self.measured_early_by_partition[(batch.tp.topic, batch.tp.partition)] += n
+                    self.measured_early_by_node[batch.node_id] += n
             else:
                 n = sum(s.count for s in warm)
                 if n:
                     self.warmup_acked_late += n
                     self.warmup_bytes_late += batch.value_bytes * n // max(1, total)
+                    self.warmup_late_by_partition[(batch.tp.topic, batch.tp.partition)] += n
+                    self.warmup_late_by_node[batch.node_id] += n
 
     # -- the loop ------------------------------------------------------------------------------
     def run(self) -> None:
@@ -542,6 +552,10 @@ class Worker:
             first_measured_done_wall_ns=self.first_measured_done_wall_ns,
             warmup_acked_late=self.warmup_acked_late, warmup_bytes_late=self.warmup_bytes_late,
             measured_acked_early=self.measured_acked_early, measured_bytes_early=self.measured_bytes_early,
+            warmup_late_by_partition=dict(self.warmup_late_by_partition),
+            warmup_late_by_node=dict(self.warmup_late_by_node),
+            measured_early_by_partition=dict(self.measured_early_by_partition),
+            measured_early_by_node=dict(self.measured_early_by_node),
             acked_runs=dict(self.acked.runs) if final and self.spec.verify else None))
         self._interval_start_wall = now_wall
         self._interval_warmup = self._in_warmup(self.clock.now_ns())

@@ -24,6 +24,12 @@ intended time are fixed width, so each record's header block is one
 ``struct.pack`` of (constant head, sequence, intended time), done for a whole
 batch by one ``map`` over ``ids`` runs (see ``build``).
 
+A null value (Kafka's tombstone: value length -1 on the wire, no bytes) is a
+``None`` among the values of a template built with ``null_values=True``; such a
+template lays every batch out record by record with the null's length -1
+(``_null_value_parts``). Pools without nulls get templates without the flag,
+so the common path never looks for them.
+
 Every record gets timestamp delta 0 (its timestamp is ``base_timestamp``), as
 a batch built at one instant from one schedule slice would; records with
 their own timestamps go through ``records.build_batch``.
@@ -76,19 +82,22 @@ class BatchTemplate:
 
     ``headers`` go on every record; ``identity`` adds the ``kctl`` header after
     them. ``compression`` is applied to the records section as usual (its cost
-    then dominates). A template caches pieces per lengths it has seen, up to the
+    then dominates). ``null_values``: the values may hold None, a null value
+    (built without ``value_size``). A template caches pieces per lengths it has seen, up to the
     largest batch it has built; it is not thread-safe (one per producer).
     """
 
-    __slots__ = ("headers", "identity", "compression", "compression_level", "xerial",
+    __slots__ = ("headers", "identity", "compression", "compression_level", "xerial", "null_values",
                  "_headers_raw", "_headers_len", "_pieces", "_piece_total", "_kpieces",
                  "_key_parts", "_middles", "_attributes", "_id_struct", "_id_head",
                  "records_size")
 
     def __init__(self, *, headers: Sequence[Header] = (),
                  compression: int = Compression.NONE, compression_level: int | None = None,
-                 xerial: bool = True, identity: IdentityStamp | None = None) -> None:
+                 xerial: bool = True, identity: IdentityStamp | None = None,
+                 null_values: bool = False) -> None:
         self.headers = tuple(headers)
+        self.null_values = null_values
         self.identity = identity
         self.compression = Compression(compression)
         self.compression_level = compression_level
@@ -141,9 +150,9 @@ class BatchTemplate:
     # -- cached pieces --------------------------------------------------------------------
     def _record_prefix(self, delta: int, value_len: int) -> bytes:
         """Everything of a keyless record before its value: length, attributes,
-        timestamp delta 0, offset delta, null key, value length."""
+        timestamp delta 0, offset delta, null key, value length (-1: a null value)."""
         tail = b"\x00\x00" + encode_varint(delta) + _NULL + encode_varint(value_len)
-        length = len(tail) + value_len + self._headers_len
+        length = len(tail) + max(value_len, 0) + self._headers_len
         return encode_varint(length) + tail
 
     def _keyed_prefix(self, delta: int, rest: int) -> bytes:
@@ -197,7 +206,7 @@ class BatchTemplate:
         return mid
 
     # -- building -------------------------------------------------------------------------
-    def build(self, values: Sequence[bytes], *, base_timestamp: int,
+    def build(self, values: Sequence[bytes | None], *, base_timestamp: int,
               producer_id: int = NO_PRODUCER_ID, producer_epoch: int = NO_PRODUCER_EPOCH,
               base_sequence: int = NO_SEQUENCE, base_offset: int = 0,
               is_transactional: bool = False,
@@ -213,7 +222,8 @@ class BatchTemplate:
         ``value_size``: the caller vouches that every value has this length
         (they come from a fixed-size payload pool), which skips checking each
         length (~0.02 us per record); the total is still checked, and a
-        mismatch raises ``EncodeError``.
+        mismatch raises ``EncodeError``. None values (a template with
+        ``null_values``) are null values.
         """
         n = len(values)
         if n == 0:
@@ -224,9 +234,12 @@ class BatchTemplate:
         if self._id_struct is not None:
             per += 1
         parts: list[bytes] = [b""] * (per * n + (0 if self._id_struct is not None else 1))
-        if keys is None:
+        if self.null_values and value_size is None:
+            self._null_value_parts(values, keys, parts, per, n)
+            expected = -1
+        elif keys is None:
             if value_size is None:
-                lengths = set(map(len, values))
+                lengths = set(map(len, values))  # type: ignore[arg-type]
                 uniform = len(lengths) == 1
                 value_len = len(values[0])
             else:
@@ -274,6 +287,21 @@ class BatchTemplate:
                 raise EncodeError(f"values are not all {value_size} bytes long")
         return self._finish(body, n, base_timestamp, producer_id, producer_epoch, base_sequence,
                             base_offset, is_transactional, partition_leader_epoch)
+
+    def _null_value_parts(self, values: Sequence[bytes | None], keys: Sequence[bytes | None] | None,
+                          parts: list[bytes], per: int, n: int) -> None:
+        """Lays out records whose values may be None (length -1, no bytes), one
+        record at a time."""
+        lens = [-1 if v is None else len(v) for v in values]
+        parts[1 if keys is None else 2:per * n:per] = [b"" if v is None else v for v in values]
+        if keys is None:
+            parts[0:per * n:per] = [self._pieces_for(ln, i + 1)[i] for i, ln in enumerate(lens)]
+            return
+        hl = self._headers_len
+        mids = [self._middle(k, ln) for k, ln in zip(keys, lens)]
+        parts[0:per * n:per] = [self._kpieces_for(len(m) + max(ln, 0) + hl, i + 1)[i]
+                                for i, (m, ln) in enumerate(zip(mids, lens))]
+        parts[1:per * n:per] = mids
 
     def _id_chunks(self, n: int, ids: Sequence[IdRun] | None) -> list[bytes]:
         if ids is None:

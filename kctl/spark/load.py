@@ -7,7 +7,11 @@ The driver splits the schedule exactly as a local run does (load/run.py
 stage, so they start together or not at all; each one
 
 1. agrees on the common start with the others (``allGather`` of their clocks:
-   the latest plus ``START_DELAY_S``, room for metadata and connections),
+   the latest plus ``START_DELAY_S``, room for metadata and connections) and tells
+   the driver (``AgreedStart``): it is the run's start, as the common start of a
+   local run is, and the driver's ``RunStats`` is made by the same
+   ``load.run.run_stats`` (a paced run's span is its schedule's window from that
+   start, however late a task began),
 2. runs the same ``Worker`` loop a local worker process runs
    (kctl/load/worker.py), reporting into a ``TaskReports`` collector instead of
    a multiprocessing queue,
@@ -62,12 +66,12 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from kctl.errors import KctlError
-from kctl.load.run import LoadResult, LoadSpec, worker_specs
+from kctl.load.run import LoadResult, LoadSpec, run_stats, worker_specs
 from kctl.load.worker import Worker, WorkerSpec
+from kctl.load.worker_count import WorkerCount
 from kctl.spark.session import (JobInterrupted, TaskError, check_barrier_slots, run_job,
                                 spark_session)
 from kctl.stats.aggregate import RunStats
-from kctl.stats.hlog import IntervalLogWriter
 from kctl.stats.report import WorkerFailed, WorkerInterval
 from kctl.stats.summary import SparkStarts, TaskStartFigures
 
@@ -120,6 +124,10 @@ class TaskReports:
     def put(self, msg: WorkerInterval | WorkerFailed) -> None:
         item = (self.worker, len(self.items), msg)
         self.items.append(item)
+        self.post(item)
+
+    def post(self, item: tuple[int, int, Any]) -> None:
+        """Sends ``item`` to the driver's listener (best effort)."""
         if self._sock is not None:
             data = pickle.dumps(item, protocol=pickle.HIGHEST_PROTOCOL)
             try:
@@ -160,6 +168,19 @@ class TaskStart:
 TASK_START = -1
 
 
+@dataclass(frozen=True, slots=True)
+class AgreedStart:
+    """The common start the tasks agreed on (wall ns): the run's start, from which every
+    task's schedule runs (load/run.py ``run_stats``)."""
+
+    wall_ns: int
+
+
+#: The index an ``AgreedStart`` travels under, live before the task's first report and
+#: first among the reports it returns, so the driver's ``RunStats`` starts there.
+AGREED_START = -2
+
+
 def agree_start(start_delay_s: float) -> int:
     """The common start (wall ns) of all tasks of the barrier stage."""
     from pyspark import BarrierTaskContext
@@ -176,6 +197,8 @@ def run_worker_task(spec: WorkerSpec, listener: tuple[str, int] | None,
     reports = TaskReports(spec.worker, listener)
     try:
         start = agree_start(start_delay_s)
+        agreed = (spec.worker, AGREED_START, AgreedStart(start))
+        reports.post(agreed)
         spec = replace(spec, start_wall_ns=start)
         Worker(spec, reports, reports.stop).run()
     except KctlError as e:
@@ -187,8 +210,9 @@ def run_worker_task(spec: WorkerSpec, listener: tuple[str, int] | None,
         reports.close()
     began = next((m.start_wall_ns for _, _, m in reports.items if isinstance(m, WorkerInterval)),
                  start)
-    return reports.items + [(spec.worker, TASK_START,
-                             TaskStart(spec.worker, socket.gethostname(), launched, start, began))]
+    return [agreed] + reports.items + [(spec.worker, TASK_START,
+                                        TaskStart(spec.worker, socket.gethostname(), launched, start,
+                                                  began))]
 
 
 def start_summary(starts: list[TaskStart]) -> SparkStarts:
@@ -365,19 +389,18 @@ def run_reports_job(spark: Any, spec: LoadSpec, job: Callable[[tuple[str, int] |
     pending: list[tuple[int, int, Any]] = []
 
     def ensure_stats(start_wall_ns: int) -> ReportMerger:
+        """The merge, made once: at the tasks' agreed start, as a local run's (the
+        same ``run_stats``), and fed the reports that came before it."""
         if state["merger"] is None:
-            hlog = IntervalLogWriter.open(hdr_out, start_wall_ns) if hdr_out else None
-            stats = RunStats(workers=spec.workers, start_wall_ns=start_wall_ns,
-                             target_rate=spec.rate or None, config=config_for_summary,
-                             run_id=spec.run_id, duration_s=spec.duration_s,
-                             num_records=spec.num_records, hlog=hlog,
-                             workers_reason=spec.workers_reason,
-                             transactional=spec.transaction_duration_ms is not None)
-            state.update(stats=stats, hlog=hlog,
+            stats = run_stats(spec, start_wall_ns, config=config_for_summary, hdr_out=hdr_out)
+            state.update(stats=stats, hlog=stats.hlog,
                          merger=ReportMerger(stats, None if state["stopped"] else on_round))
             owner.stats = stats
             if getattr(owner, "on_start", None) is not None:
                 owner.on_start(owner)   # e.g. the live dashboard, now that there are stats
+            for p in pending:
+                state["merger"].add(*p)
+            pending.clear()
         return state["merger"]
 
     starts: list[TaskStart] = []
@@ -386,16 +409,12 @@ def run_reports_job(spark: Any, spec: LoadSpec, job: Callable[[tuple[str, int] |
         for worker, index, msg in items:
             if index == TASK_START:
                 starts.append(msg)
-                continue
-            if state["merger"] is None:
-                if not isinstance(msg, WorkerInterval):
-                    pending.append((worker, index, msg))
-                    continue
-                ensure_stats(msg.start_wall_ns)
-                for p in pending:
-                    state["merger"].add(*p)
-                pending.clear()
-            state["merger"].add(worker, index, msg)
+            elif index == AGREED_START:
+                ensure_stats(msg.wall_ns)   # every task agreed on the same start
+            elif state["merger"] is None:
+                pending.append((worker, index, msg))    # a task's start comes before its reports
+            else:
+                state["merger"].add(worker, index, msg)
 
     def drain_live(always: bool = False) -> None:
         if listener is None or not (live or always):
@@ -456,14 +475,16 @@ def run_reports_job(spark: Any, spec: LoadSpec, job: Callable[[tuple[str, int] |
     return LoadResult(summary, merger.acked, interrupted, merger.failures)
 
 
-def spark_run_factory(master: str | None, *, explicit_tasks: bool = True) -> Callable[..., SparkLoadRun]:
-    """What ``kctl produce --spark`` hands to ``kctl.load.produce.execute``. Without
-    an explicit task count, one task per available slot."""
+def slot_tasks(master: str | None) -> WorkerCount:
+    """The task count when none is given: one task per slot the cluster offers now."""
     from kctl.spark.session import available_slots
+    return WorkerCount(available_slots(spark_session(master)), "one Spark task per available slot")
 
+
+def spark_run_factory(master: str | None) -> Callable[..., SparkLoadRun]:
+    """What ``kctl produce --spark`` hands to ``kctl.load.produce.execute``: one task
+    per worker of the spec (the command decides how many, and says why: ``--tasks``,
+    ``--workers`` or ``slot_tasks``)."""
     def make(spec: LoadSpec, **kwargs: Any) -> SparkLoadRun:
-        if not explicit_tasks:
-            spec = replace(spec, workers=available_slots(spark_session(master)),
-                           workers_reason="one Spark task per available slot")
         return SparkLoadRun(spec, master=master, **kwargs)
     return make

@@ -6,9 +6,12 @@ The driver reads the dataset with Spark and maps its columns to records:
 
 - key: ``--key-col`` (binary as is, anything else as UTF-8 text), or no key;
 - value: ``--value-col`` or, without it, the whole row. ``--value-format json``
-  writes struct/map/array values (and the whole row) as JSON text and takes a
-  string column to hold JSON already; ``raw`` writes the column's bytes
-  (binary as is, anything else as UTF-8 text).
+  writes struct/map/array values (and the whole row) as JSON text, null fields
+  included (``"x": null``), and takes a string column to hold JSON already;
+  ``raw`` writes the column's bytes (binary as is, anything else as UTF-8 text).
+  A null cell of ``--value-col`` is a null value (value length -1: a tombstone,
+  which deletes the key on a compacted topic), never empty bytes; a null cell
+  of ``--key-col`` is a null key. Replay sends no headers but kctl's identity.
 
 The records are spread over ``tasks`` partitions (a round-robin repartition:
 the dataset's row order is not kept) that run as one barrier stage, like
@@ -34,6 +37,9 @@ from kctl.spark.load import START_DELAY_S, SparkLoadRun, run_reports_job, run_wo
 from kctl.spark.session import check_barrier_slots, spark_session
 
 FORMATS = ("parquet", "json", "csv")
+#: ``to_json``'s options: a null field is written (``"x": null``), as the row has it;
+#: Spark's default leaves it out, and a consumer could not tell it from a missing column.
+_JSON = {"ignoreNullFields": "false"}
 
 
 def read_dataset(spark: Any, path: str, fmt: str | None = None) -> Any:
@@ -73,12 +79,12 @@ def records_frame(df: Any, *, key_col: str | None, value_col: str | None, value_
     if value_col is None:
         if value_format == "raw":
             raise ConfigError("--value-format raw needs --value-col (a whole row has no raw form)")
-        value = F.encode(F.to_json(F.struct(*[F.col(c) for c in df.columns])), "UTF-8")
+        value = F.encode(F.to_json(F.struct(*[F.col(c) for c in df.columns]), _JSON), "UTF-8")
     else:
         dtype = df.schema[value_col].dataType
         complex_type = isinstance(dtype, (T.StructType, T.MapType, T.ArrayType))
         if value_format == "json" and complex_type:
-            value = F.encode(F.to_json(F.col(value_col)), "UTF-8")
+            value = F.encode(F.to_json(F.col(value_col), _JSON), "UTF-8")
         elif complex_type:
             raise ConfigError(f"--value-format raw: column {value_col!r} is {dtype.simpleString()}, "
                               "not bytes or text (use --value-format json)")
@@ -92,15 +98,15 @@ def _replay_partition(specs: list[WorkerSpec], keyed: bool, listener: tuple[str,
                       start_delay_s: float) -> Callable[[int, Iterable[Any]], Iterator[Any]]:
     def run(index: int, rows: Iterable[Any]) -> Iterator[Any]:
         keys: list[bytes | None] = []
-        values: list[bytes] = []
+        values: list[bytes | None] = []
         for k, v in rows:
             keys.append(bytes(k) if k is not None else None)
-            values.append(bytes(v) if v is not None else b"")
+            values.append(bytes(v) if v is not None else None)   # None: a null value
         spec = specs[index]
         if values:
-            sizes = {len(v) for v in values}
-            spec = replace(spec, num_records=len(values),
-                           payload=PayloadPool(tuple(values), sizes.pop() if len(sizes) == 1 else None),
+            sizes = {-1 if v is None else len(v) for v in values}
+            size = sizes.pop() if len(sizes) == 1 and -1 not in sizes else None
+            spec = replace(spec, num_records=len(values), payload=PayloadPool(tuple(values), size),
                            keys=KeySpec("file", keys=tuple(keys)) if keyed else KeySpec("none"))
         yield from run_worker_task(spec, listener, start_delay_s)
     return run

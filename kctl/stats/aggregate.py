@@ -331,7 +331,7 @@ class RunStats:
         self._cumulative: dict[str, HdrHistogram] = {}   # non-warm-up histograms
         self._cum_figures: dict[str, LatencyFigures] | None = None
         self._measured_start_ns = 1 << 62
-        self._moved_so_far: dict[int, tuple[int, int]] = {}   # worker -> (records, value bytes)
+        self._moved_so_far: dict[int, MetricsSnapshot] = {}   # worker -> its net moved records
         self._first_measured_done_ns = 0                       # the first measured ack, any worker
         self._measured_end_ns = 0
         self._last_done_ns = 0          # the latest batch completion any worker reported
@@ -415,15 +415,22 @@ class RunStats:
         return self._close_ready()
 
     def _moved(self, msg: WorkerInterval) -> MetricsSnapshot:
-        """The records (and value bytes) this report moves into the results: measured
-        records acknowledged early less warm-up records acknowledged late, since the
-        worker's previous report."""
-        now = (msg.measured_acked_early - msg.warmup_acked_late,
-               msg.measured_bytes_early - msg.warmup_bytes_late)
-        prev = self._moved_so_far.get(msg.worker, (0, 0))
+        """The records (value bytes, per partition and per broker) this report moves into
+        the results: measured records acknowledged early less warm-up records acknowledged
+        late, since the worker's previous report."""
+        zero = zero_metrics()
+        early = dataclasses.replace(zero, records_acked=msg.measured_acked_early,
+                                    value_bytes_acked=msg.measured_bytes_early,
+                                    records_by_partition=msg.measured_early_by_partition,
+                                    records_by_node=msg.measured_early_by_node)
+        late = dataclasses.replace(zero, records_acked=msg.warmup_acked_late,
+                                   value_bytes_acked=msg.warmup_bytes_late,
+                                   records_by_partition=msg.warmup_late_by_partition,
+                                   records_by_node=msg.warmup_late_by_node)
+        now = metrics_delta(early, late)
+        prev = self._moved_so_far.get(msg.worker, zero)
         self._moved_so_far[msg.worker] = now
-        return dataclasses.replace(zero_metrics(), records_acked=now[0] - prev[0],
-                                   value_bytes_acked=now[1] - prev[1])
+        return metrics_delta(now, prev)
 
     def finish(self) -> int:
         with self._lock:

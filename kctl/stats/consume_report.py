@@ -80,7 +80,8 @@ class ConsumerInterval:
     foreign: int = 0                         # cumulative: records of another run (other tag)
     rejoin_ns: int = 0                       # cumulative: time after the start spent rejoining
                                              # (every partition revoked until assigned again)
-    close_commit_error: str = ""             # final report: why the closing commit failed ("": it did not)
+    close_commit_error: str = ""             # final report: why closing left committed offsets behind
+                                             # what was read (its commit, the revoke listener's; "": not)
 
     @property
     def duration_ns(self) -> int:

@@ -48,6 +48,12 @@ class WorkerInterval:
     warmup_bytes_late: int = 0
     measured_acked_early: int = 0
     measured_bytes_early: int = 0
+    # the same records by partition ((topic, partition)) and by broker (node id), so the
+    # per-partition and per-broker counts follow the same rule and sum to the acked count
+    warmup_late_by_partition: dict[tuple[str, int], int] = field(default_factory=dict)
+    warmup_late_by_node: dict[int, int] = field(default_factory=dict)
+    measured_early_by_partition: dict[tuple[str, int], int] = field(default_factory=dict)
+    measured_early_by_node: dict[int, int] = field(default_factory=dict)
     # final report of a --verify run only: partition -> [(offset, count, first_seq)] acked runs
     acked_runs: dict[int, list[tuple[int, int, int]]] | None = None
 

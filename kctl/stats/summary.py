@@ -320,9 +320,11 @@ class RunSummary:
     spark: SparkStarts | None = None          # Spark runs only
     schema: str = SUMMARY_SCHEMA
     transactions: TransactionTotals | None = None   # transactional runs only
+    #: ``--verify`` asked for and the read back failed: why (``verify`` is then None)
+    verify_error: str | None = None
 
-    def with_verify(self, verify: VerifyResult | None) -> RunSummary:
-        return replace(self, verify=verify)
+    def with_verify(self, verify: VerifyResult | None, error: str | None = None) -> RunSummary:
+        return replace(self, verify=verify, verify_error=error)
 
     @property
     def unaccounted(self) -> int:
@@ -361,6 +363,8 @@ class RunSummary:
             out["transactions"] = self.transactions.to_json()
         if self.verify is not None:
             out["verify"] = self.verify.to_json()
+        if self.verify_error is not None:
+            out["verify_error"] = self.verify_error
         if self.consume is not None:
             out["consume"] = self.consume.to_json(with_config=False)
         if self.spark is not None:
@@ -400,6 +404,7 @@ class RunSummary:
                 consume=consume or None,
                 spark=SparkStarts.from_json(spark) if spark else None,
                 schema=schema,
-                transactions=TransactionTotals.from_json(txn) if txn else None)
+                transactions=TransactionTotals.from_json(txn) if txn else None,
+                verify_error=str(d["verify_error"]) if d.get("verify_error") is not None else None)
         except (KeyError, TypeError, AttributeError) as e:
             raise ValueError(f"malformed kctl produce summary ({type(e).__name__}: {e})") from None

@@ -23,7 +23,7 @@ from rich.text import Text
 from kctl.stats.aggregate import DashboardState
 from kctl.stats.consume_aggregate import ConsumeDashboard
 from kctl.stats.latency import CLOCKS, LatencyFigures
-from kctl.stats.summary import RunSummary
+from kctl.stats.summary import RunSummary, VerifyResult
 from kctl.ui.consume_view import clock_text
 from kctl.ui.units import human_bytes
 
@@ -288,6 +288,14 @@ def summary_line(summary: RunSummary) -> str:
             f"{int(lat.p95_ms)} ms 95th, {int(lat.p99_ms)} ms 99th, "
             f"{int(lat.p999_ms)} ms 99.9th.")
     return line
+
+
+def verify_line(v: VerifyResult, *, acks: int) -> str:
+    """``--verify``'s line (kctl produce, kctl replay): the records it expected, what it found
+    of them and how they went wrong. acks=0 acknowledges no offset: the records sent."""
+    what = "sent (acks=0)" if acks == 0 else "acknowledged"
+    return (f"verify: {v.expected} {what}, {v.found} found, {v.lost} lost, "
+            f"{v.duplicated} duplicated, {v.reordered} reordered, {v.misplaced} misplaced")
 
 
 def summary_renderable(summary: RunSummary) -> Group:

@@ -247,3 +247,22 @@ def test_partitions_of_an_unavailable_leader_are_not_drawn():
     _send_and_answer(h, 60, down=1)                  # node 1 unavailable for 60 ms > 20 ms
     opened = _send_and_answer(h, 200, down=1)
     assert opened[1] == opened[3] == 0 and opened[0] + opened[2] > 0, opened
+
+
+def test_null_values_go_out_as_null_values():
+    """A None in the pool is a null value on the wire (length -1: Kafka's tombstone),
+    not empty bytes, keyed (null keys stay null keys) or not; empty bytes stay empty.
+    The pool with nulls gets a template of its own, and counts no bytes for them."""
+    values = [None if i % 3 == 0 else (b"" if i % 3 == 1 else b"v%d" % i) for i in range(90)]
+    keys = [None if i % 4 == 0 else b"key-%d" % (i % 5) for i in range(90)]
+    for pool in (RecordPool.of(values), RecordPool.of(values, keys)):
+        assert pool.null_values and pool.value_size is None
+        h = harness()
+        h.producer.send_bulk("t", RecordPool.of([b"x" * 8] * 4), 0, 4, shape=SHAPE, first_seq=0)
+        h.producer.send_bulk("t", pool, 0, 90, shape=SHAPE, first_seq=4)
+        drain(h)
+        got = Counter((k, v) for recs in records_by_partition(h).values() for k, v, _ in recs)
+        assert got == Counter([(None, b"x" * 8)] * 4 + list(
+            zip(pool.keys if pool.keys is not None else [None] * 90, values)))
+        non_null = sum(len(v) for v in values if v is not None)
+        assert h.producer.metrics.value_bytes_acked == 4 * 8 + non_null

@@ -43,11 +43,9 @@ def test_steps_are_javas():
     assert est.update_estimation("t", Compression.LZ4, 0.9) == f32(0.9)
 
 
-def test_per_topic_and_codec_and_reset():
+def test_per_topic_and_codec():
     est = CompressionRatioEstimator()
     est.update_estimation("a", Compression.GZIP, 0.3)
     assert est.estimation("a", Compression.GZIP) < 1.0
     assert est.estimation("a", Compression.ZSTD) == 1.0
     assert est.estimation("b", Compression.GZIP) == 1.0
-    est.reset_estimation("a")
-    assert est.estimation("a", Compression.GZIP) == 1.0

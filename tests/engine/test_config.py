@@ -180,7 +180,6 @@ def test_java_only_properties_are_judged_by_value():
         ({"acks": "1"}, "acks=1"),
         ({"acks": "0"}, "acks=0"),
         ({"retries": "0"}, "retries=0"),
-        ({"max.in.flight.requests.per.connection": "6"}, "max.in.flight.requests.per.connection=6"),
     ],
 )
 def test_idempotence_is_quietly_disabled_when_only_defaulted(props, reason):
@@ -200,9 +199,25 @@ def test_idempotence_stays_on_with_compatible_settings():
     assert cfg.enable_idempotence and cfg.warnings == ()
 
 
+@pytest.mark.parametrize("extra", [{}, {"acks": "1"}, {"retries": "0"}, {"enable.idempotence": "true"}])
+def test_upperbound_check_of_enable_idempotence(extra):
+    """Java 4.x ProducerConfigTest.testUpperboundCheckOfEnableIdempotence: more than 5 in
+    flight is an error while idempotence is on, by default too (3.x disabled it quietly),
+    and even when acks or retries would have disabled it; enable.idempotence=false lifts it."""
+    with pytest.raises(ConfigError, match=r"max.in.flight.requests.per.connection=6.*at most 5"):
+        ProducerConfig.from_properties({"max.in.flight.requests.per.connection": "6"} | extra)
+    cfg = ProducerConfig.from_properties({"max.in.flight.requests.per.connection": "6",
+                                          "enable.idempotence": "false"})
+    assert cfg.enable_idempotence is False and cfg.sender.max_in_flight_requests_per_connection == 6
+
+
 def test_transactional_id_needs_idempotence():
-    with pytest.raises(ConfigError, match="transactional.id needs idempotence"):
+    # Disabled quietly by acks=1: the error says so, not "enable.idempotence is false".
+    with pytest.raises(ConfigError, match=r"transactional.id needs idempotence, but idempotence is off "
+                                          r"because of acks=1"):
         ProducerConfig.from_properties({"transactional.id": "tx", "acks": "1"})
+    with pytest.raises(ConfigError, match="transactional.id needs idempotence, but enable.idempotence is false"):
+        ProducerConfig.from_properties({"transactional.id": "tx", "enable.idempotence": "false"})
     cfg = ProducerConfig.from_properties({"transactional.id": "tx"})
     assert cfg.idempotence.transactional_id == "tx"
 

@@ -32,6 +32,21 @@ def test_auto_commit_defaults_on_with_a_group_and_refused_without():
         ConsumerConfig.from_properties({"group.instance.id": "i"})
 
 
+def test_an_empty_group_instance_id_or_group_id_is_refused():
+    """ConsumerConfig's NonEmptyString on group.instance.id (ConfigDef trims first) and the
+    consumer's InvalidGroupIdException on an empty group.id: refused in one line (kctl took
+    either as unset: a dynamic member, or no group at all)."""
+    for value in ("", "   "):
+        with pytest.raises(ConfigError, match=r"^invalid value .* for consumer property 'group.instance.id': "
+                                              r"String must be non-empty"):
+            ConsumerConfig.from_properties({"group.id": "g", "group.instance.id": value})
+        with pytest.raises(ConfigError, match=r"for consumer property 'group.id': it should not be an empty "
+                                              r"string or whitespace"):
+            ConsumerConfig.from_properties({"group.id": value})
+    c = ConsumerConfig.from_properties({"group.id": " g ", "group.instance.id": " i1 "})
+    assert (c.group_id, c.group_instance_id) == ("g", "i1")       # trimmed, as ConfigDef does
+
+
 def test_heartbeat_must_be_below_session_timeout():
     with pytest.raises(ConfigError, match="heartbeat.interval.ms .* must be lower than session.timeout.ms"):
         ConsumerConfig.from_properties({"heartbeat.interval.ms": "10000", "session.timeout.ms": "10000"})

@@ -19,6 +19,10 @@ GROUP = {"group.id": "g", "session.timeout.ms": "10000", "heartbeat.interval.ms"
          "max.poll.interval.ms": "60000"}
 
 
+#: A session long enough for a test's idle steps without Heartbeat answers.
+QUIET = {"session.timeout.ms": "60000", "heartbeat.interval.ms": "20000", "max.poll.interval.ms": "300000"}
+
+
 def harness(**props):
     h = ConsumerHarness(partitions=4, **{**GROUP, **props})
     h.ready()
@@ -288,7 +292,7 @@ def test_committed_offsets_give_positions_and_the_rest_resets():
 
 
 def test_auto_commit_every_interval_with_the_generation():
-    h = harness(**{"auto.commit.interval.ms": "5000"})
+    h = harness(**{"auto.commit.interval.ms": "5000", **QUIET})
     c = h.consumer
     c.subscribe(["t"])
     joined(h, (0,))
@@ -301,8 +305,58 @@ def test_auto_commit_every_interval_with_the_generation():
     h.net.respond(req, commit_body(req))
     h.net.poll(0, h.clock.now_ns())
     assert c.coordinator.committed() == {tp(0): 9}
-    h.step(ms=5000)                   # nothing new consumed: nothing to commit
+    h.step(ms=4999)
     assert h.net.pending("OffsetCommit") == []
+    # Nothing new consumed: Java's autoCommitOffsetsAsync still commits allConsumed() every
+    # interval (kctl sent nothing while idle: a benchmark's commit load was not Java's).
+    h.step(ms=1)
+    req = h.net.pending("OffsetCommit")[0]
+    assert req.body.topics[0].partitions[0].committed_offset == 9
+
+
+def test_auto_commit_commits_every_position_changed_or_not():
+    """ConsumerCoordinatorTest.testAutoCommitDynamicAssignment: the auto-commit carries
+    subscriptions.allConsumed(), every assigned partition with a position (kctl sent only
+    the partitions whose offset changed since its last commit)."""
+    h = harness(**{"auto.commit.interval.ms": "1000"})
+    c = h.consumer
+    c.subscribe(["t"])
+    joined(h, (0, 1))
+    c.seek(tp(0), 3)
+    c.seek(tp(1), 7)
+    h.step(ms=1000)
+    req = h.net.pending("OffsetCommit")[0]
+    h.net.respond(req, commit_body(req))
+    h.net.poll(0, h.clock.now_ns())
+    c.seek(tp(0), 5)                   # only partition 0 moves
+    h.step(ms=1000)
+    req = h.net.pending("OffsetCommit")[0]
+    assert {p.partition_index: p.committed_offset for t in req.body.topics for p in t.partitions} == {0: 5, 1: 7}
+
+
+def test_auto_commit_retry_backoff():
+    """ConsumerCoordinatorTest.testAutoCommitRetryBackoff: a retriable failure
+    (COORDINATOR_LOAD_IN_PROGRESS) is tried again after retry.backoff.ms, not a whole
+    auto.commit.interval.ms later; a non-retriable one waits for the interval."""
+    h = harness(**{"auto.commit.interval.ms": "5000", "retry.backoff.ms": "100", **QUIET})
+    c = h.consumer
+    c.subscribe(["t"])
+    joined(h, (0,))
+    c.seek(tp(0), 9)
+    h.step(ms=5000)
+    req = h.net.pending("OffsetCommit")[0]
+    h.net.respond(req, commit_body(req, {0: "COORDINATOR_LOAD_IN_PROGRESS"}))
+    h.net.poll(0, h.clock.now_ns())
+    h.step(ms=99)
+    assert h.net.pending("OffsetCommit") == []
+    h.step(ms=1)
+    req = h.net.pending("OffsetCommit")[0]
+    h.net.respond(req, commit_body(req, {0: "OFFSET_METADATA_TOO_LARGE"}))
+    h.net.poll(0, h.clock.now_ns())
+    h.step(ms=100)
+    assert h.net.pending("OffsetCommit") == []
+    h.step(ms=4900)
+    assert len(h.net.pending("OffsetCommit")) == 1
 
 
 def test_commit_with_an_old_generation_resets_it():
@@ -458,3 +512,50 @@ def test_close_with_a_failed_commit_says_why():
     c.close()
     assert c.close_commit_error == "t-0 UNKNOWN_MEMBER_ID"
     assert c.metrics.snapshot().commit_failures >= 1
+
+
+def test_no_committed_offset_and_no_reset_policy_names_those_partitions():
+    """ConsumerCoordinatorTest's refreshCommittedOffsets + resetInitializingPositions: a
+    partition with a committed offset takes it; the others, with auto.offset.reset=none,
+    fail in one NoOffsetForPartitionException naming them."""
+    from kctl.engine.subscription import NoOffsetForPartitionError
+
+    h = harness(**{"auto.offset.reset": "none"})
+    c = h.consumer
+    c.subscribe(["t"])
+    joined(h, (0, 1, 2))
+    h.step()
+    of = h.net.pending("OffsetFetch")[0]
+    h.net.respond(of, offset_fetch_body(of, {0: 17}))
+    with pytest.raises(NoOffsetForPartitionError,
+                       match=r"^Undefined offset with no reset policy for partitions: \[t-1, t-2\] "):
+        h.net.poll(0, h.clock.now_ns())
+    assert c.position(tp(0)) == 17
+
+
+def test_close_waits_for_the_revoke_listeners_commit_without_a_leave_group():
+    """Java's AbstractCoordinator.close awaits the coordinator's pending requests within
+    the close timeout: a static member (group.instance.id: no LeaveGroup) closing with its
+    listener's commit in flight gets the answer (the wait ran only after a LeaveGroup, so
+    the commit was dropped unanswered by closing the connections)."""
+    h = harness(**{"enable.auto.commit": "false", "group.instance.id": "i1"})
+    c = h.consumer
+    c.subscribe(["t"])
+    joined(h, (0,))
+    c.seek(tp(0), 7)
+    answers = []
+
+    def revoked(partitions, positions):
+        c.coordinator.commit_async(positions, h.clock.now_ns(), answers.append)
+    h.on_partitions_revoked = revoked
+    orig_poll = h.net.poll
+
+    def poll(timeout_ns, now_ns):
+        for r in h.net.pending("OffsetCommit"):
+            h.net.respond(r, commit_body(r, {0: "REBALANCE_IN_PROGRESS"}))
+        return orig_poll(timeout_ns, now_ns)
+    h.net.poll = poll
+    c.close()
+    assert h.net.requests("LeaveGroup") == []
+    assert [a.errors for a in answers] == [{tp(0): "REBALANCE_IN_PROGRESS"}]
+    assert c.metrics.snapshot().commit_failures == 1

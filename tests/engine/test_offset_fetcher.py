@@ -77,3 +77,19 @@ def test_end_offsets_query():
     h.net.respond(req, list_offsets_body(req, {0: 100, 1: 200}))
     h.net.poll(0, h.clock.now_ns())
     assert q.done and {t.partition: r.offset for t, r in q.results.items()} == {0: 100, 1: 200}
+
+
+def test_no_reset_policy_names_every_partition_as_java_does():
+    """Java's SubscriptionState.resetInitializingPositions: assign() without a seek and
+    auto.offset.reset=none throws one NoOffsetForPartitionException for every partition
+    without a position, in its wording (kctl raised one per partition, in its own)."""
+    import pytest
+
+    from kctl.engine.subscription import NoOffsetForPartitionError
+
+    h, c = setup(**{"auto.offset.reset": "none"})
+    with pytest.raises(NoOffsetForPartitionError) as e:
+        h.step()
+    assert str(e.value) == ("Undefined offset with no reset policy for partitions: [t-0, t-1] "
+                            "(auto.offset.reset=none)")
+    assert h.net.pending("ListOffsets") == []

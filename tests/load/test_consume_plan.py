@@ -141,3 +141,38 @@ def test_no_e2e_samples_says_why():
         "e2e: no samples: of 500 records read, 500 without a kctl identity header (not written by kctl "
         "produce); e2e needs the send time kctl produce stamps on each record")
     assert no_e2e_samples(s) == "e2e: no samples: no records were read"
+
+
+def test_assign_mode_starts_by_an_explicit_auto_offset_reset():
+    """Java's assign() without a seek starts each partition by auto.offset.reset: given
+    (-X or a consumer config) without --from, it decides the start (it was accepted and
+    ignored: assign mode read from the beginning); an explicit --from still wins."""
+    def start(**kw):
+        return prepare(ConsumeOptions(bootstrap="127.0.0.1:9092", consumers=1, **kw)).start
+    assert start().kind == "beginning"                       # kctl's default, no reset given
+    latest = start(properties=("auto.offset.reset=latest",))
+    assert (latest.kind, latest.describe()) == ("reset", "auto.offset.reset=latest")
+    assert start(properties=("auto.offset.reset=none",)).reset == "none"
+    assert start(properties=("auto.offset.reset=smallest",)).reset == "earliest"   # librdkafka's name
+    assert start(properties=("auto.offset.reset=latest",), start="beginning").kind == "beginning"
+    assert start(properties=("auto.offset.reset=earliest",), start="end").kind == "end"
+
+
+def test_produce_consume_reads_without_a_group_so_its_consumers_never_commit(tmp_path):
+    """produce --consume's consumers are in assign mode with no group.id (refused, from a
+    --consumer-property or a --consumer-config file), so they have no coordinator and no
+    closing commit (nor a revoke listener's) that could fail: there is no closing-commit
+    WARNING for produce to print (kctl consume's is for a group)."""
+    from kctl.load import produce
+
+    def plan(**kw):
+        return produce.prepare(produce.ProduceOptions(bootstrap="127.0.0.1:9092", workers=1, consume=True, **kw))
+    assert plan().consumer.group is None and not plan().consumer.enable_auto_commit
+    with pytest.raises(ConfigError, match="drop group.id"):
+        plan(consumer_properties=("group.id=g",))
+    props = tmp_path / "c.properties"
+    props.write_text("group.id=g\n")
+    with pytest.raises(ConfigError, match="drop group.id"):
+        plan(consumer_config=(str(props),))
+    with pytest.raises(ConfigError, match="enable.auto.commit=true needs a group.id"):
+        plan(consumer_properties=("enable.auto.commit=true",))

@@ -131,3 +131,129 @@ def test_produce_consume_e2e_leaves_out_the_warmup_records_by_sequence():
     from kctl.stats.e2e import E2E
     from kctl.stats.latency import decode_histogram
     assert decode_histogram(reports.get_nowait().histograms[E2E]).get_total_count() == 3
+
+
+# -- commits: the engine's, as the Java consumer makes them (ConsumerCoordinatorTest) -----------
+
+def _group_worker(**props):
+    """A group-mode worker whose consumer is stepped on a fake network (its own listener)."""
+    from tests.engine.consumer_harness import ConsumerHarness
+    from tests.engine.test_coordinator import GROUP
+
+    from kctl.load.consume_worker import _Listener
+
+    h = ConsumerHarness(partitions=4, **{**GROUP, **props})
+    h.ready()
+    w = ConsumerWorker(ConsumeWorkerSpec(0, h.config, "t", None, StartPosition("committed")),
+                       queue.Queue(), threading.Event())
+    w.consumer = h.consumer
+    h.consumer.coordinator.listener = _Listener(w)
+    h.consumer.subscribe(["t"])
+    return w, h
+
+
+def _close_answering(h) -> list:
+    """Closes the consumer, the broker answering OffsetCommit and LeaveGroup; the requests
+    sent, in order."""
+    from tests.engine.consumer_harness import LeaveGroupResponse
+    from tests.engine.test_coordinator import commit_body
+
+    order = []
+    send, poll = h.net.send, h.net.poll
+
+    def sent(req, now_ns):
+        order.append(req)
+        return send(req, now_ns)
+
+    def answering(timeout_ns, now_ns):
+        for r in h.net.pending("OffsetCommit"):
+            h.net.respond(r, commit_body(r))
+        for r in h.net.pending("LeaveGroup"):
+            h.net.respond(r, LeaveGroupResponse(throttle_time_ms=0, error_code=0, members=[]))
+        return poll(timeout_ns, now_ns)
+
+    h.net.send, h.net.poll = sent, answering
+    h.consumer.close()
+    return order
+
+
+def test_without_auto_commit_a_rebalance_and_close_commit_nothing():
+    """Java's ConsumerCoordinatorTest (testCloseDynamicAssignment, auto-commit off): no
+    OffsetCommit before the JoinGroup of a rebalance nor before LeaveGroup. The worker's
+    listener committed revoked partitions' positions: with enable.auto.commit=false a
+    second run of the group read nothing."""
+    from tests.engine.test_coordinator import answer, join_response, joined, sync_response
+
+    w, h = _group_worker(**{"enable.auto.commit": "false"})
+    joined(h, (0, 1))
+    assert w.owned == {TopicPartition("t", 0), TopicPartition("t", 1)}
+    h.consumer.seek(TopicPartition("t", 0), 10)
+    h.consumer.coordinator.request_rejoin("test")
+    h.step()                                              # eager: revoke, then JoinGroup
+    assert not w.owned and len(h.net.pending("JoinGroup")) == 1
+    answer(h, "JoinGroup", lambda r: join_response(r, generation=2, members=[]))
+    answer(h, "SyncGroup", sync_response((0, 1)))
+    h.consumer.seek(TopicPartition("t", 0), 12)
+    order = _close_answering(h)
+    assert h.net.requests("OffsetCommit") == []
+    assert [r.api_key for r in order].count(13) == 1      # LeaveGroup
+
+
+def test_with_auto_commit_close_commits_once_before_leaving():
+    """Java's close(): maybeAutoCommitOffsetsSync, then LeaveGroup; the revoke callback
+    adds no commit of its own (it sent a second, identical OffsetCommit)."""
+    from tests.engine.test_coordinator import joined
+
+    w, h = _group_worker(**{"enable.auto.commit": "true"})
+    joined(h, (0, 1), generation=3)
+    h.consumer.seek(TopicPartition("t", 0), 10)
+    h.consumer.seek(TopicPartition("t", 1), 20)
+    order = _close_answering(h)
+    commits = [r for r in order if r.api_key == 8]
+    assert len(commits) == 1
+    assert order.index(commits[0]) < [r.api_key for r in order].index(13)
+    assert {p.partition_index: p.committed_offset for t in commits[0].body.topics for p in t.partitions} == {
+        0: 10, 1: 20}
+    assert not w.owned
+
+
+def test_assign_mode_without_a_seek_starts_by_auto_offset_reset():
+    """StartPosition("reset"): the worker seeks nothing, so the engine asks ListOffsets by
+    auto.offset.reset (latest: timestamp -1), as Java's assign() without a seek does."""
+    from tests.engine.consumer_harness import ConsumerHarness
+
+    h = ConsumerHarness(partitions=2, **{"auto.offset.reset": "latest"})
+    h.ready()
+    w = ConsumerWorker(ConsumeWorkerSpec(0, h.config, "t", (0, 1), StartPosition("reset", reset="latest")),
+                       queue.Queue(), threading.Event())
+    w.consumer = h.consumer
+    w._position()
+    h.step()
+    req = h.net.pending("ListOffsets")[0]
+    assert {p.partition_index: p.timestamp for t in req.body.topics for p in t.partitions} == {0: -1, 1: -1}
+
+
+def test_a_failed_closing_commit_is_said_in_the_final_report():
+    """enable.auto.commit=true: the consumer's closing commit (Java's close,
+    maybeAutoCommitOffsetsSync) answered with an error left the group's offsets behind
+    what was read: the final report says why (kctl consume's WARNING), not only the count."""
+    from tests.engine.consumer_harness import LeaveGroupResponse
+    from tests.engine.test_coordinator import commit_body, joined
+
+    w, h = _group_worker(**{"enable.auto.commit": "true"})
+    joined(h, (0,))
+    h.consumer.seek(TopicPartition("t", 0), 7)
+    poll = h.net.poll
+
+    def answering(timeout_ns, now_ns):
+        for r in h.net.pending("OffsetCommit"):
+            h.net.respond(r, commit_body(r, {0: "REBALANCE_IN_PROGRESS"}))
+        for r in h.net.pending("LeaveGroup"):
+            h.net.respond(r, LeaveGroupResponse(throttle_time_ms=0, error_code=0, members=[]))
+        return poll(timeout_ns, now_ns)
+
+    h.net.poll = answering
+    w._finish()
+    final = w.reports.get_nowait()
+    assert final.close_commit_error == "t-0 REBALANCE_IN_PROGRESS"
+    assert (final.metrics.commits, final.metrics.commit_failures) == (0, 1)

@@ -50,6 +50,33 @@ def test_offsetless_acks_lost_duplicated_and_reordered_are_counted():
     assert set(r.lost_examples) == {(0, 3), (0, 4)}
 
 
+def test_offsetless_acks_beside_placed_ones_are_found_from_the_log_end_before_the_run():
+    # acks=1: seq 0-3 acknowledged at 50..53; a retry of seq 4-5 (written by its first
+    # attempt at 54..55) answered DUPLICATE_SEQUENCE_NUMBER, acknowledged with offset -1;
+    # seq 6-9 at 56..59. Partition 1: seq 10-12 at 20..22, 12 never written.
+    acked = {0: {0: [(50, 4, 0), (-1, 2, 4), (56, 4, 6)], 1: [(20, 3, 10)]}}
+    v = Verification(RUN_ID, acked, since={0: 50, 1: 20})
+    assert v.ranges[0][0] == 50
+    v.add(0, [batch(50, 0, 0, 10)])
+    v.add(1, [batch(20, 0, 10, 2)])
+    r = v.result(0.0)
+    assert (r.expected, r.found, r.lost, r.duplicated, r.misplaced) == (13, 12, 1, 0, 0)
+    # Per partition: the records acknowledged there, found there, lost of them.
+    assert r.partitions[0] == {"expected": 10, "found": 10, "lost": 0, "reordered": 0}
+    assert r.partitions[1] == {"expected": 3, "found": 2, "lost": 1, "reordered": 0}
+
+
+def test_per_partition_expected_is_the_acknowledged_count_not_the_range():
+    # Two workers interleaved in one partition, a transaction marker at offset 4 (the
+    # range 0..7 holds 6 acknowledged records), worker 1's record at offset 3 lost.
+    acked = {0: {0: [(0, 2, 0), (5, 2, 2)]}, 1: {0: [(2, 2, 0)]}}
+    v = Verification(RUN_ID, acked)
+    v.add(0, [batch(0, 0, 0, 2), batch(2, 1, 0, 1), batch(5, 0, 2, 2)])
+    r = v.result(0.0)
+    assert r.lost == 1 and r.lost_examples == ((1, 1),)
+    assert r.partitions[0] == {"expected": 6, "found": 5, "lost": 1, "reordered": 0}
+
+
 def kctl(*args, timeout=120):
     return subprocess.run([sys.executable, "-m", "kctl", *args], capture_output=True, text=True,
                           timeout=timeout, env={**os.environ, "COLUMNS": "200"})

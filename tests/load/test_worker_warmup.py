@@ -11,7 +11,7 @@ import time
 from types import SimpleNamespace
 
 from kctl.config import ProducerConfig
-from kctl.engine.batch import AppendSlice, BatchState
+from kctl.engine.batch import AppendSlice, BatchState, TopicPartition
 from kctl.load.worker import Worker, WorkerSpec, split_warmup
 from kctl.stats.latency import decode_histogram
 
@@ -59,9 +59,10 @@ def _worker(**kw) -> Worker:
     return w
 
 
-def _acked(slices, value_bytes: int):
+def _acked(slices, value_bytes: int, partition: int = 0, node: int = 1):
     return SimpleNamespace(state=BatchState.ACKED, slices=slices, sent_ns=-1,
-                           record_count=sum(s.count for s in slices), value_bytes=value_bytes)
+                           record_count=sum(s.count for s in slices), value_bytes=value_bytes,
+                           tp=TopicPartition("t", partition), node_id=node)
 
 
 def test_the_warmups_backlog_acked_in_a_measured_interval_is_not_measured():
@@ -74,6 +75,10 @@ def test_the_warmups_backlog_acked_in_a_measured_interval_is_not_measured():
     r = w.reports_seen[-1]
     assert (r.warmup_acked_late, r.warmup_bytes_late) == (30, 3000)
     assert r.measured_acked_early == 0
+    # the same 30 by partition and broker, so the summary's per-partition and per-broker
+    # counts leave them out as the acked count does
+    assert (r.warmup_late_by_partition, r.warmup_late_by_node) == ({("t", 0): 30}, {1: 30})
+    assert (r.measured_early_by_partition, r.measured_early_by_node) == ({}, {})
     # the measured 10 only
     assert decode_histogram(r.histograms["intended"]).get_total_count() == 10
 
@@ -82,10 +87,11 @@ def test_measured_records_acked_in_the_warmup_interval_count_and_keep_their_late
     w = _worker(warmup_ns=S)
     m = w.measured_from_ns
     w._interval_warmup = True
-    w._on_batch_done(_acked([AppendSlice(10, m, m - 5 * MS, MS, first_seq=0)], 1000))
+    w._on_batch_done(_acked([AppendSlice(10, m, m - 5 * MS, MS, first_seq=0)], 1000, partition=3, node=2))
     w._report(final=False)                          # the warm-up interval's report
     r = w.reports_seen[-1]
     assert (r.measured_acked_early, r.measured_bytes_early) == (5, 500)
+    assert (r.measured_early_by_partition, r.measured_early_by_node) == ({("t", 3): 5}, {2: 5})
     assert decode_histogram(r.histograms["intended"]).get_total_count() == 5   # warm-up's 5 (live view)
     w._interval_warmup = False                      # the warm-up has ended
     w._report(final=False)                          # the first measured interval's report

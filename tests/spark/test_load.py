@@ -60,9 +60,12 @@ def test_distributed_run_merges_like_a_local_run(spark, broker, tmp_path):
     assert _read_back(broker, topic, 3, spec.run_id) == acked
     assert verify(broker.bootstrap, topic, spec.run_id, result.acked_runs).ok
     # Merged histogram == the sum of the tasks' own histograms (HdrHistogram add).
-    from kctl.spark.load import TASK_START, TaskStart
+    from kctl.spark.load import AGREED_START, TASK_START, AgreedStart, TaskStart
     starts = [msg for _w, i, msg in run.reports if i == TASK_START]
-    reports = [r for r in run.reports if r[1] != TASK_START]
+    agreed = {msg for _w, i, msg in run.reports if i == AGREED_START}
+    reports = [r for r in run.reports if r[1] >= 0]
+    assert len(agreed) == 1 and isinstance(next(iter(agreed)), AgreedStart)
+    assert run.stats.start_wall_ns == next(iter(agreed)).wall_ns == starts[0].agreed_wall_ns
     assert {w for w, _, _ in reports} == {0, 1, 2}
     assert sorted(s.worker for s in starts) == [0, 1, 2] and all(isinstance(s, TaskStart) for s in starts)
     sp = result.summary.spark
@@ -89,6 +92,32 @@ def test_distributed_run_merges_like_a_local_run(spark, broker, tmp_path):
                 logged.add(iv.histogram)
         assert logged.get_total_count() == total.get_total_count()
     assert sum(rounds) >= 3        # intervals were merged while the job ran (live lines)
+
+
+def test_a_late_start_is_measured_over_the_schedule_window_from_the_agreed_start(spark, broker):
+    """Tasks that begin late (here every one, 0.5 s: the agreed start is put in the past)
+    still owe their records from the agreed start, as a local run's workers do from their
+    common start: the paced run's span is the schedule's window (8,000 records at 4,000/s:
+    2 s) and its rate the target. Before, the span ran from the first task's first report
+    (0.5 s late) and read about 5,300 records/s over about 1.5 s. (Each task's records are
+    due 0.5 ms apart, so its overdue ones go at once and it ends on schedule.)"""
+    from kctl.spark.load import SparkLoadRun
+    topic = "spark-load-late"
+    _topic(broker, topic, 2)
+    spec = LoadSpec(topic=topic, producer=_config(broker.bootstrap), rate=4000, num_records=8000,
+                    workers=2, interval_s=0.5)
+    run = SparkLoadRun(spec, config_for_summary={}, start_delay_s=-0.5)
+    s = run.run().summary
+    assert s.counts.acked == 8000 and min(t.late_ms for t in s.spark.per_task) >= 500
+    assert s.run.measured_s == pytest.approx(2.0)
+    assert s.rates.records_per_s == pytest.approx(4000.0)
+    assert s.run.start_unix_ms == run.stats.start_wall_ns // 1_000_000
+
+
+def test_without_a_task_count_one_task_runs_per_slot(spark):
+    from kctl.spark.load import slot_tasks
+    count = slot_tasks(None)                  # the tests' session: local[4]
+    assert (count.count, count.reason) == (4, "one Spark task per available slot")
 
 
 def test_a_failed_task_fails_the_run_with_its_error(spark, broker):
@@ -142,7 +171,7 @@ def test_distributed_run_over_tls(spark, tmp_path):
             bootstrap=f"localhost:{tls.port}", topic="spark-tls", partitions=2, rate=2000,
             duration="1s", workers=2, verify=True, interval=0.5,
             properties=("security.protocol=SSL", f"ssl.ca.location={tls.ca_file}")))
-        outcome = execute(plan, run_factory=spark_run_factory(None, explicit_tasks=True))
+        outcome = execute(plan, run_factory=spark_run_factory(None))
     finally:
         tls.stop()
     assert not outcome.result.failures
@@ -190,7 +219,9 @@ def test_a_stop_ends_the_tasks_with_their_final_reports(broker, tmp_path, signam
     assert status == 130, err
     assert "Traceback" not in err and "kctl: error" not in err, err
     assert "jdk.incubator.vector" not in err     # the driver JVM's start-up warning is not passed on
+    assert "with 2 worker(s) (--tasks)" in err   # what decided the count (replay has no --workers)
     s = RunSummary.from_json(json.loads(js.read_text()))
+    assert s.run.workers_reason == "--tasks"
     c = s.counts
     assert s.run.interrupted and c.acked > 0 and c.failed == 0
     assert s.unaccounted == 0, f"scheduled {c.scheduled} != acked {c.acked} + failed {c.failed} " \

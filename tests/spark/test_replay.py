@@ -14,13 +14,20 @@ from kctl.engine.blocking_client import BlockingClient
 pytestmark = pytest.mark.spark
 
 
+def _b(i: int) -> str | None:
+    return None if i % 5 == 0 else f"x{i}"
+
+
 def test_replay_parquet_with_verify(spark, broker, tmp_path):
+    """Every row arrives as it is, null fields included (``"b": null``: Spark's to_json
+    left them out); the summary names --tasks as what set the task count and the column
+    the keys come from."""
     import pyarrow as pa
     import pyarrow.parquet as pq
     n = 2000
     path = tmp_path / "events.parquet"
     pq.write_table(pa.table({"id": list(range(n)), "user": [f"u{i % 7}" for i in range(n)],
-                             "payload": [{"a": i, "b": f"x{i}"} for i in range(n)]}), path)
+                             "payload": [{"a": i, "b": _b(i)} for i in range(n)]}), path)
     summary = tmp_path / "summary.json"
     res = CliRunner().invoke(app, ["replay", str(path), "-t", "replayed", "-b", broker.bootstrap,
                                    "--key-col", "user", "--value-col", "payload", "--rate", "4000",
@@ -32,13 +39,68 @@ def test_replay_parquet_with_verify(spark, broker, tmp_path):
     s = json.loads(summary.read_text())
     assert s["counts"]["acked"] == n and s["verify"]["ok"]
     assert s["spark"]["tasks"] == 2 and len(s["spark"]["per_task"]) == 2
+    assert s["run"]["workers_reason"] == s["config"]["workers_reason"] == "--tasks"
+    assert s["config"]["keys"] == "column:user" and s["config"]["key_col"] == "user"
     got = []
     with BlockingClient(broker.bootstrap) as c:
         for p in range(3):
             for b in admin.read_partition(c, "replayed", p):
                 got += [(r.key, json.loads(r.value)) for r in b.records]
     assert sorted(got, key=lambda kv: kv[1]["a"]) == [
-        (f"u{i % 7}".encode(), {"a": i, "b": f"x{i}"}) for i in range(n)]
+        (f"u{i % 7}".encode(), {"a": i, "b": _b(i)}) for i in range(n)]
+
+
+def test_a_null_value_is_a_tombstone_and_a_null_key_stays_null(spark, broker, tmp_path):
+    """A null --value-col cell goes out as a null value (value length -1, Kafka's
+    tombstone: a compacted topic deletes the key), not as empty bytes (before: b""),
+    while an empty string stays empty bytes; a null --key-col cell is a null key.
+    Read back by kafka-python, an independent client."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    from kafka import KafkaConsumer, TopicPartition
+    n = 300
+
+    def value(i: int) -> str | None:
+        return None if i % 3 == 0 else ("" if i % 3 == 1 else f"v{i}")
+
+    def key(i: int) -> str | None:
+        return None if i % 7 == 0 else f"k{i}"
+
+    path = tmp_path / "tombstones.parquet"
+    pq.write_table(pa.table({"k": [key(i) for i in range(n)], "v": [value(i) for i in range(n)]}), path)
+    res = CliRunner().invoke(app, ["replay", str(path), "-t", "tombstones", "-b", broker.bootstrap,
+                                   "--key-col", "k", "--value-col", "v", "--value-format", "raw",
+                                   "--tasks", "2", "--partitions", "2", "--verify", "--quiet"])
+    assert res.exit_code == 0, res.output
+    assert f"verify: {n} acknowledged, {n} found, 0 lost" in res.output
+    c = KafkaConsumer(bootstrap_servers=broker.bootstrap, auto_offset_reset="earliest",
+                      enable_auto_commit=False, consumer_timeout_ms=5000, fetch_max_wait_ms=100)
+    c.assign([TopicPartition("tombstones", p) for p in range(2)])
+    got = []
+    for m in c:
+        got.append((m.key, m.value))
+        if len(got) == n:
+            break
+    c.close()
+    want = [(None if key(i) is None else key(i).encode(), None if value(i) is None else value(i).encode())
+            for i in range(n)]
+    srt = lambda kv: (repr(kv[0]), repr(kv[1]))  # noqa: E731
+    assert sorted(got, key=srt) == sorted(want, key=srt)
+    assert sum(v is None for _, v in got) == n // 3 and sum(v == b"" for _, v in got) == n // 3
+
+
+def test_a_whole_row_is_written_with_its_null_columns(spark):
+    """Without --value-col the value is the whole row as JSON, a null column as
+    ``"x": null`` (Spark's to_json leaves null fields out by default); the key column's
+    null stays a null key."""
+    from kctl.spark.replay import records_frame
+    df = spark.createDataFrame([("k1", 1, "a"), ("k2", None, None), (None, 3, "c")],
+                               "k string, x int, y string")
+    rows = records_frame(df, key_col="k", value_col=None, value_format="json").collect()
+    got = [(r["k"] and bytes(r["k"]), json.loads(bytes(r["v"]))) for r in rows]
+    assert got == [(b"k1", {"k": "k1", "x": 1, "y": "a"}),
+                   (b"k2", {"k": "k2", "x": None, "y": None}),
+                   (None, {"k": None, "x": 3, "y": "c"})]
 
 
 def test_sigterm_stops_the_replay_as_ctrl_c_does(broker, tmp_path):

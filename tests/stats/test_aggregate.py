@@ -300,6 +300,34 @@ def test_records_count_by_when_they_were_scheduled_not_when_acked() -> None:
     assert st.snapshot(T0 + 2 * S).interval_acked == 95      # the measured round's own
 
 
+def test_per_broker_and_per_partition_counts_follow_the_scheduled_rule_and_sum_to_acked() -> None:
+    """records_by_node and records_by_partition count the records the acked count counts
+    (scheduled after the warm-up, acked whenever): partition 0 on broker 1 acks 30 of the
+    warm-up's backlog in the first measured interval, partition 1 on broker 2 acks 5
+    measured records before the warm-up interval closes. Split by the ack's interval they
+    said 60 + 65 = 125 for 100 measured records."""
+    p0, p1 = ("t", 0), ("t", 1)
+    st = RunStats(workers=1, start_wall_ns=T0, target_rate=100, window_s=2.0)
+    st.add(report(0, 0, metrics(records_acked=75, value_bytes_acked=750,
+                                records_by_partition={p0: 40, p1: 35}, records_by_node={1: 40, 2: 35}),
+                  warmup=True, measured_acked_early=5, measured_bytes_early=50,
+                  measured_early_by_partition={p1: 5}, measured_early_by_node={2: 5}))
+    live = st.snapshot(T0 + S)
+    assert live.records_acked == 5 and live.records_by_node == {2: 5}
+    st.add(report(0, 1, metrics(records_acked=200, value_bytes_acked=2000,
+                                records_by_partition={p0: 100, p1: 100}, records_by_node={1: 100, 2: 100}),
+                  final=True, warmup_acked_late=30, warmup_bytes_late=300, measured_acked_early=5,
+                  measured_bytes_early=50, warmup_late_by_partition={p0: 30}, warmup_late_by_node={1: 30},
+                  measured_early_by_partition={p1: 5}, measured_early_by_node={2: 5},
+                  last_done_wall_ns=T0 + 2 * S))
+    s = st.summary()
+    assert s.counts.acked == 100
+    assert {(p.topic, p.partition): p.records_acked for p in s.partitions} == {p0: 30, p1: 70}
+    assert {b.node_id: b.records_acked for b in s.brokers} == {1: 30, 2: 70}
+    assert st.snapshot(T0 + 2 * S).records_by_node == {1: 30, 2: 70}
+    assert s.run.warmup.records_acked == 100
+
+
 def test_paced_span_runs_from_the_first_measured_ack_when_acks_lag_the_schedule() -> None:
     """Records count by their scheduled time, so a constant ack latency (200 ms) must not
     lengthen the span: 80 records scheduled in a 2 s window after a 0.5 s warm-up are 40/s
