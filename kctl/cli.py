@@ -35,7 +35,7 @@ COMMANDS: dict[str, str] = {
     "metadata": "List the cluster's brokers, topics, partitions and leaders, and each broker's API versions.",
     "inspect": "Run a transparent Kafka proxy: live stats or frames, pcapng capture, fault injection.",
     "decode": "Decode Kafka frames from pcap/pcapng captures (tcpdump, Wireshark, kctl inspect).",
-    "analyze": "Decode captures in parallel on Spark into Parquet; print latency, throughput, client and error summaries.",
+    "analyze": "Decode captures in parallel on Spark into Parquet; print latency, throughput, client, error and damage (notice) summaries.",
     "replay": "Produce the rows of a dataset to a topic from Spark executors, reported like kctl produce.",
     "broker": "Run a local Kafka-compatible broker (Tansu, in memory) until Ctrl-C or SIGTERM.",
 }

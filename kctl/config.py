@@ -33,7 +33,12 @@ Choices worth knowing
   the Java producer bounds batches in bytes) is refused naming the Java property.
 * Values are parsed as the Java client parses them: integers are plain
   decimal (durations are milliseconds, sizes bytes, no unit suffixes),
-  booleans are ``true``/``false`` in any case, enums are case-insensitive.
+  booleans are ``true``/``false`` in any case; choices are case-sensitive where
+  Java's validator is (``ValidString``: ``acks=all``, ``compression.type=gzip``,
+  ``isolation.level``, ``auto.offset.reset``, and ``sasl.mechanism``, whose SASL
+  names are) and not where it is not (``CaseInsensitiveValidString``:
+  ``security.protocol``, ``group.protocol``); a value wrong only in its case is
+  refused saying so.
 * Like the Java client (4.x), a rule broken only because of a default is fixed
   quietly (with a warning) and a rule broken by explicit settings is an error:
   idempotence is disabled when ``acks`` or ``retries`` conflict with it unless the
@@ -394,14 +399,24 @@ def _bool_spec(name: str, default: bool, doc: str = "") -> PropertySpec:
     return PropertySpec(name, name.replace(".", "_"), default, _parse_bool, "true or false", doc=doc)
 
 
+def case_sensitive(text: str, choices: Iterable[str]) -> _Invalid:
+    """The error for ``text`` not among ``choices`` (Java's ``ValidString``, which compares
+    case-sensitively): when only its case is wrong, it says so."""
+    for choice in choices:
+        if text.lower() == choice.lower():
+            return _Invalid(f"values are case-sensitive, as in the Java client: write {choice!r}")
+    return _Invalid("")
+
+
 def _enum_parser(choices: Mapping[str, Any]) -> Callable[[Any], Any]:
     def parse(value: Any) -> Any:
         if isinstance(value, enum.Enum) and value in choices.values():
             return value
         if isinstance(value, str):
-            key = value.strip().lower()
+            key = value.strip()
             if key in choices:
                 return choices[key]
+            raise case_sensitive(key, choices)
         raise _Invalid("")
 
     return parse
@@ -411,11 +426,12 @@ def _parse_acks(value: Any) -> int:
     if isinstance(value, int) and not isinstance(value, bool) and value in (-1, 0, 1):
         return value
     if isinstance(value, str):
-        text = value.strip().lower()
+        text = value.strip()
         if text in ("all", "-1"):
             return -1
         if text in ("0", "1"):
             return int(text)
+        raise case_sensitive(text, ("all",))
     raise _Invalid("")
 
 
@@ -445,17 +461,25 @@ def _parse_security_protocol(value: Any) -> SecurityProtocol:
     return proto
 
 
-def _parse_sasl_mechanism(value: Any) -> SaslMechanism:
-    if isinstance(value, SaslMechanism):
+def _parse_sasl_mechanism(value: Any) -> SaslMechanism | None:
+    """Case-sensitive, as SASL names are: the Java client finds no SASL client for
+    ``scram-sha-256`` and a broker no mechanism for ``plain``."""
+    if value is None or isinstance(value, SaslMechanism):
         return value
     if isinstance(value, str):
-        text = value.strip().upper()
+        text = value.strip()
+        if not text:
+            return None
         for m in SaslMechanism:
             if m.value == text:
                 return m
-        if text in ("GSSAPI", "OAUTHBEARER"):
+        if text.upper() in ("GSSAPI", "OAUTHBEARER"):
             raise _Invalid(f"{text} is a Kafka SASL mechanism but kctl does not support it; "
                            "use PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512")
+        for m in SaslMechanism:
+            if m.value == text.upper():
+                raise _Invalid(f"SASL mechanism names are upper case: write {m.value} (the Java "
+                               f"client would find no SASL client for {text!r})")
     raise _Invalid("")
 
 
@@ -551,7 +575,8 @@ PROPERTIES: tuple[PropertySpec, ...] = (
         doc="Brokers to fetch metadata from; empty means kctl starts its embedded broker.",
     ),
     PropertySpec("client.id", "client_id", "", _parse_str, "any string",
-                 doc="Sent in every request header; empty means each load worker sends kctl-producer-<worker>."),
+                 doc="Sent in every request header; not set, each load worker sends kctl-producer-<worker> "
+                     "(set empty, an empty id, as in the Java producer)."),
     PropertySpec("acks", "acks", -1, _parse_acks, "all, -1, 0 or 1", doc="-1 is all."),
     _int_spec("linger.ms", 5, 0, INT_MAX, "ms", "Kafka 4.0 default (KIP-1030); Kafka 3.x used 0."),
     _int_spec("batch.size", 16384, 0, INT_MAX, "bytes"),
@@ -578,7 +603,8 @@ PROPERTIES: tuple[PropertySpec, ...] = (
                  "a non-empty string"),
     _int_spec("transaction.timeout.ms", 60000, 1, INT_MAX, "ms"),
     _int_spec("metadata.max.age.ms", 300000, 0, LONG_MAX, "ms"),
-    _int_spec("metadata.max.idle.ms", 300000, 5000, LONG_MAX, "ms"),
+    _int_spec("metadata.max.idle.ms", 300000, 5000, LONG_MAX, "ms",
+              "A topic not sent to for this long leaves the Metadata requests until sent to again."),
     PropertySpec("partitioner.class", "partitioner", PartitionerKind.DEFAULT, _parse_partitioner,
                  "default, sticky, murmur2, round_robin, or one of the Java classes "
                  + ", ".join(PARTITIONER_CLASS_NAMES)),
@@ -598,8 +624,9 @@ PROPERTIES: tuple[PropertySpec, ...] = (
                  "the private key's password, or @file", doc="Secret."),
     PropertySpec("ssl.endpoint.identification.algorithm", "ssl_endpoint_identification_algorithm",
                  "https", _parse_endpoint_algorithm, "https, or empty to skip host name verification"),
-    PropertySpec("sasl.mechanism", "sasl_mechanism", SaslMechanism.PLAIN, _parse_sasl_mechanism,
-                 "PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512"),
+    PropertySpec("sasl.mechanism", "sasl_mechanism", None, _parse_sasl_mechanism,
+                 "PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512",
+                 doc="Needed with SASL: the Java client's default, GSSAPI, is not supported."),
     PropertySpec("sasl.username", "sasl_username", None, _parse_optional_str, "a user name"),
     PropertySpec("sasl.password", "sasl_password", None, _parse_secret,
                  "a password, or @file", doc=f"Secret; default: ${SASL_PASSWORD_ENV}."),
@@ -756,7 +783,7 @@ class SecurityConfig:
     ssl_key_location: str | None = None
     ssl_key_password: str | None = field(default=None, repr=False)
     ssl_check_hostname: bool = True  # ssl.endpoint.identification.algorithm=https
-    sasl_mechanism: SaslMechanism = SaslMechanism.PLAIN
+    sasl_mechanism: SaslMechanism | None = None  # set whenever uses_sasl (check_sasl)
     sasl_username: str | None = None
     sasl_password: str | None = field(default=None, repr=False)
 
@@ -780,7 +807,7 @@ class NetworkConfig:
     request_timeout_ms: int
     max_in_flight_requests_per_connection: int
     socket_connection_setup_timeout_ms: int
-    socket_connection_setup_timeout_max_ms: int  # already at least the initial timeout
+    socket_connection_setup_timeout_max_ms: int  # ExponentialBackoff: min(initial, max) is the first
     send_buffer_bytes: int  # -1: OS default
     receive_buffer_bytes: int  # -1: OS default
     connections_max_idle_ms: int  # -1: never
@@ -792,7 +819,7 @@ class NetworkConfig:
 @dataclass(frozen=True, slots=True)
 class MetadataConfig:
     metadata_max_age_ms: int
-    metadata_max_idle_ms: int
+    metadata_max_idle_ms: int | None  # None: topics never expire (the consumer's subscription)
     retry_backoff_ms: int
     retry_backoff_max_ms: int
 
@@ -860,7 +887,7 @@ class ProducerConfig:
     ssl_key_location: str | None = None
     ssl_key_password: str | None = field(default=None, repr=False)
     ssl_endpoint_identification_algorithm: str = "https"
-    sasl_mechanism: SaslMechanism = SaslMechanism.PLAIN
+    sasl_mechanism: SaslMechanism | None = None  # Java's default GSSAPI: none kctl has
     sasl_username: str | None = None
     sasl_password: str | None = field(default=None, repr=False)
     sasl_jaas_config: str | None = field(default=None, repr=False)
@@ -922,6 +949,7 @@ class ProducerConfig:
             values["sasl_password"] = os.environ[SASL_PASSWORD_ENV]
         explicit = frozenset(origins)
         _resolve_defaults(values, explicit, warnings)
+        common_client_rules(values, explicit, warnings)
         probe = _Fields({spec.field: values.get(spec.field, spec.default) for spec in PROPERTIES})
         _check_rules(probe, explicit=explicit, origins=origins)
         return cls(
@@ -1027,9 +1055,7 @@ class ProducerConfig:
             request_timeout_ms=self.request_timeout_ms,
             max_in_flight_requests_per_connection=self.max_in_flight_requests_per_connection,
             socket_connection_setup_timeout_ms=self.socket_connection_setup_timeout_ms,
-            socket_connection_setup_timeout_max_ms=max(
-                self.socket_connection_setup_timeout_ms, self.socket_connection_setup_timeout_max_ms
-            ),
+            socket_connection_setup_timeout_max_ms=self.socket_connection_setup_timeout_max_ms,
             send_buffer_bytes=self.send_buffer_bytes,
             receive_buffer_bytes=self.receive_buffer_bytes,
             connections_max_idle_ms=self.connections_max_idle_ms,
@@ -1143,17 +1169,38 @@ def _resolve_defaults(values: dict[str, Any], explicit: frozenset[str], warnings
             f"delivery.timeout.ms raised from its default {current.delivery_timeout_ms} to {floor} "
             f"(linger.ms + request.timeout.ms)"
         )
-    if current.retry_backoff_ms > current.retry_backoff_max_ms:
-        warnings.append(
-            f"retry.backoff.ms ({current.retry_backoff_ms}) is greater than retry.backoff.max.ms "
-            f"({current.retry_backoff_max_ms}): a constant backoff of {current.retry_backoff_max_ms} ms applies"
-        )
-    if current.reconnect_backoff_ms > current.reconnect_backoff_max_ms:
-        warnings.append(
-            f"reconnect.backoff.ms ({current.reconnect_backoff_ms}) is greater than reconnect.backoff.max.ms "
-            f"({current.reconnect_backoff_max_ms}): a constant backoff of "
-            f"{current.reconnect_backoff_max_ms} ms applies"
-        )
+
+
+def common_client_rules(values: dict[str, Any], explicit: Iterable[str], warnings: list[str]) -> None:
+    """What the Java client's ``CommonClientConfigs`` does after parsing, the same for the
+    producer and the consumer (``values``: field -> parsed value; ``explicit``: the Kafka
+    names the user set):
+
+    * ``reconnect.backoff.ms`` set without ``reconnect.backoff.max.ms``: the max becomes
+      ``reconnect.backoff.ms``, a constant backoff (``postProcessReconnectBackoffConfigs``).
+    * An initial backoff or setup timeout above its max: the max applies, constant
+      (``ExponentialBackoff`` takes the smaller), with a warning (Java's
+      ``warnDisablingExponentialBackoff`` warns for retry.backoff.ms and the setup timeout;
+      kctl for reconnect.backoff.ms too).
+    """
+    explicit = frozenset(explicit)
+    if "reconnect.backoff.ms" in explicit and "reconnect.backoff.max.ms" not in explicit:
+        values["reconnect_backoff_max_ms"] = values["reconnect_backoff_ms"]
+        warnings.append("reconnect.backoff.ms is set and reconnect.backoff.max.ms is not: a constant "
+                        f"reconnect backoff of {values['reconnect_backoff_ms']} ms applies, as in the "
+                        "Java client")
+
+    def value(name: str) -> Any:
+        spec = PROPERTY_BY_NAME[name]
+        return values.get(spec.field, spec.default)
+
+    for initial, top, what in (("retry.backoff.ms", "retry.backoff.max.ms", "backoff"),
+                               ("reconnect.backoff.ms", "reconnect.backoff.max.ms", "backoff"),
+                               ("socket.connection.setup.timeout.ms",
+                                "socket.connection.setup.timeout.max.ms", "connection setup timeout")):
+        if value(initial) > value(top):
+            warnings.append(f"{initial} ({value(initial)}) is greater than {top} ({value(top)}): "
+                            f"a constant {what} of {value(top)} ms applies")
 
 
 def _check_rules(v: Any, explicit: frozenset[str] | None, origins: Mapping[str, str | None]) -> None:
@@ -1189,22 +1236,57 @@ def _check_rules(v: Any, explicit: frozenset[str] | None, origins: Mapping[str, 
             f"({v.linger_ms} + {v.request_timeout_ms} = {floor})"
             + where("delivery.timeout.ms", "linger.ms", "request.timeout.ms")
         )
-    if v.security_protocol in (SecurityProtocol.SASL_PLAINTEXT, SecurityProtocol.SASL_SSL):
-        username, password = v.sasl_username, v.sasl_password
-        if v.sasl_jaas_config:
-            _, options = parse_jaas_config(v.sasl_jaas_config)
-            username = username or options.get("username")
-            password = password or options.get("password")
-        if not username or not password:
-            raise ConfigError(
-                f"security.protocol={v.security_protocol.value} needs a user name and a password: "
-                f"set sasl.username and sasl.password (or sasl.password=@file, or ${SASL_PASSWORD_ENV}), "
-                "or sasl.jaas.config" + where("security.protocol"))
+    check_sasl(v, where)
     if v.batch_size > v.buffer_memory:
         raise ConfigError(
             f"batch.size ({v.batch_size}) must not exceed buffer.memory ({v.buffer_memory}): "
             "no batch could ever be allocated" + where("batch.size", "buffer.memory")
         )
+
+
+#: The login module each mechanism logs in with (the Java client's names; a shaded copy's
+#: package does not matter).
+_LOGIN_MODULES = {SaslMechanism.PLAIN: "PlainLoginModule", SaslMechanism.SCRAM_SHA_256: "ScramLoginModule",
+                  SaslMechanism.SCRAM_SHA_512: "ScramLoginModule"}
+
+
+def check_sasl(v: Any, where: Callable[..., str]) -> None:
+    """With ``SASL_*``: a mechanism kctl has, set (Java's default is GSSAPI), a user name and a
+    password, and a ``sasl.jaas.config`` whose login module fits the mechanism. Producer and
+    consumer alike (``where(*names)``: where those settings came from, for the message)."""
+    if v.security_protocol not in (SecurityProtocol.SASL_PLAINTEXT, SecurityProtocol.SASL_SSL):
+        return
+    proto = f"security.protocol={v.security_protocol.value}"
+    if v.sasl_mechanism is None:
+        raise ConfigError(
+            f"{proto} without sasl.mechanism: sasl.mechanism is GSSAPI by default in the Java client; "
+            "kctl supports PLAIN, SCRAM-SHA-256, SCRAM-SHA-512: set sasl.mechanism" + where("security.protocol"))
+    username, password = v.sasl_username, v.sasl_password
+    if v.sasl_jaas_config:
+        module, options = parse_jaas_config(v.sasl_jaas_config)
+        name = module.rsplit(".", 1)[-1]
+        wanted = _LOGIN_MODULES[v.sasl_mechanism]
+        if name not in _LOGIN_MODULES.values():
+            raise ConfigError(
+                f"sasl.jaas.config names {module}: kctl logs in with PlainLoginModule (PLAIN) or "
+                "ScramLoginModule (SCRAM-SHA-256, SCRAM-SHA-512) entries" + where("sasl.jaas.config"))
+        if name != wanted:
+            why = ("the Java client would send its password in clear with PLAIN"
+                   if v.sasl_mechanism is SaslMechanism.PLAIN
+                   else "the Java client has no SCRAM client without ScramLoginModule and fails to log in")
+            raise ConfigError(
+                f"sasl.jaas.config's {name} does not fit sasl.mechanism={v.sasl_mechanism.value} ({why}): "
+                f"use {wanted}, or the mechanism that fits {name}" + where("sasl.jaas.config", "sasl.mechanism"))
+        if options.get("tokenauth", "").lower() == "true":
+            raise ConfigError("sasl.jaas.config's tokenauth=true (delegation token authentication) is not "
+                              "supported by kctl" + where("sasl.jaas.config"))
+        username = username or options.get("username")
+        password = password or options.get("password")
+    if not username or not password:
+        raise ConfigError(
+            f"{proto} needs a user name and a password: "
+            f"set sasl.username and sasl.password (or sasl.password=@file, or ${SASL_PASSWORD_ENV}), "
+            "or sasl.jaas.config" + where("security.protocol"))
 
 
 def _show(value: Any) -> str:
@@ -1229,6 +1311,10 @@ def _known_names() -> list[str]:
 
 def _unknown_message(setting: Setting) -> str:
     message = f"{_at(setting.origin)}unknown producer property {setting.name!r}"
+    from kctl.consumer_config import is_consumer_property   # consumer_config imports this module
+
+    if is_consumer_property(setting.name):
+        return message + " (a consumer property)"
     close = difflib.get_close_matches(setting.name, _known_names(), n=1, cutoff=0.75)
     if close:
         message += f" (did you mean {close[0]!r}?)"
@@ -1269,6 +1355,8 @@ __all__ = [
     "SenderConfig",
     "Setting",
     "canonical_setting",
+    "check_sasl",
+    "common_client_rules",
     "describe_properties",
     "load_properties_file",
     "parse_assignment",

@@ -56,12 +56,14 @@ from kctl.config import (
     SecurityConfig,
     SecurityProtocol,
     Setting,
+    check_sasl,
+    common_client_rules,
     load_properties_file,
     parse_assignment,
     parse_jaas_config,
     redact_properties,
 )
-from kctl.config import _Invalid, _at, _bool_spec, _int_spec, _parse_str  # the shared parsers
+from kctl.config import _Invalid, _at, _bool_spec, _int_spec, _parse_str, case_sensitive  # the shared parsers
 from kctl.config import _invalid_message, _librdkafka_to_java
 from kctl.errors import ConfigError
 from kctl.java_properties import CONSUMER, JAVA_ONLY_PROPERTIES, PRODUCER, JavaOnlySettings, is_java_only
@@ -151,23 +153,26 @@ def _parse_reset(value: Any) -> AutoOffsetReset:
     if not isinstance(value, str):
         raise _Invalid("")
     text = value.strip()
-    low = text.lower()
-    if low.startswith("by_duration:"):
+    # Java's AutoOffsetResetStrategy: the names case-sensitive, the ISO-8601 duration not.
+    if text.startswith("by_duration:"):
         return AutoOffsetReset(OffsetResetStrategy.BY_DURATION, _iso_duration_ms(text.split(":", 1)[1]))
     for s in (OffsetResetStrategy.EARLIEST, OffsetResetStrategy.LATEST, OffsetResetStrategy.NONE):
-        if low == s.value:
+        if text == s.value:
             return AutoOffsetReset(s)
-    raise _Invalid("")
+    if text.lower().startswith("by_duration:"):
+        raise case_sensitive("by_duration", ("by_duration",))
+    raise case_sensitive(text, ("earliest", "latest", "none"))
 
 
 def _parse_isolation(value: Any) -> IsolationLevel:
     if isinstance(value, IsolationLevel):
         return value
     if isinstance(value, str):
-        low = value.strip().lower()
+        text = value.strip()
         for level in IsolationLevel:
-            if level.text == low:
+            if level.text == text:
                 return level
+        raise case_sensitive(text, (level.text for level in IsolationLevel))
     raise _Invalid("")
 
 
@@ -411,7 +416,7 @@ class ConsumerConfig:
     ssl_key_location: str | None = None
     ssl_key_password: str | None = field(default=None, repr=False)
     ssl_endpoint_identification_algorithm: str = "https"
-    sasl_mechanism: SaslMechanism = SaslMechanism.PLAIN
+    sasl_mechanism: SaslMechanism | None = None  # Java's default GSSAPI: none kctl has
     sasl_username: str | None = None
     sasl_password: str | None = field(default=None, repr=False)
     sasl_jaas_config: str | None = field(default=None, repr=False)
@@ -468,6 +473,7 @@ class ConsumerConfig:
         # maybeOverrideEnableAutoCommit); an explicit true without one is an error.
         if "enable_auto_commit" not in values:
             values["enable_auto_commit"] = values.get("group_id") is not None
+        common_client_rules(values, origins, warnings)
         _check_rules(_Fields({s.field: values.get(s.field, s.default) for s in CONSUMER_PROPERTIES}),
                      origins)
         return cls(**values, settings=settings,
@@ -544,8 +550,7 @@ class ConsumerConfig:
             # Java's KafkaConsumer: "a fixed large enough value will suffice" (100).
             max_in_flight_requests_per_connection=100,
             socket_connection_setup_timeout_ms=self.socket_connection_setup_timeout_ms,
-            socket_connection_setup_timeout_max_ms=max(self.socket_connection_setup_timeout_ms,
-                                                       self.socket_connection_setup_timeout_max_ms),
+            socket_connection_setup_timeout_max_ms=self.socket_connection_setup_timeout_max_ms,
             send_buffer_bytes=self.send_buffer_bytes, receive_buffer_bytes=self.receive_buffer_bytes,
             connections_max_idle_ms=self.connections_max_idle_ms,
             reconnect_backoff_ms=min(self.reconnect_backoff_ms, self.reconnect_backoff_max_ms),
@@ -568,7 +573,7 @@ class ConsumerConfig:
     @property
     def metadata(self) -> MetadataConfig:
         return MetadataConfig(
-            metadata_max_age_ms=self.metadata_max_age_ms, metadata_max_idle_ms=300000,
+            metadata_max_age_ms=self.metadata_max_age_ms, metadata_max_idle_ms=None,
             retry_backoff_ms=min(self.retry_backoff_ms, self.retry_backoff_max_ms),
             retry_backoff_max_ms=self.retry_backoff_max_ms)
 
@@ -594,17 +599,7 @@ def _check_rules(v: Any, origins: Mapping[str, str | None]) -> None:
         raise ConfigError(
             f"heartbeat.interval.ms ({v.heartbeat_interval_ms}) must be lower than session.timeout.ms "
             f"({v.session_timeout_ms})" + where("heartbeat.interval.ms", "session.timeout.ms"))
-    if v.security_protocol in (SecurityProtocol.SASL_PLAINTEXT, SecurityProtocol.SASL_SSL):
-        username, password = v.sasl_username, v.sasl_password
-        if v.sasl_jaas_config:
-            _, options = parse_jaas_config(v.sasl_jaas_config)
-            username = username or options.get("username")
-            password = password or options.get("password")
-        if not username or not password:
-            raise ConfigError(
-                f"security.protocol={v.security_protocol.value} needs a user name and a password: "
-                f"set sasl.username and sasl.password (or sasl.password=@file, or ${SASL_PASSWORD_ENV}), "
-                "or sasl.jaas.config" + where("security.protocol"))
+    check_sasl(v, where)
 
 
 def canonical_consumer_setting(setting: Setting) -> Setting:
@@ -613,15 +608,22 @@ def canonical_consumer_setting(setting: Setting) -> Setting:
     return _librdkafka_to_java(setting, LIBRDKAFKA_CONSUMER_ALIASES, LIBRDKAFKA_CONSUMER_DIFFERENT)
 
 
+def is_consumer_property(name: str) -> bool:
+    """``name`` is a Java consumer property (kctl's or Java-only), for the producer's hint."""
+    return name in CONSUMER_PROPERTY_BY_NAME or is_java_only(name, CONSUMER)
+
+
 def _unknown_message(setting: Setting) -> str:
+    """The line for a name the consumer does not know: a producer property says so (the
+    producer's says "a consumer property" the same way), else a did-you-mean."""
     message = f"{_at(setting.origin)}unknown consumer property {setting.name!r}"
+    if setting.name in _PRODUCER_SPECS or is_java_only(setting.name, PRODUCER):
+        return message + " (a producer property)"
     known = [*CONSUMER_PROPERTY_BY_NAME, *(p.name for p in JAVA_ONLY_PROPERTIES if CONSUMER in p.clients),
              *LIBRDKAFKA_CONSUMER_ALIASES]
     close = difflib.get_close_matches(setting.name, known, n=1, cutoff=0.75)
     if close:
         message += f" (did you mean {close[0]!r}?)"
-    elif setting.name in _PRODUCER_SPECS or is_java_only(setting.name, PRODUCER):
-        message += " (a producer property)"
     return message
 
 

@@ -18,7 +18,8 @@ if TYPE_CHECKING:
 def _table(title: str, rows: list[dict], columns: list[str]) -> Table:
     t = Table(title=title, title_justify="left")
     for c in columns:
-        t.add_column(c, justify="left" if c in ("api_name", "topic", "direction", "client_id", "error") else "right")
+        t.add_column(c, justify="left" if c in ("api_name", "topic", "direction", "client_id", "error", "notice")
+                     else "right")
     for r in rows:
         t.add_row(*[_cell(r.get(c)) for c in columns])
     return t
@@ -74,7 +75,7 @@ def analyze(
     top: int = typer.Option(10, "--top", help="Top clients shown."),
     json_out: bool = typer.Option(False, "--json", help="Print the summaries as one JSON object."),
 ) -> None:
-    """Decode captures in parallel on Spark into Parquet; print latency, throughput, client and error summaries."""
+    """Decode captures in parallel on Spark into Parquet; print latency, throughput, client, error and damage (notice) summaries."""
     from kctl.inspect.legs import LEG_CHOICES
     from kctl.inspect.traffic import no_kafka_traffic, tcp_port_bytes
     from kctl.quantities import parse_duration
@@ -137,6 +138,11 @@ def _render(res: AnalyzeResult, files: list[str], bucket_s: float, json_out: boo
     out.print(_table("Top clients by bytes", res.clients,
                      ["client_id", "connections", "requests", "bytes", "request_bytes", "response_bytes"]))
     out.print(_table("Errors by name", res.errors, ["error", "count"]) if res.errors else "no errors")
+    # The damage kctl decode --summary reports as notices (gaps, frames cut off, bytes
+    # skipped, a truncated file...), each counted once across the ranges.
+    notices = [{"notice": k, "count": v} for k, v in res.notices.items()]
+    out.print(_table("Notices by kind (as kctl decode --summary counts them)", notices,
+                     ["notice", "count"]) if notices else "no notices")
 
 
 def register(app: typer.Typer) -> None:

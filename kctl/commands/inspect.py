@@ -48,10 +48,19 @@ def _describe(plan: FaultPlan) -> str:
 def upstream_security(properties: list[str], *, tls: bool, ca: str | None, cert: str | None,
                       key: str | None) -> SecurityConfig | None:
     """The upstream TLS settings from ``-X`` client properties (security.protocol, ssl.*), read
-    as every kctl client reads them; the ``--upstream-*`` flags are shorthands for those
+    as every kctl client reads them; any other property is refused (inspect uses none); the ``--upstream-*`` flags are shorthands for those
     properties and win over them. ``None`` for plaintext. The context is built here once
     (``engine.tls.context_for``) so a bad setting is one line before anything listens."""
     settings = [parse_assignment(x, "-X") for x in properties]
+    for x in settings:
+        # Only these reach an upstream connection; any other client property would be
+        # accepted and change nothing (inspect forwards its clients' requests as they are).
+        if x.name.startswith("sasl."):
+            raise ConfigError(f"-X {x.name}: kctl inspect passes SASL through from its clients: "
+                              "give SASL settings to the client")
+        if x.name != "security.protocol" and not x.name.startswith("ssl."):
+            raise ConfigError(f"-X {x.name}: kctl inspect's -X sets only its upstream connections' TLS "
+                              "(security.protocol, ssl.*); give client properties to the client")
     for flag, name, value in (("--upstream-tls", "security.protocol", "SSL" if tls else None),
                               ("--upstream-ca", "ssl.ca.location", ca),
                               ("--upstream-cert", "ssl.certificate.location", cert),
@@ -116,8 +125,8 @@ def inspect(
                                       help="Client certificate for the brokers (= -X ssl.certificate.location)."),
     upstream_key: str = typer.Option(None, "--upstream-key",
                                      help="Its key (= -X ssl.key.location)."),
-    properties: list[str] = typer.Option([], "-X", help="Upstream client property name=value "
-                                         "(security.protocol=SSL, ssl.*; host names are checked unless "
+    properties: list[str] = typer.Option([], "-X", help="Upstream TLS property name=value, only "
+                                         "security.protocol=SSL and ssl.* (host names are checked unless "
                                          "ssl.endpoint.identification.algorithm= is empty)."),
     show_secrets: bool = typer.Option(False, "--show-secrets",
                                       help="Show SaslAuthenticate credentials in --show frames "

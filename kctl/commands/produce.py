@@ -212,9 +212,9 @@ def produce(
     print(summary_line(summary), flush=True)
     if outcome.result.interrupted:
         # The summary (and --json-out, --hdr-out) are written; the status says the run was cut short.
-        err.print("interrupted: the schedule was stopped early; the summary covers what ran")
+        err.print("interrupted: the run was stopped early; the summary covers what ran")
         if summary.unaccounted:
-            err.print(no_verdict_line(summary.unaccounted))
+            err.print(no_verdict_line(summary.unaccounted, spark=run_factory is not None))
         sys.exit(EXIT_INTERRUPTED)
     failures = outcome.result.failures
     if failures:

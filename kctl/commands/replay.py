@@ -95,7 +95,7 @@ def replay(
         # As kctl produce: the tasks were stopped and the summary is written, then 130.
         err.print("interrupted: the Spark tasks were stopped; the summary covers what ran")
         if summary.unaccounted:
-            err.print(no_verdict_line(summary.unaccounted))
+            err.print(no_verdict_line(summary.unaccounted, spark=True))   # replay runs on Spark
         sys.exit(EXIT_INTERRUPTED)
     if summary.verify_error is not None:
         # As kctl produce: the summary stands; the read back failed: one line, exit 2.

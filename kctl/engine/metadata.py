@@ -10,6 +10,13 @@ refreshes back off exponentially from ``retry.backoff.ms`` to
 ``retry.backoff.max.ms``. Leaders learned from Produce responses (KIP-951
 ``current_leader``) update the view without a full refresh, if their leader
 epoch is newer.
+
+Idle topics (the producer's ``metadata.max.idle.ms``, Java's ProducerMetadata): the
+producer writes when it last sent to a topic into ``last_use_ns`` (one dict store per
+send); a refresh's answer drops every topic not used for that long from the topics
+asked for and from the view, unless it was added and not yet answered. Sending to it
+again adds it back (and waits for its metadata, as Java's does). The consumer's topics
+are its subscription: they never expire (``metadata_max_idle_ms`` None).
 """
 
 from __future__ import annotations
@@ -62,6 +69,10 @@ class Metadata:
         self.config = config
         self.allow_auto_topic_creation = allow_auto_topic_creation
         self.topics: set[str] = set()
+        # Added and not yet in an answer (Java's newTopics): never dropped as idle.
+        self._new_topics: set[str] = set()
+        # When the client last used each topic (now_ns); a topic without one never expires.
+        self.last_use_ns: dict[str, int] = {}
         self.nodes: dict[int, NodeAddress] = {}
         self.cluster_id: str | None = None
         self._partitions: dict[TopicPartition, PartitionMeta] = {}
@@ -105,11 +116,27 @@ class Metadata:
         return self.nodes.get(node_id)
 
     # -- refresh policy ------------------------------------------------------------------
-    def add_topics(self, topics: Iterable[str]) -> None:
-        new = set(topics) - self.topics
+    def add_topics(self, topics: Iterable[str], now_ns: int | None = None) -> None:
+        """Ask for ``topics`` from now on; ``now_ns``: they are used now (the producer's
+        sends, Java's ``ProducerMetadata.add``), which keeps them from expiring."""
+        topics = set(topics)
+        if now_ns is not None:
+            for topic in topics:
+                self.last_use_ns[topic] = now_ns
+        new = topics - self.topics
         if new:
             self.topics |= new
+            self._new_topics |= new
             self._need_update = True
+
+    def _idle_topics(self, now_ns: int) -> set[str]:
+        """Topics not used for ``metadata.max.idle.ms`` (none without that limit)."""
+        idle_ms = self.config.metadata_max_idle_ms
+        if idle_ms is None:
+            return set()
+        limit = now_ns - idle_ms * NS_PER_MS
+        return {t for t in self.topics - self._new_topics
+                if t in self.last_use_ns and self.last_use_ns[t] <= limit}
 
     def request_update(self) -> None:
         self._need_update = True
@@ -166,7 +193,18 @@ class Metadata:
         errors: dict[str, str] = {}
         retry = False
         old_leaders = {tp: p.leader for tp, p in self._partitions.items()}
+        idle = self._idle_topics(now_ns)     # before: a new topic's first answer keeps it
+        self._new_topics -= {t.name for t in resp.topics}
+        if idle:
+            self.topics -= idle
+            for topic in idle:
+                del self.last_use_ns[topic]
+                self.topic_ids.pop(topic, None)
+            for tp in [tp for tp in self._partitions if tp.topic in idle]:
+                del self._partitions[tp]
         for t in resp.topics:
+            if t.name in idle:
+                continue
             if t.error_code:
                 name = error_for(t.error_code).name
                 if name in _RETRY_TOPIC_ERRORS:

@@ -183,6 +183,8 @@ class Producer:
         # send() must ask first: is a transaction open, has the producer failed for good?
         self._guarded = self.idempotence is not None
         self._topics: dict[str, _TopicState] = {}
+        # When each topic was last sent to (metadata.max.idle.ms): Metadata's own dict.
+        self._topic_use = self.metadata.last_use_ns
         self._load_topics: set[str] = set()
         self._templates: dict[RecordShape, BatchTemplate] = {}
         # Pools with null values: templates that write them (BatchTemplate(null_values=True)).
@@ -241,7 +243,7 @@ class Producer:
             return t
         count = self.metadata.partition_count(topic)
         if count is None:
-            self.metadata.add_topics([topic])
+            self.metadata.add_topics([topic], self.clock.now_ns())
             self.metadata.request_update()
             deadline = self.clock.now_ns() + self.max_block_ns
             while (count := self.metadata.partition_count(topic)) is None:
@@ -312,6 +314,7 @@ class Producer:
         tp = t.tps[part]
         ts = self.clock.wall_ms() if timestamp_ms is None else timestamp_ms
         now = self.clock.now_ns()
+        self._topic_use[topic] = now
         acc = self.accumulator
         # The batch this partition's last record went into, while it is open (only a
         # deque's last batch can be): the common case needs no accumulator lookup.
@@ -466,6 +469,7 @@ class Producer:
         size = len(pool.values)
         run = _BulkRun(template, record_bytes, pool.value_size, intended_first_ns, intended_step_ns,
                        first_seq, self.clock.now_ns())
+        self._topic_use[topic] = run.handed_ns
         done = 0
         start %= size
         while done < count:

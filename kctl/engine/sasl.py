@@ -32,6 +32,7 @@ class SaslAuthenticator:
     until ``done``."""
 
     def __init__(self, security: SecurityConfig, address: str) -> None:
+        assert security.sasl_mechanism is not None   # config.check_sasl: set whenever SASL is
         self.mechanism_name = security.sasl_mechanism.value
         self.username = security.sasl_username or ""
         self.address = address

@@ -140,7 +140,7 @@ class Sender:
         if self.on_partition_load is not None:
             self.on_partition_load(check.partition_load)
         if check.unknown_leader_topics:
-            self.metadata.add_topics(check.unknown_leader_topics)
+            self.metadata.add_topics(check.unknown_leader_topics, now_ns)   # Java: metadata.add(topic, now)
             self.metadata.request_update()
             wake = min(wake, now_ns + self.metadata.time_to_next_update_ns(now_ns))
         nodes = []

@@ -50,6 +50,20 @@ How this works
    again from the start of the file by one reader (``RangeDecoder`` with
    ``connections``), as ``kctl decode`` would; its rows replace the others'.
 
+6. Notices (the damage ``kctl decode`` reports: gaps, frames cut off, bytes skipped...),
+   each counted once. A reader that began mid-stream has notices of its own (its resync,
+   holes before its window), so its stream notices are not decode's. A stream that passes
+   the check has exactly two kinds in decode, both known to the check: the bytes skipped
+   before the first frame when the capture began inside the stream (the exact readers'
+   initial skip) and each frame the capture or the connection's end cuts off (a tail: the
+   tail of the reader owning the packet of its first byte, as a frame's owner is chosen;
+   every reader reading to the end sees it). Any other notice fails the check (a gap is a
+   hole in the claimed bytes or claimed bytes no frame covers; lost framing, undecodable
+   and TLS are breaks), so its connection is repaired, and the repair's reader, whose
+   state is decode's, gives that connection's notices (``RangeDecoder.notices``). A
+   malformed packet is the notice of the range holding it; a truncated file is the index
+   pass's (``CaptureIndex.truncated``).
+
 Limits kept on purpose: a stream longer than 2 GiB between two cuts, or retransmitted
 bytes that differ from their first copy, could fool the check; the per-connection cap
 on outstanding requests (``MAX_OUTSTANDING_PER_CONNECTION``) is applied per reader, and
@@ -69,7 +83,7 @@ from kctl.errors import DecodeError
 from kctl.inspect.pcap import CaptureReader, ReaderState, TcpSegment, tcp_segment
 from kctl.inspect.reassembly import ConnectionId, Direction, Frame, StreamNotice
 from kctl.inspect.session import (
-    MAX_OUTSTANDING_PER_CONNECTION, CaptureDecoder, DecodedFrame,
+    MAX_OUTSTANDING_PER_CONNECTION, CaptureDecoder, CaptureNotice, DecodedFrame,
 )
 
 __all__ = [
@@ -133,6 +147,7 @@ class CaptureIndex:
     ranges: tuple[CaptureRange, ...]
     packets: int
     damage: str | None = None       # the index pass stopped at a broken record (it says where)
+    truncated: str | None = None    # the file ends inside a record (decode's 'truncated')
 
 
 def index_capture(stream: BinaryIO, *, file: str, range_bytes: int,
@@ -156,6 +171,7 @@ def index_capture(stream: BinaryIO, *, file: str, range_bytes: int,
     except DecodeError as e:
         damage = f"{e.reason} at file offset {e.offset}"
     end = reader.state() if damage is None else None
+    truncated = str(reader.truncated) if damage is None and reader.truncated is not None else None
     if len(cuts) > 1 and end is not None and cuts[-1].offset >= end.offset:
         cuts.pop()                  # nothing after the last cut
     ranges = []
@@ -168,7 +184,7 @@ def index_capture(stream: BinaryIO, *, file: str, range_bytes: int,
         if window.offset > start.offset:
             window = start
         ranges.append(CaptureRange(file, i, window, start, cuts[i + 1] if i + 1 < len(cuts) else None))
-    return CaptureIndex(file, tuple(ranges), reader.state().packets, damage)
+    return CaptureIndex(file, tuple(ranges), reader.state().packets, damage, truncated)
 
 
 # -- what a reader yields ------------------------------------------------------------------------
@@ -260,6 +276,11 @@ class RangeDecoder:
         self.coverage: dict[tuple[ConnectionId, Direction], StreamCoverage] = {}
         self.topics: dict[str, tuple[str, int]] = {}  # topic id -> (name, packet), first seen
         self.damage: str | None = None
+        # The notices decode gives that this reader owns: a range reader's malformed packets
+        # of its range; a repair's every stream notice of its connections (its state is
+        # decode's). A range reader's stream notices are not decode's (it began mid-stream):
+        # the check derives those of the streams it passes (``CoverageVerdict.notices``).
+        self.notices: list[CaptureNotice] = []
         self.packets_read = 0
         self._reqs: dict[ConnectionId, OrderedDict[int, DecodedFrame | None]] = {}
         self._whole = connections is not None
@@ -290,6 +311,10 @@ class RangeDecoder:
                     continue
                 seg = tcp_segment(pkt)
                 if not isinstance(seg, TcpSegment):
+                    if seg.malformed and not self._whole and rng.owns(n):
+                        self.notices.append(CaptureNotice(rng.file, "malformed",
+                                                          f"packet {seg.number}: {seg.reason}",
+                                                          seg.offset))
                     continue
                 # The run's decompression budget grows with the bytes read, as in decode.
                 self.decoder.budget.add_input(len(seg.payload))
@@ -359,6 +384,9 @@ class RangeDecoder:
                 yield from self._frame(it)
                 continue
             gap, after_gap = after_gap, it.kind == "gap"
+            if self._whole and it.kind != "retransmission":     # as CaptureDecoder says it
+                self.notices.append(CaptureNotice(self.range.file, it.kind, it.message, it.offset,
+                                                  it.ts_ns, it.conn, it.direction))
             if it.head:
                 # A cut request's response decodes, as in decode (marked request_cut).
                 self.decoder.cut_frame(it)
@@ -367,9 +395,12 @@ class RangeDecoder:
                 continue
             if it.kind in _BREAKS:
                 cv.breaks += 1
-            elif it.kind == "incomplete" and not gap and cv.base is not None:
+            elif (it.kind == "incomplete" and not gap and cv.base is not None
+                  and (not it.first_packet or self._owns(it.first_packet))):
                 # The capture (or the connection) ends inside this frame, as decode sees it;
-                # a frame cut by a gap is not a tail (the gap is judged by the check).
+                # a frame cut by a gap is not a tail (the gap is judged by the check). Every
+                # reader that reads to the end may see it: it is the tail of the one that
+                # owns its first byte's packet, as a frame would be.
                 cv.tails.append(((cv.base + it.offset) % _MOD, it.length))
 
     def _frame(self, fr: Frame) -> Iterator[FramePair | RequestHalf | ResponseHalf]:
@@ -474,10 +505,18 @@ def decode_response_half(resp: DecodedFrame, api_key: int, api_version: int,
 class CoverageVerdict:
     """``repair``: (file, connection) to decode again from the file's start.
     ``resynced``: (file, connection, direction, seq) of frames that keep their 'resynced'
-    mark (a stream's first frame after the capture began inside it)."""
+    mark (a stream's first frame after the capture began inside it). ``notices``: (file,
+    kind) of each notice decode gives the streams that pass: the bytes skipped before the
+    first frame of a stream the capture began inside ('skipped', where the 'resynced' mark
+    is given back) and each frame the capture or the connection's end cuts off
+    ('incomplete', a tail). Any other notice breaks the check (a gap is a hole in the
+    claimed bytes or claimed bytes no frame covers; lost framing, undecodable, TLS are
+    breaks): its connection is repaired and the repair's reader, whose state is decode's,
+    gives its notices."""
 
     repair: frozenset[tuple[str, str]]
     resynced: frozenset[tuple[str, str, str, int]]
+    notices: tuple[tuple[str, str], ...] = ()
 
 
 def check_coverage(coverages: Iterable[StreamCoverage]) -> CoverageVerdict:
@@ -494,14 +533,22 @@ def check_coverage(coverages: Iterable[StreamCoverage]) -> CoverageVerdict:
         first[(file, conn)] = min(first.get((file, conn), p), p)
     repair: set[tuple[str, str]] = set()
     resynced: set[tuple[str, str, str, int]] = set()
+    notices: list[tuple[str, str, str]] = []     # (file, connection, kind)
     for (file, conn, direction), covs in streams.items():
         exact = [c for c in covs if seen[(file, conn, c.range_index)] == first[(file, conn)]]
         ok, first_frame = _stream_ok(covs, exact)
         if not ok:
             repair.add((file, conn))
-        elif first_frame is not None:
+            continue
+        if first_frame is not None:
             resynced.add((file, conn, direction, first_frame))
-    return CoverageVerdict(frozenset(repair), frozenset(resynced))
+            skip = next(c.initial_skip for c in exact if c.started_unsynced)
+            if skip is not None and skip[1]:
+                notices.append((file, conn, "skipped"))
+        notices += [(file, conn, "incomplete")] * sum(len(c.tails) for c in covs)
+    # Only the connections that pass (both directions): a repaired one's are its repair's.
+    kept = tuple((file, kind) for file, conn, kind in notices if (file, conn) not in repair)
+    return CoverageVerdict(frozenset(repair), frozenset(resynced), kept)
 
 
 def _stream_ok(covs: list[StreamCoverage], exact: list[StreamCoverage]) -> tuple[bool, int | None]:

@@ -320,6 +320,7 @@ class StreamNotice:
     kind: Literal["gap", "framing", "skipped", "incomplete", "retransmission", "tls", "undecodable"]
     message: str
     length: int = 0
+    first_packet: int = 0   # 'incomplete' at the end: the packet that carried its first byte
     # ``incomplete``: the cut frame's first bytes (up to ``_HEAD_BYTES``: its size prefix and
     # a request header's fixed fields), for a reader that knows the protocol to name it.
     head: bytes = b""
@@ -524,7 +525,7 @@ class FrameSplitter:
         if self._buf and self.synced:
             out.append(StreamNotice(self.conn, self.direction, self._buf_offset, gap.ts_ns,
                                     "incomplete", f"frame cut by a gap after {len(self._buf)} bytes",
-                                    len(self._buf), bytes(self._buf[:_HEAD_BYTES])))
+                                    len(self._buf), head=bytes(self._buf[:_HEAD_BYTES])))
         elif self._buf and not self.synced:
             # Bytes held while resynchronising (an open candidate) are given up too.
             if not self._skipped:
@@ -554,11 +555,12 @@ class FrameSplitter:
         msg = (f"capture ends inside a frame ({len(self._buf)} bytes of it present)" if self.synced
                else f"{len(self._buf)} trailing bytes where no frame start was found")
         n = len(self._buf)
+        first_packet = self._origin(self._buf_offset)[1] if self._chunks else 0
         head = bytes(self._buf[:_HEAD_BYTES]) if self.synced else b""
         self._buf.clear()
         self._chunks.clear()
         out.append(StreamNotice(self.conn, self.direction, self._buf_offset, ts_ns, kind, msg, n,
-                                head))
+                                first_packet=first_packet, head=head))
         return out
 
     def _lose_framing(self, at: int) -> None:

@@ -81,13 +81,14 @@ class LoadSpec:
         """Worker ``worker``'s producer: with several workers, each transactional one has
         its own ``transactional.id`` (``<id>-<worker>``): one id shared would fence the others.
         Without a ``client.id`` each worker names itself ``kctl-producer-<worker>`` in its
-        request headers (as the Java client sends ``producer-<n>``, never an empty id: quotas,
-        broker logs and capture tools tell clients apart by it)."""
+        request headers (as the Java client sends ``producer-<n>``: quotas, broker logs and
+        capture tools tell clients apart by it); one set, even empty, is sent as it is (Java's
+        ``ProducerConfig.maybeOverrideClientId`` names the producer only when it is not set)."""
         changes: dict[str, str] = {}
         tid = self.producer.transactional_id
         if tid is not None and self.workers > 1:
             changes["transactional.id"] = f"{tid}-{worker}"
-        if not self.producer.client_id:
+        if "client.id" not in self.producer.explicit:
             changes["client.id"] = f"kctl-producer-{worker}"
         return self.producer.with_properties(changes) if changes else self.producer
 

@@ -90,6 +90,8 @@ REPORT_SLACK_NS = 800_000
 #: handed to its producer are abandoned: the catch-up limit still held them, or they
 #: came due since its last hand-over (schedule.py ``unsent_at_stop``).
 UNSENT_AT_STOP = "run stopped: due, never handed to the producer"
+#: How often the wait for the last verdicts after the schedule looks at the stop.
+FINISH_STOP_CHECK_S = 0.05
 #: Records a pool of random keys holds (each key drawn once per pool slot).
 KEYED_POOL_MIN = 16384
 #: Largest pool a keys file and payload pool are cycled through together.
@@ -507,13 +509,25 @@ class Worker:
 
     def _finish(self, *, failed: bool = False) -> None:
         """Waits for every record's verdict (and commits the open transaction); when
-        stopped (Ctrl-C) or ``failed`` (a fatal producer error), for ``stop_grace_s`` at
-        most, then abandons what is left (an open transaction is aborted): counted
+        stopped (Ctrl-C, also while waiting here) or ``failed`` (a fatal producer error),
+        for ``stop_grace_s`` at most, then abandons what is left (an open transaction is
+        aborted): counted
         apart, with the reason. Records due that were never handed over
         (``self.unsent``) are abandoned too, under ``UNSENT_AT_STOP``."""
         p = self.producer
-        grace = self.spec.stop_grace_s if failed or self.stop.is_set() else None
-        done = p.flush(grace)
+        grace = self.spec.stop_grace_s
+        if failed or self.stop.is_set():
+            done = p.flush(grace)
+        else:
+            # The schedule ended on its own: every verdict is awaited, but a stop that comes
+            # meanwhile (Ctrl-C, SIGTERM) bounds the rest of the wait by the stop grace, as it
+            # does during the schedule (behind a throttling broker this wait can last until
+            # delivery.timeout.ms).
+            done = False
+            while not done and not self.stop.is_set():
+                done = p.flush(FINISH_STOP_CHECK_S)
+            if not done:
+                done = p.flush(grace)
         txn = p.transactions
         if done and not failed and txn is not None and txn.in_transaction:
             self._end_transaction(grace)

@@ -18,7 +18,10 @@ How this works
 
 3. Check (driver): the coverage rows go through ``check_coverage``; a connection whose
    readers may differ from a sequential decode is decoded again from the start of its
-   file by one task, and its rows replace the others'.
+   file by one task, and its rows replace the others'. Notices (decode's damage report)
+   are counted once each: the passing streams' from the check, the repaired connections'
+   from their repair, malformed packets from the range holding them, a truncated or
+   broken file from the index (ranges.py, 6.).
 
 4. Pair (Spark): request and response halves that landed in different tasks are joined on
    (file, connection, correlation id), sort-merge style: shuffled by that key, sorted by
@@ -36,13 +39,14 @@ How this works
 
 6. Summaries, in Spark SQL over those tables: latency percentiles per API (exact nearest
    rank, as HdrHistogram ranks), throughput per topic per time bucket, top clients by
-   bytes, errors by name. Counting follows ``kctl decode --summary``.
+   bytes, errors by name, notices by kind. Counting follows ``kctl decode --summary``.
 """
 
 from __future__ import annotations
 
 import math
 import os
+from collections import Counter
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -111,6 +115,7 @@ class AnalyzeResult:
     partitions: int
     repaired: list[str] = field(default_factory=list)     # "file: connection", decoded again
     damaged: list[str] = field(default_factory=list)      # captures whose structure breaks
+    notices: dict[str, int] = field(default_factory=dict)  # by kind, as decode --summary
     latency: list[dict[str, Any]] = field(default_factory=list)
     throughput: list[dict[str, Any]] = field(default_factory=list)
     clients: list[dict[str, Any]] = field(default_factory=list)
@@ -119,7 +124,7 @@ class AnalyzeResult:
     def to_dict(self) -> dict[str, Any]:
         return {"out": self.out, "tasks": self.tasks, "requests": self.requests,
                 "partitions": self.partitions, "repaired_connections": self.repaired,
-                "damaged": self.damaged, "latency": self.latency,
+                "damaged": self.damaged, "notices": self.notices, "latency": self.latency,
                 "throughput": self.throughput, "top_clients": self.clients,
                 "errors": self.errors}
 
@@ -172,7 +177,8 @@ def _repair_task(tasks: tuple[RepairTask, ...]):
                 reader = RangeDecoder(t.whole, t.source.broker_ports, connections=t.connections,
                                       interfaces=t.source.interfaces)
                 with open_at(t.source.file.location, t.whole.window.offset) as stream:
-                    rows = (r for r in rows_.range_rows(reader, stream) if r["kind"] == "pair")
+                    rows = (r for r in rows_.range_rows(reader, stream)
+                            if r["kind"] in ("pair", "notice"))
                     yield from rows_.arrow_batches(rows, stage)
     return run
 
@@ -244,8 +250,9 @@ def analyze(captures: Sequence[CaptureSource], out: str, *, spark: Any,
     stage = (_ids(spark, len(ranges)).mapInArrow(_decode_task(ranges, by_name), stage_schema)
              .persist(StorageLevel.MEMORY_AND_DISK))
     try:
-        side = run_job(spark, lambda: stage.where("kind IN ('coverage', 'topic')")
-                       .select("kind", "range_index", "file", "connection", "coverage", "topic")
+        side = run_job(spark, lambda: stage.where("kind IN ('coverage', 'topic', 'notice')")
+                       .select("kind", "range_index", "file", "connection", "coverage", "topic",
+                               "notice")
                        .collect(), description="kctl analyze: decode")
         coverages = [rows_.coverage_from(r["file"], r["connection"], r["range_index"],
                                          r["coverage"].asDict(recursive=True))
@@ -262,12 +269,15 @@ def analyze(captures: Sequence[CaptureSource], out: str, *, spark: Any,
         table = _pairs(spark, stage, stage_schema, repaired, indexes, by_name, slots=slots)
         table = _name_topics(table, topics)
         table = _give_marks_back(table, verdict.resynced)
-        requests = table.select(
-            *[F.col(c) for c in rows_.REQUEST_COLUMNS[:-1]],
+        # The repairs' notices ride with the rows (one pass over the repaired connections).
+        cached = table.select(
+            "kind", *[F.col(c) for c in rows_.REQUEST_COLUMNS[:-1]],
             F.transform("partitions", lambda p: F.struct(
-                *[p[n].alias(n) for n in rows_.PARTITION_FIELDS])).alias("partitions")
+                *[p[n].alias(n) for n in rows_.PARTITION_FIELDS])).alias("partitions"), "notice"
         ).coalesce(max(1, math.ceil(frames / FRAMES_PER_PARTITION))
                    ).persist(StorageLevel.MEMORY_AND_DISK)
+        requests = cached.where("kind <> 'notice'").drop("kind", "notice")
+        repair_notices = cached.where("kind = 'notice'").select("file", "notice.kind")
         partitions = (requests.select("ts_ns", "file", "connection", "client", "client_id",
                                       "api_name", "correlation_id", F.explode("partitions").alias("p"))
                       .select("ts_ns", "file", "connection", "client", "client_id", "api_name",
@@ -275,15 +285,34 @@ def analyze(captures: Sequence[CaptureSource], out: str, *, spark: Any,
         # Both tables and the summaries are made at once from the cached requests: each
         # job mostly waits on Spark's scheduling.
         result = run_job(spark, lambda: _write_and_summarise(
-            spark, requests, partitions, out, bucket_s=bucket_s, top=top),
+            spark, requests, partitions, repair_notices, out, bucket_s=bucket_s, top=top),
             description="kctl analyze: write and summarise")
-        requests.unpersist()
+        cached.unpersist()
     finally:
         stage.unpersist()
     result.out, result.tasks = out, len(ranges)
     result.repaired = [f"{f}: {c}" for f, c in repaired]
     result.damaged = [f"{idx.file}: {idx.damage}" for idx in indexes if idx.damage]
+    result.notices = _notices(indexes, side, verdict.notices, result.notices)
     return result
+
+
+def _notices(indexes: list[CaptureIndex], side: list[Any], passing: Iterable[tuple[str, str]],
+             later: dict[str, int]) -> dict[str, int]:
+    """The notices ``kctl decode --summary`` counts, each once: the file's end cut inside a
+    record or its structure broken (the index pass), malformed packets (the reader whose
+    range holds the packet), the streams that passed the check (derived by it), and
+    ``later``: the repaired connections' (their repair's reader) and the decompression
+    budget's (once per file, as each file's decoder says it once)."""
+    counts: Counter[str] = Counter(later)
+    for idx in indexes:
+        if idx.damage:
+            counts["error"] += 1
+        elif idx.truncated:
+            counts["truncated"] += 1
+    counts.update(r["notice"]["kind"] for r in side if r["kind"] == "notice")
+    counts.update(kind for _, kind in passing)
+    return dict(sorted(counts.items()))
 
 
 def _pairs(spark: Any, stage: Any, stage_schema: Any, repaired: list[tuple[str, str]],
@@ -378,8 +407,8 @@ def _concurrently(*actions: Any) -> list[Any]:
     return [box[i][1] for i in range(len(actions))]
 
 
-def _write_and_summarise(spark: Any, requests: Any, partitions: Any, out: str, *,
-                         bucket_s: float, top: int) -> AnalyzeResult:
+def _write_and_summarise(spark: Any, requests: Any, partitions: Any, repair_notices: Any,
+                         out: str, *, bucket_s: float, top: int) -> AnalyzeResult:
     requests.createOrReplaceTempView("requests")
     partitions.createOrReplaceTempView("partitions")
     # Nearest rank as HdrHistogram (kctl decode --summary) defines it: the value of rank
@@ -396,7 +425,7 @@ def _write_and_summarise(spark: Any, requests: Any, partitions: Any, out: str, *
     # All at once: each job mostly waits on Spark's scheduling, so together they overlap.
     # The requests are cached: a task that needs a partition another job's task is making
     # waits for it (the block manager's write lock), so the rows are made once.
-    _, _, lat, throughput, clients, errors = _concurrently(
+    _, _, lat, throughput, clients, errors, notices = _concurrently(
         lambda: requests.write.mode("overwrite").parquet(os.path.join(out, "requests")),
         lambda: partitions.write.mode("overwrite").parquet(os.path.join(out, "partitions")),
         sql(f"""
@@ -424,7 +453,8 @@ def _write_and_summarise(spark: Any, requests: Any, partitions: Any, out: str, *
         FROM requests GROUP BY client_id ORDER BY bytes DESC, client_id LIMIT {int(top)}"""),
         sql("""
         SELECT error, count(*) AS count FROM requests LATERAL VIEW explode(errors) e AS error
-        GROUP BY error ORDER BY count DESC, error"""))
+        GROUP BY error ORDER BY count DESC, error"""),
+        lambda: _later_notices(requests, repair_notices))
     total_rows = 0
     for r in lat:
         total_rows += r.pop("rows")
@@ -434,5 +464,15 @@ def _write_and_summarise(spark: Any, requests: Any, partitions: Any, out: str, *
                            if r["latency_count"] else None)
     part_rows = sum(r.pop("rows") for r in throughput)
     return AnalyzeResult("", 0, total_rows, part_rows, latency=lat, throughput=throughput,
-                         clients=clients, errors=errors)
+                         clients=clients, errors=errors, notices=notices)
+
+
+def _later_notices(requests: Any, repair_notices: Any) -> dict[str, int]:
+    """Notices by kind known once the rows are made: the repairs' and, once per file whose
+    records it stopped, the decompression budget's."""
+    from pyspark.sql import functions as F
+    budget = (requests.where(F.array_contains("errors", "RECORDS_OVER_BUDGET"))
+              .select(F.lit("budget").alias("kind"), "file").distinct())
+    return {r["kind"]: r["count"] for r in repair_notices.select("kind", "file")
+            .unionByName(budget).groupBy("kind").count().collect()}
 

@@ -8,7 +8,8 @@ One *stage* schema carries everything a task reports, told apart by ``kind``:
   columns (the request's or the response's alone), paired by the join in analyze.py;
   an ``unmatched`` response keeps its frame in ``raw`` until its request is known;
 - ``coverage``: what the task saw of one stream direction (``StreamCoverage``);
-- ``topic``: a topic id and the name a Metadata response gave it, with the packet.
+- ``topic``: a topic id and the name a Metadata response gave it, with the packet;
+- ``notice``: a notice ``kctl decode`` gives that the reader owns (``RangeDecoder.notices``).
 
 Internal columns (``req_packet``, ``req_seq``, ...) order the halves in the join and let
 the driver give 'resynced' marks back; they are not in the written table. The record
@@ -22,11 +23,12 @@ import struct
 from collections.abc import Iterable, Iterator
 from typing import Any
 
+from kctl.errors import BudgetExceededError
 from kctl.inspect.ranges import (
-    FramePair, RangeDecoder, RequestHalf, ResponseHalf, StreamCoverage,
+    FramePair, RangeDecoder, RequestHalf, ResponseHalf, StreamCoverage, connection_key,
 )
 from kctl.inspect.report import error_codes, throttle_time_ms
-from kctl.inspect.session import DecodedFrame, decode_frame_bytes
+from kctl.inspect.session import DecodedFrame, RecordSet, decode_frame_bytes
 from kctl.protocol.error_codes import error_for
 from kctl.spark.arrow_arrays import record_batch
 
@@ -38,7 +40,8 @@ REQUEST_COLUMNS = ("ts_ns", "file", "connection", "client", "broker", "client_id
                    "api_name", "api_version", "correlation_id", "request_bytes", "response_bytes",
                    "latency_ms", "throttle_time_ms", "errors", "decode_error", "marks",
                    "partitions")
-PARTITION_FIELDS = ("direction", "topic", "partition", "batches", "records", "codec", "bytes")
+PARTITION_FIELDS = ("direction", "topic", "partition", "batches", "records", "codec", "bytes",
+                    "decode_error")
 
 
 def arrow_schemas() -> tuple[Any, Any]:
@@ -47,7 +50,7 @@ def arrow_schemas() -> tuple[Any, Any]:
     span = pa.list_(pa.struct([("seq", pa.int64()), ("len", pa.int64())]))
     part = [("direction", pa.string()), ("topic", pa.string()), ("partition", pa.int32()),
             ("batches", pa.int32()), ("records", pa.int64()), ("codec", pa.string()),
-            ("bytes", pa.int64())]
+            ("bytes", pa.int64()), ("decode_error", pa.string())]
     requests = [
         ("ts_ns", pa.int64()), ("file", pa.string()), ("connection", pa.string()),
         ("client", pa.string()), ("broker", pa.string()), ("client_id", pa.string()),
@@ -70,7 +73,9 @@ def arrow_schemas() -> tuple[Any, Any]:
                ("skip_len", pa.int64()),
                ("claims", span), ("frames", span), ("tails", span)])),
            ("topic", pa.struct([("topic_id", pa.string()), ("name", pa.string()),
-                                ("packet", pa.int64())]))])
+                                ("packet", pa.int64())])),
+           ("notice", pa.struct([("kind", pa.string()), ("direction", pa.string()),
+                                 ("offset", pa.int64()), ("message", pa.string())]))])
     return stage, pa.schema(requests + [("partitions", pa.list_(pa.struct(part)))])
 
 
@@ -93,24 +98,42 @@ def _topic_ids(f: DecodedFrame) -> list[str | None]:
     return out
 
 
+def _records_error(rs: RecordSet) -> str | None:
+    """Why a record set's batches were not all walked, as decode's one-line view says it."""
+    if rs.error is None:
+        return None
+    what = "records not decoded" if isinstance(rs.error, BudgetExceededError) else "bad records"
+    return f"{what} ({rs.error.reason})"
+
+
 def _partitions(f: DecodedFrame, direction: str) -> list[dict[str, Any]]:
     ids = _topic_ids(f) if f.record_sets else []
     return [{"direction": direction, "topic": rs.topic, "partition": rs.partition,
              "batches": rs.batch_count, "records": rs.record_count,
              "codec": ",".join(rs.codecs) or None, "bytes": rs.size_bytes,
-             "topic_id": ids[i] if i < len(ids) else None}
+             "decode_error": _records_error(rs), "topic_id": ids[i] if i < len(ids) else None}
             for i, rs in enumerate(f.record_sets)]
+
+
+def _records_errors(f: DecodedFrame) -> list[str]:
+    """The error names decode --summary counts for a frame's record sets."""
+    return ["RECORDS_OVER_BUDGET" if isinstance(rs.error, BudgetExceededError)
+            else "RECORDS_DECODE_ERROR" for rs in f.record_sets if rs.error is not None]
 
 
 def pair_row(req: DecodedFrame | None, resp: DecodedFrame | None) -> dict[str, Any]:
     """A ``requests`` row (with the stage's internal columns) for a request and/or response.
     Counting follows ``kctl decode --summary``: sizes include the 4-byte size prefix; every
-    non-zero error code counts once; a frame that did not decode counts as DECODE_ERROR."""
+    non-zero error code counts once; a frame that did not decode counts as DECODE_ERROR, a
+    record set whose batches did not as RECORDS_DECODE_ERROR (RECORDS_OVER_BUDGET when the
+    decompression budget stopped it), and the row's ``decode_error`` says the first of them."""
     f = req if req is not None else resp
     assert f is not None
     errors: list[str] = []
-    if req is not None and req.error is not None:
-        errors.append("DECODE_ERROR")
+    if req is not None:
+        if req.error is not None:
+            errors.append("DECODE_ERROR")
+        errors += _records_errors(req)
     throttle = None
     if resp is not None:
         if resp.body is not None:
@@ -118,12 +141,16 @@ def pair_row(req: DecodedFrame | None, resp: DecodedFrame | None) -> dict[str, A
             throttle = throttle_time_ms(resp.body)
         if resp.error is not None:
             errors.append("DECODE_ERROR")
+        errors += _records_errors(resp)
     parts = []
     if req is not None and req.api_key == 0 and req.body is not None:
         parts += _partitions(req, "produce")
     if resp is not None and resp.api_key == 1 and resp.body is not None:
         parts += _partitions(resp, "fetch")
     decode_error = next((str(x.error) for x in (req, resp) if x is not None and x.error is not None), None)
+    if decode_error is None:
+        decode_error = next((f"{p['topic']}/{p['partition']}: {p['decode_error']}" for p in parts
+                             if p["decode_error"] is not None), None)
     marks = sorted({m for x in (req, resp) if x is not None for m in x.marks})
     latency = None
     if resp is not None and resp.latency_ns is not None:
@@ -180,8 +207,8 @@ def _decoded_response(s: dict[str, Any], r: dict[str, Any]) -> dict[str, Any]:
 # -- a task ---------------------------------------------------------------------------------------
 
 def range_rows(reader: RangeDecoder, stream: Any) -> Iterator[dict[str, Any]]:
-    """Every stage row of one range: pairs and halves as they come, then the coverage and
-    the topic names the reader saw."""
+    """Every stage row of one range: pairs and halves as they come, then the coverage, the
+    notices the reader owns and the topic names it saw."""
     index = reader.range.index
     for it in reader.run(stream):
         if isinstance(it, FramePair):
@@ -206,6 +233,11 @@ def range_rows(reader: RangeDecoder, stream: Any) -> Iterator[dict[str, Any]]:
     for cv in reader.coverage.values():
         yield {"kind": "coverage", "range_index": index, "file": cv.file,
                "connection": cv.connection, "coverage": coverage_struct(cv)}
+    for n in reader.notices:
+        yield {"kind": "notice", "range_index": index, "file": n.file,
+               "connection": None if n.conn is None else connection_key(n.conn),
+               "notice": {"kind": n.kind, "direction": n.direction, "offset": n.offset,
+                          "message": n.message}}
     for tid, (name, packet) in reader.topics.items():
         yield {"kind": "topic", "range_index": index, "file": reader.range.file,
                "topic": {"topic_id": tid, "name": name, "packet": packet}}

@@ -242,11 +242,13 @@ def _clock_of(summary: RunSummary) -> str:
     return "send" if summary.run.max_throughput else "intended"
 
 
-def no_verdict_line(unaccounted: int) -> str:
+def no_verdict_line(unaccounted: int, *, spark: bool) -> str:
     """After a stop that could not wait for every verdict: a Spark job cancelled before its
-    tasks' final reports (kctl/spark/load.py)."""
-    return (f"{unaccounted} scheduled record(s) have no verdict in the summary: the Spark job "
-            "was cancelled before its tasks made their final reports")
+    tasks' final reports (kctl/spark/load.py), or, in a local run, a worker process ended
+    after its stop grace without its final report (kctl/load/run.py)."""
+    why = ("the Spark job was cancelled before its tasks made their final reports" if spark
+           else "a worker was ended after the stop grace before it made its final report")
+    return f"{unaccounted} scheduled record(s) have no verdict in the summary: {why}"
 
 
 def spark_start_line(summary: RunSummary) -> str | None:

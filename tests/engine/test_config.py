@@ -8,12 +8,15 @@ from kctl.config import (
     CompressionType,
     PartitionerKind,
     ProducerConfig,
+    SaslMechanism,
     SecurityProtocol,
     Setting,
     load_properties_file,
     parse_assignment,
     parse_properties,
 )
+from kctl.consumer_config import ConsumerConfig
+from kctl.engine.connection_states import ClusterConnectionStates
 from kctl.errors import ConfigError
 
 JAVA_DEFAULTS = {
@@ -67,7 +70,7 @@ def test_table_and_dataclass_agree():
 
 def test_to_properties_round_trips():
     cfg = ProducerConfig.from_properties({
-        "linger.ms": "20", "compression.type": "ZSTD", "bootstrap.servers": "a:1, [::1]:2",
+        "linger.ms": "20", "compression.type": "zstd", "bootstrap.servers": "a:1, [::1]:2",
         "partitioner": "round-robin", "transactional.id": "tx", "enable.idempotence": "true",
     })
     again = ProducerConfig.from_properties(cfg.to_properties())
@@ -76,7 +79,7 @@ def test_to_properties_round_trips():
 
 def test_typed_values():
     cfg = ProducerConfig.load(overrides=[
-        "acks=0", "linger.ms=50", "compression.type=LZ4", "compression.lz4.level=12",
+        "acks=0", "linger.ms=50", "compression.type=lz4", "compression.lz4.level=12",
         "enable.idempotence=FALSE", "bootstrap.servers=PLAINTEXT://k1:9093,k2", "partitioner.class="
         "org.apache.kafka.clients.producer.RoundRobinPartitioner", "security.protocol=plaintext",
     ])
@@ -120,7 +123,7 @@ def test_unknown_property_suggests_the_right_name():
     with pytest.raises(ConfigError) as info:
         ProducerConfig.load(overrides=["lingr.ms=5"])
     assert str(info.value) == "unknown producer property 'lingr.ms' (did you mean 'linger.ms'?)"
-    with pytest.raises(ConfigError, match=r"^unknown producer property 'group.id'$"):
+    with pytest.raises(ConfigError, match=r"^unknown producer property 'group.id' \(a consumer property\)$"):
         ProducerConfig.from_properties({"group.id": "g"})
 
 
@@ -128,7 +131,7 @@ def test_security_protocols_and_unknown_ones():
     cfg = ProducerConfig.from_properties({"security.protocol": "ssl"})
     assert cfg.security.uses_tls and not cfg.security.uses_sasl
     with pytest.raises(ConfigError, match="needs a user name and a password"):
-        ProducerConfig.from_properties({"security.protocol": "sasl_ssl"})
+        ProducerConfig.from_properties({"security.protocol": "sasl_ssl", "sasl.mechanism": "PLAIN"})
     with pytest.raises(ConfigError, match="expected PLAINTEXT, SSL, SASL_PLAINTEXT or SASL_SSL"):
         ProducerConfig.from_properties({"security.protocol": "TLS"})
     with pytest.raises(ConfigError, match="GSSAPI is a Kafka SASL mechanism but kctl does not support it"):
@@ -139,17 +142,19 @@ def test_secrets_from_file_env_and_jaas_never_shown(tmp_path, monkeypatch):
     secret = tmp_path / "pw"
     secret.write_text("canary-7f3\n")
     cfg = ProducerConfig.load(overrides=["security.protocol=SASL_SSL", "sasl.username=alice",
-                                         f"sasl.password=@{secret}", "sasl.mechanism=scram-sha-256"])
+                                         f"sasl.password=@{secret}", "sasl.mechanism=SCRAM-SHA-256"])
     assert cfg.security.sasl_password == "canary-7f3"
     assert "canary" not in repr(cfg) + repr(cfg.security) + repr(cfg.settings)
     assert cfg.to_properties()["sasl.password"] == "[redacted]"
     monkeypatch.setenv("KCTL_SASL_PASSWORD", "from-env")
-    cfg = ProducerConfig.from_properties({"security.protocol": "SASL_PLAINTEXT", "sasl.username": "bob"})
+    cfg = ProducerConfig.from_properties({"security.protocol": "SASL_PLAINTEXT", "sasl.username": "bob",
+                                          "sasl.mechanism": "PLAIN"})
     assert cfg.security.sasl_password == "from-env"
     monkeypatch.delenv("KCTL_SASL_PASSWORD")
     jaas = ('org.apache.kafka.common.security.plain.PlainLoginModule required '
             'username="carol" password="p@ss word";')
-    cfg = ProducerConfig.from_properties({"security.protocol": "SASL_PLAINTEXT", "sasl.jaas.config": jaas})
+    cfg = ProducerConfig.from_properties({"security.protocol": "SASL_PLAINTEXT", "sasl.jaas.config": jaas,
+                                          "sasl.mechanism": "PLAIN"})
     assert (cfg.security.sasl_username, cfg.security.sasl_password) == ("carol", "p@ss word")
     with pytest.raises(ConfigError) as info:
         ProducerConfig.from_properties({"sasl.password": "@/nonexistent/pw"})
@@ -270,7 +275,7 @@ def test_pieces_carry_what_each_component_needs():
     assert cfg.accumulator.batch_size == 1000
     assert cfg.buffer_pool.batch_size == 1000 and cfg.buffer_pool.buffer_memory == 33554432
     assert cfg.sender.guarantee_message_order
-    assert cfg.network.reconnect_backoff_ms == 1000
+    assert cfg.network.reconnect_backoff_ms == 2000   # max not set: constant, as Java
     assert cfg.partitioning.sticky_batch_size == 1000
     assert cfg.metadata.metadata_max_age_ms == 300000
     assert ProducerConfig().compression.level is None
@@ -367,3 +372,112 @@ def test_lz4_default_level_is_lz4s_fast_mode_as_in_java():
     assert default.compression_lz4_level == 9 and default.compression.level == LZ4_FAST_LEVEL
     high = ProducerConfig.from_properties({"compression.type": "lz4", "compression.lz4.level": "12"})
     assert high.compression.level == 12
+
+
+# -- CommonClientConfigs' rules, producer and consumer alike ----------------------------
+
+
+@pytest.mark.parametrize("client", [ProducerConfig, ConsumerConfig])
+def test_reconnect_backoff_without_max_is_constant(client):
+    """Java's postProcessReconnectBackoffConfigs: reconnect.backoff.ms set and the max not,
+    the max is reconnect.backoff.ms (KafkaProducerTest/KafkaConsumerTest's constant backoff)."""
+    for ms in (200, 5000):
+        cfg = client.from_properties({"reconnect.backoff.ms": ms})
+        assert (cfg.network.reconnect_backoff_ms, cfg.network.reconnect_backoff_max_ms) == (ms, ms)
+        assert any("constant reconnect backoff" in w for w in cfg.warnings)
+        assert not any("greater than" in w for w in cfg.warnings)
+    both = client.from_properties({"reconnect.backoff.ms": 200, "reconnect.backoff.max.ms": 4000})
+    assert (both.network.reconnect_backoff_ms, both.network.reconnect_backoff_max_ms) == (200, 4000)
+    assert client.from_properties({}).network.reconnect_backoff_max_ms == 1000
+
+
+@pytest.mark.parametrize("client", [ProducerConfig, ConsumerConfig])
+def test_connection_setup_timeout_above_its_max_is_the_max(client):
+    """ExponentialBackoff takes min(initial, max): a constant timeout of the max, with
+    Java's warning (CommonClientConfigs.warnDisablingExponentialBackoff)."""
+    cfg = client.from_properties({"socket.connection.setup.timeout.ms": 40000,
+                                  "socket.connection.setup.timeout.max.ms": 20000})
+    states = ClusterConnectionStates(
+        cfg.network.reconnect_backoff_ms, cfg.network.reconnect_backoff_max_ms,
+        cfg.network.socket_connection_setup_timeout_ms, cfg.network.socket_connection_setup_timeout_max_ms,
+        random=lambda: 0.5)
+    assert states.connection_setup_timeout.backoff_ms(0) == 20000
+    assert states.connection_setup_timeout.backoff_ms(5) == 20000
+    assert any("socket.connection.setup.timeout.ms (40000) is greater than "
+               "socket.connection.setup.timeout.max.ms (20000)" in w for w in cfg.warnings)
+
+
+# -- SASL: no default mechanism, the login module fits it ------------------------
+
+
+PLAIN_JAAS = 'org.apache.kafka.common.security.plain.PlainLoginModule required username="u" password="p";'
+SCRAM_JAAS = 'org.apache.kafka.common.security.scram.ScramLoginModule required username="u" password="p";'
+
+
+@pytest.mark.parametrize("client", [ProducerConfig, ConsumerConfig])
+def test_sasl_without_a_mechanism_is_refused_not_sent_as_plain(client):
+    """Java's sasl.mechanism defaults to GSSAPI, which kctl has not: a SCRAM password is
+    never sent as PLAIN because the mechanism was left out."""
+    with pytest.raises(ConfigError, match="sasl.mechanism is GSSAPI by default in the Java client; kctl "
+                                          "supports PLAIN, SCRAM-SHA-256, SCRAM-SHA-512: set sasl.mechanism"):
+        client.from_properties({"security.protocol": "SASL_PLAINTEXT", "sasl.jaas.config": SCRAM_JAAS})
+    cfg = client.from_properties({"security.protocol": "SASL_SSL", "sasl.jaas.config": SCRAM_JAAS,
+                                  "sasl.mechanism": "SCRAM-SHA-512"})
+    assert cfg.security.sasl_mechanism is SaslMechanism.SCRAM_SHA_512
+    assert client.from_properties({}).security.sasl_mechanism is None   # no SASL: none needed
+
+
+@pytest.mark.parametrize("client", [ProducerConfig, ConsumerConfig])
+def test_jaas_login_module_must_fit_the_mechanism(client):
+    def props(mechanism, jaas):
+        return {"security.protocol": "SASL_PLAINTEXT", "sasl.mechanism": mechanism, "sasl.jaas.config": jaas}
+
+    with pytest.raises(ConfigError, match="PlainLoginModule does not fit sasl.mechanism=SCRAM-SHA-256"):
+        client.from_properties(props("SCRAM-SHA-256", PLAIN_JAAS))
+    with pytest.raises(ConfigError, match="ScramLoginModule does not fit sasl.mechanism=PLAIN"):
+        client.from_properties(props("PLAIN", SCRAM_JAAS))
+    with pytest.raises(ConfigError, match="kctl logs in with PlainLoginModule"):
+        client.from_properties(props("PLAIN", "com.sun.security.auth.module.Krb5LoginModule required "
+                                               'useKeyTab=true principal="u@R";'))
+    with pytest.raises(ConfigError, match="tokenauth=true"):
+        client.from_properties(props("SCRAM-SHA-256", SCRAM_JAAS[:-1] + ' tokenauth="true";'))
+    assert client.from_properties(props("PLAIN", PLAIN_JAAS)).security.sasl_username == "u"
+    assert client.from_properties(props("SCRAM-SHA-256", SCRAM_JAAS)).security.sasl_password == "p"
+
+
+# -- case: Java's ValidString is case-sensitive, CaseInsensitiveValidString not ----------
+
+
+@pytest.mark.parametrize("client, name, wrong, right", [
+    (ProducerConfig, "acks", "ALL", "all"),
+    (ProducerConfig, "compression.type", "GZIP", "gzip"),
+    (ProducerConfig, "sasl.mechanism", "scram-sha-256", "SCRAM-SHA-256"),
+    (ConsumerConfig, "isolation.level", "READ_COMMITTED", "read_committed"),
+    (ConsumerConfig, "auto.offset.reset", "Earliest", "earliest"),
+    (ConsumerConfig, "auto.offset.reset", "BY_DURATION:PT1H", "by_duration"),
+])
+def test_valid_string_choices_are_case_sensitive(client, name, wrong, right):
+    with pytest.raises(ConfigError, match=f"write '{right}'" if name != "sasl.mechanism" else f"write {right}"):
+        client.from_properties({name: wrong})
+
+
+def test_case_insensitive_valid_string_choices_stay_so():
+    assert ProducerConfig.from_properties({"security.protocol": "ssl"}).security_protocol is SecurityProtocol.SSL
+    assert ConsumerConfig.from_properties({"group.protocol": "CLASSIC", "security.protocol": "Ssl"}).group_protocol \
+        == "classic"
+    assert ConsumerConfig.from_properties({"auto.offset.reset": "by_duration:pt1h"}).auto_offset_reset.duration_ms \
+        == 3_600_000
+    assert ProducerConfig.from_properties({"enable.idempotence": "TRUE"}).enable_idempotence
+
+
+def test_the_other_clients_property_is_named_so_both_ways():
+    with pytest.raises(ConfigError, match=r"unknown producer property 'group.id' \(a consumer property\)"):
+        ProducerConfig.from_properties({"group.id": "x"})
+    with pytest.raises(ConfigError, match=r"unknown producer property 'isolation.level' \(a consumer property\)"):
+        ProducerConfig.from_properties({"isolation.level": "read_committed"})
+    with pytest.raises(ConfigError, match=r"unknown producer property 'key.deserializer' \(a consumer property\)"):
+        ProducerConfig.from_properties({"key.deserializer": "x"})
+    with pytest.raises(ConfigError, match=r"unknown consumer property 'linger.ms' \(a producer property\)"):
+        ConsumerConfig.from_properties({"linger.ms": "5"})
+    with pytest.raises(ConfigError, match=r"'lingr.ms' \(did you mean 'linger.ms'\?\)"):
+        ProducerConfig.from_properties({"lingr.ms": "5"})

@@ -335,3 +335,16 @@ def test_closing_line_names_the_responses_the_client_never_had():
     s.on_fault("undelivered")
     line = _summary_line(s.snapshot(1))
     assert line.startswith("3 requests, 1 responses (not delivered: 1 dropped, 1 undelivered)"), line
+
+
+@pytest.mark.parametrize("prop", ["linger.ms=5", "acks=0", "client.id=foo", "request.timeout.ms=1000",
+                                  "sasl.mechanism=PLAIN"])
+def test_upstream_properties_other_than_tls_are_refused(prop):
+    """inspect's -X reaches only its upstream TLS: a client property would change nothing."""
+    from kctl.commands.inspect import upstream_security
+    from kctl.errors import ConfigError
+
+    name = prop.split("=")[0]
+    with pytest.raises(ConfigError, match=rf"-X {name}: kctl inspect"):
+        upstream_security([prop], tls=False, ca=None, cert=None, key=None)
+    assert upstream_security(["security.protocol=PLAINTEXT"], tls=False, ca=None, cert=None, key=None) is None

@@ -272,3 +272,29 @@ def test_the_join_decodes_a_late_response_whose_corr_is_its_length_minus_4():
              raw=struct.pack(">i", n - 4) + data[4:])
     row = merge_halves(pair_row(req, None), s)
     assert row["decode_error"] is None and row["errors"] == [] and "unmatched" not in row["marks"]
+
+
+@pytest.mark.parametrize("range_bytes", [200, 1500])
+def test_a_capture_that_begins_and_ends_inside_frames_passes_with_decode_s_notices(tmp_path, range_bytes):
+    """The frame the capture ends inside is seen by every reader that reads to the end: it is
+    the tail of the reader owning its first byte's packet alone, so the stream passes the
+    check (no repair), and the check gives the notices decode gives it: the bytes skipped
+    before each direction's first frame and the cut-off frame, once each."""
+    rng = random.Random(3)
+    c = cb.Conversation()
+    _traffic(c, 8, rng, mss=90)
+    c.send(produce_request(99, "orders", {0: 6}, pad=300), mss=90)
+    path = tmp_path / "cut.pcap"
+    path.write_bytes(cb.capture(c.segs[5:-1]))
+    want = Counter(n.kind for n in decode_files([path], {9092}) if not isinstance(n, DecodedFrame))
+    assert want["incomplete"] == 1 and want["skipped"] and set(want) == {"skipped", "incomplete"}
+    got, repaired, n = read_in_ranges(path, range_bytes=range_bytes, lookback_bytes=16000)
+    assert n >= 3 and not repaired and got == decoded(path)
+    data = path.read_bytes()
+    idx = index_capture(io.BytesIO(data), file=str(path), range_bytes=range_bytes, lookback_bytes=16000)
+    coverage = []
+    for r in idx.ranges:
+        reader = RangeDecoder(r, (9092,))
+        list(reader.run(_at(data, r.window.offset)))
+        coverage += reader.coverage.values()
+    assert Counter(kind for _, kind in check_coverage(coverage).notices) == want

@@ -111,3 +111,32 @@ def test_a_fatal_producer_error_still_accounts_for_every_record(broker):
     assert final.metrics.failed_by_error.get("CLUSTER_AUTHORIZATION_FAILED", 0) >= 1
     assert final.abandoned_by_reason.get(UNSENT_AT_STOP, 0) >= 1, final.abandoned_by_reason
     assert_accounted(final)
+
+
+def test_a_stop_while_waiting_for_the_last_verdicts_is_bounded_by_the_grace(broker):
+    # The schedule (500 records in half a second) ends on its own; behind an 8 s throttle
+    # the wait for the last verdicts could last until delivery.timeout.ms (20 s here). A
+    # stop during that wait (Ctrl-C, SIGTERM) bounds it by the stop grace (1 s), as a stop
+    # during the schedule does: the rest is abandoned, and every record is accounted for.
+    stop = threading.Event()
+    reports = StallingReports(stop, stall_s=0, stop_after_s=0)
+    topic = new_topic(broker)
+    with InspectorProxy([broker.bootstrap], faults=FaultPlan(throttle_ms=8000)) as proxy:
+        producer = ProducerConfig.from_properties({
+            "bootstrap.servers": proxy.bootstrap, "linger.ms": "0", "batch.size": "1000",
+            "request.timeout.ms": "10000", "delivery.timeout.ms": "20000"})
+        spec = WorkerSpec(worker=0, run_id="feedc0de0002", topic=topic, producer=producer,
+                          schedule_rate=1000.0, schedule_phase_ns=0, num_records=500, duration_ns=None,
+                          start_wall_ns=time.time_ns() + 300_000_000, interval_s=0.2, stop_grace_s=1.0)
+        timer = threading.Timer(2.5, stop.set)
+        timer.start()
+        t0 = time.monotonic()
+        try:
+            Worker(spec, reports, stop).run()
+        finally:
+            timer.cancel()
+        elapsed = time.monotonic() - t0
+    assert elapsed < 7, elapsed     # 2.5 s to the stop, the 1 s grace, and closing
+    final = reports.final
+    assert final.records_scheduled == 500 and final.abandoned > 0, final.abandoned_by_reason
+    assert_accounted(final)

@@ -247,3 +247,100 @@ def test_automatic_ranges_two_per_slot_and_one_on_a_single_slot():
     assert auto_range_bytes(files, 2) == (240 << 20) // (2 * TASKS_PER_SLOT)
     assert auto_range_bytes(files, 8) == (240 << 20) // (8 * TASKS_PER_SLOT)
     assert auto_range_bytes([CaptureFile("c", "c", 1000)], 4) == MIN_RANGE_BYTES
+
+
+def _damaged_captures(tmp_path) -> list[str]:
+    """Captures with the damage decode reports: a record set that does not decode (CRC),
+    packets cut by the snap length, a lost segment, a malformed packet, a connection the
+    capture begins inside, a frame the capture ends inside, a file cut inside a record."""
+    import random
+
+    from tests.inspect.kafka_frames import produce_request, produce_response
+    from tests.inspect.test_ranges import _traffic
+    rng = random.Random(7)
+    convs = []
+    for k in range(3):
+        c = cb.Conversation(cport=50000 + k, ts_ns=10**18 + k * 333)
+        _traffic(c, 10, rng, mss=400)
+        if k == 0:
+            bad = bytearray(produce_request(90, "orders", {0: 4}, pad=300))
+            bad[-12] ^= 0xFF                    # inside the last record: the batch's CRC fails
+            c.send(bytes(bad), mss=400)
+            c.reply(produce_response(90, "orders", (0,)))
+            _traffic(c, 4, rng, mss=400, first_corr=100)
+            c.close()
+        if k == 2:                              # ends inside a frame
+            c.send(produce_request(200, "orders", {0: 6}, pad=300), mss=400)
+            c.segs.pop()
+        convs.append(c.segs)
+    convs[1] = convs[1][5:]                     # the capture begins inside this connection
+    del convs[2][20]                            # a segment the capture lost
+    segs = sorted((s for c in convs for s in c), key=lambda s: s.ts_ns)
+    packets = [(s.ts_ns, cb.link(1, cb.ip(s))) for s in segs]
+    orig = {}
+    for i, s in enumerate(segs):                # snap length 120 on some of one connection's
+        if 50001 in (s.sport, s.dport) and len(packets[i][1]) > 120 and i % 4 == 0:
+            orig[i] = len(packets[i][1])
+            packets[i] = (packets[i][0], packets[i][1][:120])
+    m = len(packets) // 2                       # a packet too short for its Ethernet header
+    packets.insert(m, (packets[m][0], b"\x00" * 10))
+    orig = {(i + 1 if i >= m else i): n for i, n in orig.items()}
+    data = cb.pcap(packets, nano=True, orig_lens=orig)
+    a = tmp_path / "damaged.pcap"
+    a.write_bytes(data[:-7])                    # cut inside the last record
+    # Damage every range reader agrees on (no repair): the capture begins inside a frame
+    # and ends inside another.
+    c = cb.Conversation(cport=51000)
+    _traffic(c, 8, rng, mss=90)
+    c.send(produce_request(300, "orders", {0: 6}, pad=300), mss=90)
+    b = tmp_path / "cut-ends.pcap"
+    b.write_bytes(cb.capture(c.segs[5:-1]))
+    return [str(a), str(b)]
+
+
+def test_damage_is_counted_as_decode_counts_it_however_the_ranges_cut(spark, tmp_path):
+    """decode --summary's notices (gaps, frames cut off, bytes skipped, a malformed packet,
+    a truncated file) and errors (a record set that does not decode) are analyze's, each
+    counted once, whether one task reads a file or ranges of 1000 bytes share it: the
+    damaged file's connections are repaired (a gap breaks the check), the other file's
+    streams pass it and their damage is the range readers'.
+    The bad record set is a partitions row that says so, and so does its requests row."""
+    from kctl.spark.analyze import analyze, sources
+    paths = _damaged_captures(tmp_path)
+    want = _decode_summary(paths, [9092])
+    assert want["errors"]["RECORDS_DECODE_ERROR"] == 1
+    assert {"gap", "incomplete", "skipped", "malformed", "truncated"} <= set(want["notices"])
+    clean = _decode_summary(paths[1:], [9092])["notices"]
+    assert clean["skipped"] and clean["incomplete"]     # streams no reader breaks
+    runs = {"one": dict(range_bytes=1 << 30), "many": dict(range_bytes=1000, lookback_bytes=16000)}
+    for name, kw in runs.items():
+        res = analyze(sources(paths, [9092]), str(tmp_path / name), spark=spark, **kw)
+        assert res.notices == want["notices"], name
+        assert {r["error"]: r["count"] for r in res.errors} == want["errors"], name
+        assert sum(g["requests"] + g["responses"] for g in res.latency) == want["frames"], name
+        repaired = {r.split(": ")[0] for r in res.repaired}
+        if name == "many":
+            assert res.tasks > 20 and repaired == {paths[0]}, res.repaired
+    bad = [r.asDict() for r in spark.read.parquet(str(tmp_path / "many" / "partitions"))
+           .where("decode_error IS NOT NULL").collect()]
+    assert [(r["topic"], r["partition"], r["batches"], r["records"]) for r in bad] == [("orders", 0, 0, 0)]
+    assert bad[0]["decode_error"].startswith("bad records (") and "CRC" in bad[0]["decode_error"]
+    row = (spark.read.parquet(str(tmp_path / "many" / "requests"))
+           .where("array_contains(errors, 'RECORDS_DECODE_ERROR')").collect())
+    assert len(row) == 1 and row[0]["decode_error"] == f"orders/0: {bad[0]['decode_error']}"
+
+
+def test_the_summary_prints_the_notices_and_json_has_them(spark, tmp_path):
+    paths = _damaged_captures(tmp_path)
+    want = _decode_summary(paths, [9092])["notices"]
+    res = CliRunner().invoke(app, ["analyze", *paths, "--out", str(tmp_path / "a"), "--json",
+                                   "--port", "9092"])
+    assert res.exit_code == 0, res.output
+    assert json.loads(res.stdout)["notices"] == want
+    res = CliRunner().invoke(app, ["analyze", *paths, "--out", str(tmp_path / "b"), "--port", "9092"])
+    assert res.exit_code == 0, res.output
+    assert "Notices by kind" in res.stdout and "RECORDS_DECODE_ERROR" in res.stdout
+    cells = [[c.strip() for c in line.split("│")[1:-1]] for line in res.stdout.splitlines()
+             if line.startswith("│")]
+    for kind, n in want.items():
+        assert [kind, str(n)] in cells, kind

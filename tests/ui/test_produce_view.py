@@ -9,7 +9,8 @@ from rich.console import Console
 from rich.live import Live
 
 from kctl.stats.aggregate import RunStats
-from kctl.ui.produce_view import ProduceDashboard, clock_line, plain_line, summary_line, summary_renderable
+from kctl.ui.produce_view import (ProduceDashboard, clock_line, no_verdict_line, plain_line, summary_line,
+                                  summary_renderable)
 from tests.stats.conftest import S, T0, metrics, report
 
 
@@ -159,3 +160,10 @@ def test_summary_shows_the_compression_rate_only_with_compression() -> None:
     assert "compression rate" not in _render(summary_renderable(s))
     s = dataclasses.replace(s, batching=dataclasses.replace(s.batching, compression_rate_avg=0.482))
     assert "compression rate" in _render(summary_renderable(s)) and "0.482" in _render(summary_renderable(s))
+
+
+def test_records_without_a_verdict_are_explained_by_how_the_run_ran():
+    """A local run stopped by SIGTERM said 'the Spark job was cancelled' (audit E)."""
+    local = no_verdict_line(120, spark=False)
+    assert "Spark" not in local and "worker was ended after the stop grace" in local
+    assert "the Spark job was cancelled" in no_verdict_line(120, spark=True)
