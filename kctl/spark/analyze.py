@@ -408,19 +408,24 @@ def _concurrently(*actions: Any) -> list[Any]:
     return [box[i][1] for i in range(len(actions))]
 
 
+def percentile_columns(rank: str = "rn", count: str = "n", value: str = "latency_ms") -> str:
+    """The SQL aggregates ``p0 .. p4`` of ``PERCENTILES``: nearest rank as Java's HdrHistogram
+    (and kctl decode --summary) defines it, the ``value`` of rank max(1, ceil(p' * n / 100))
+    in ascending order of the ``count`` values (``rank``: their row_number), p' the
+    percentile one ulp lower (kctl/percentiles.py: the same doubles in the same order, the
+    nudged percentile a double literal); no interpolation."""
+    return ", ".join(f"max(CASE WHEN {value} IS NOT NULL AND "
+                     f"{rank} = greatest(1, ceil({requested_percentile(p)!r}D * {count} / 100D)) "
+                     f"THEN {value} END) AS p{i}" for i, p in enumerate(PERCENTILES))
+
+
 def _write_and_summarise(spark: Any, requests: Any, partitions: Any, repair_notices: Any,
                          out: str, *, bucket_s: float, top: int) -> AnalyzeResult:
     requests.createOrReplaceTempView("requests")
     partitions.createOrReplaceTempView("partitions")
-    # Nearest rank as Java's HdrHistogram (and kctl decode --summary) defines it: the value
-    # of rank max(1, ceil(p' * n / 100)) in ascending order of the n latencies, p' the
-    # percentile one ulp lower (kctl/percentiles.py: the same doubles in the same order, the
-    # nudged percentile passed as a double literal); no interpolation. One window sort per
-    # API (rows without a latency ranked last) keeps it distributed (no list of every
-    # latency in one place) and gives the counts in the same pass.
-    pct = ", ".join(f"max(CASE WHEN latency_ms IS NOT NULL AND "
-                    f"rn = greatest(1, ceil({requested_percentile(p)!r}D * n / 100D)) "
-                    f"THEN latency_ms END) AS p{i}" for i, p in enumerate(PERCENTILES))
+    # One window sort per API (rows without a latency ranked last) keeps the percentiles
+    # distributed (no list of every latency in one place) and gives the counts in the same pass.
+    pct = percentile_columns()
 
     def sql(q: str) -> Any:
         return lambda: [r.asDict(recursive=True) for r in spark.sql(q).collect()]
