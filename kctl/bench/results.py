@@ -298,7 +298,9 @@ def _metrics_from_intervals(intervals: Sequence[LoggedInterval], unit_ms: float)
     out: dict[str, float] = {}
     n = main.get_total_count() if main is not None else 0
     out["records_per_s"] = n / span if span > 0 else 0.0
-    service = merged.get("send", main)
+    # Service time is the send clock's: a log without a "send" tag (a Java or hdrh writer's
+    # untagged one) did not measure it, so its svc figures are n/a, not the main clock's.
+    service = merged.get("send")
     for prefix, h in (("", main), ("service_", service)):
         if h is None or not h.get_total_count():
             continue

@@ -31,6 +31,19 @@ def test_header_lines() -> None:
         w.output("a,b", T0, T0, h)
 
 
+def test_start_time_is_the_summary_s_start_unix_ms() -> None:
+    """StartTime and BaseTime are the start in whole milliseconds, truncated as the summary
+    JSON's ``start_unix_ms`` (and Java's currentTimeMillis) are, not rounded up."""
+    start = T0 + 250_999_999
+    out = io.StringIO()
+    IntervalLogWriter(out, start)
+    lines = out.getvalue().splitlines()
+    ms = start // 1_000_000
+    assert lines[2].startswith(f"#[StartTime: {ms / 1000:.3f} (seconds since epoch), "
+                               "2023-11-14T22:13:20.250+00:00]")
+    assert lines[3] == "#[BaseTime: 1700000000.250 (seconds since epoch)]"
+
+
 def test_hdrh_reader_sees_same_percentiles(tmp_path) -> None:
     path = tmp_path / "run.hlog"
     with IntervalLogWriter.open(path, T0) as log:
