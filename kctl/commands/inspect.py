@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import uuid
 import queue
 import sys
 import time
@@ -309,6 +310,7 @@ def _run(proxy: InspectorProxy, show: str, lines: queue.SimpleQueue, duration: f
         return 1.0 if deadline is None else max(0.0, deadline - time.monotonic())
 
     if show == "frames":
+        topic_names: dict[uuid.UUID, str] = {}    # from every connection's Metadata, for Fetch's ids
         while remaining() > 0:
             try:
                 event = lines.get(timeout=min(0.2, remaining() or 0.01))
@@ -317,7 +319,7 @@ def _run(proxy: InspectorProxy, show: str, lines: queue.SimpleQueue, duration: f
             if isinstance(event, ProcessorLost):
                 typer.echo(f"kctl inspect: {event}", err=True)
             else:
-                typer.echo(frame_line(event))
+                typer.echo(frame_line(event, topic_names))
         return
     previous = None
     if sys.stdout.isatty():

@@ -358,9 +358,7 @@ class CaptureDecoder:
                 pass
 
     def _learn_topics(self, metadata: Message) -> None:
-        for t in getattr(metadata, "topics", ()):
-            if t.name and getattr(t, "topic_id", None) is not None and t.topic_id.int:
-                self.topic_names[t.topic_id] = t.name
+        learn_topic_names(metadata, self.topic_names)
 
     def decode(self, fr: Frame) -> DecodedFrame:
         if fr.direction == "request":
@@ -658,6 +656,14 @@ def guess_broker_ports(paths: Iterable[str | Path], *, max_segments: int = 200_0
     if not ports:
         ports = {p for p, _ in syn_votes.most_common(1)}
     return ports or ({default} if default is not None else set())
+
+
+def learn_topic_names(metadata: Message, names: dict[Any, str]) -> None:
+    """Adds a Metadata response's topic id -> name pairs to ``names`` (ids of zero, which
+    versions before 10 and unknown topics answer, are not names)."""
+    for t in getattr(metadata, "topics", ()):
+        if t.name and getattr(t, "topic_id", None) is not None and t.topic_id.int:
+            names[t.topic_id] = t.name
 
 
 def decode_frame_bytes(data: bytes, *, size_prefix: bool, api_key: int | None = None,

@@ -11,6 +11,7 @@ codes, injected faults, and any processor that died with the connections it took
 from __future__ import annotations
 
 import base64
+import uuid
 from collections.abc import Iterator
 from typing import Any
 
@@ -20,7 +21,7 @@ from rich.text import Text
 
 from kctl.inspect.proxy import FrameEvent
 from kctl.inspect.report import gist
-from kctl.inspect.session import decode_frame_bytes
+from kctl.inspect.session import METADATA_KEY, decode_frame_bytes, learn_topic_names
 from kctl.inspect.proxy_stats import StatsSnapshot
 from kctl.ui.units import human_bytes
 
@@ -108,12 +109,16 @@ def stats_lines(snapshot: StatsSnapshot, previous: StatsSnapshot | None = None) 
         yield "faults: " + ", ".join(f"{k}={v}" for k, v in sorted(snapshot.faults.items()))
 
 
-def frame_line(e: FrameEvent) -> str:
+def frame_line(e: FrameEvent, topic_names: dict[uuid.UUID, str] | None = None) -> str:
     """One frame as a line: ``conn 3 127.0.0.1:50712 -> Produce v9 corr=12 1234B acks=-1
     t/0: 1b 10r`` / ``conn 3 127.0.0.1:50712 <- Produce v9 corr=12 80B 2.1ms t/0@41
     NOT_LEADER_OR_FOLLOWER [errors-injected]``: the client, then what the frame says in
     ``kctl decode``'s words (``report.gist``: topics and partitions, records, error names,
-    throttle), then the faults applied."""
+    throttle), then the faults applied. ``topic_names`` (topic id -> name), when given, is
+    the run's: the Metadata responses of every connection add to it, and a frame naming a
+    topic by id (Fetch, Produce v13+) is shown with its name, as ``kctl decode`` names them
+    from the capture's Metadata (``records-lost``: --lose-records forged the
+    acknowledgement of a batch the broker never got)."""
     arrow = "->" if e.direction == "request" else "<-"
     line = (f"conn {e.connection_id} {e.client} {arrow} {e.api_name} v{e.api_version} "
             f"corr={e.correlation_id} {e.size}B")
@@ -124,15 +129,21 @@ def frame_line(e: FrameEvent) -> str:
     elif e.api_key == 36 and getattr(e.body, "auth_bytes", None):   # SaslAuthenticate, --show-secrets
         line += f" auth_bytes={base64.b64encode(e.body.auth_bytes).decode()}"
     elif e.frame:
-        said = gist(decode_frame_bytes(e.frame, size_prefix=False,
-                                       api_key=None if e.direction == "request" else e.api_key,
-                                       api_version=e.api_version))
+        df = decode_frame_bytes(e.frame, size_prefix=False,
+                                api_key=None if e.direction == "request" else e.api_key,
+                                api_version=e.api_version)
+        if topic_names is not None:
+            if e.direction == "response" and e.api_key == METADATA_KEY and df.body is not None:
+                learn_topic_names(df.body, topic_names)
+            df.topic_names = topic_names
+        said = gist(df)
         if said:
             line += " " + said
     if e.direction == "response":
         f = e.fault
         if f is not None:
             notes = [n for n, on in (("delayed", f.delay_ns), ("errors-injected", f.errors_injected),
+                                     ("records-lost", f.forged),
                                      ("dropped", f.drop_at is not None), ("swallowed", f.swallow),
                                      ("tiny", f.segment_bytes)) if on]
             if notes:

@@ -4,6 +4,7 @@ import io
 import subprocess
 import sys
 import time
+import uuid
 
 import pytest
 from rich.console import Console
@@ -257,6 +258,13 @@ def test_frame_line():
     assert frame_line(e) == "conn 3 c <- Produce v9 corr=12 120B 2.1ms [delayed errors-injected]"
 
 
+def test_frame_line_marks_a_forged_acknowledgement():
+    """--lose-records answers the removed batch with a forged success: the frame says so,
+    as --inject-error's and --reject-records' rewrites say [errors-injected]."""
+    e = FrameEvent(0, 3, "response", 0, 9, 12, 120, b"", "c", "u", 2_100_000, FaultDecision(forged=1))
+    assert frame_line(e) == "conn 3 c <- Produce v9 corr=12 120B 2.1ms [records-lost]"
+
+
 def test_frame_line_says_what_kctl_decode_says():
     """The client, topics/partitions, records and error names, in the words of
     ``kctl decode`` (``report.gist`` on the same frame)."""
@@ -359,3 +367,23 @@ def test_inject_error_api_selector_errors_are_one_line():
     assert len(lines) == 1 and lines[0].startswith(
         "kctl: error: --inject-error 'NOT_COORDINATOR@Metadata:0.5': API Metadata is not one of "
         "Produce, Fetch, FindCoordinator, InitProducerId, AddPartitionsToTxn, EndTxn"), run.stderr
+
+
+def test_frame_line_names_topic_ids_from_any_connections_metadata():
+    """A Fetch names its topic by id; the name comes from Metadata another connection
+    (here conn 1) asked, as kctl decode names it from the capture's Metadata."""
+    from kctl.protocol.messages import encode_request, encode_response, request_class, response_class
+    tid = uuid.UUID("01a21021-185f-7e22-9e19-cd4d0c7fa242")
+    fetch, meta = request_class(1), response_class(3)
+    md = encode_response(3, 12, 1, meta(
+        brokers=[meta.MetadataResponseBroker(node_id=1, host="h", port=9092)],
+        topics=[meta.MetadataResponseTopic(name="orders", topic_id=tid, partitions=[
+            meta.MetadataResponsePartition(partition_index=0, leader_id=1)])]))
+    fr = encode_request(1, 16, 2, "cli", fetch(max_wait_ms=500, topics=[
+        fetch.FetchTopic(topic_id=tid, partitions=[fetch.FetchPartition(partition=0, fetch_offset=7)])]))
+    names: dict[uuid.UUID, str] = {}
+    fetch_event = FrameEvent(0, 2, "request", 1, 16, 2, len(fr) + 4, fr, "c2", "u")
+    assert str(tid) in frame_line(fetch_event, names)            # no Metadata seen yet
+    frame_line(FrameEvent(0, 1, "response", 3, 12, 1, len(md) + 4, md, "c1", "u", 1_000_000), names)
+    line = frame_line(fetch_event, names)
+    assert "orders/0@7" in line and str(tid) not in line
