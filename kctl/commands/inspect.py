@@ -112,7 +112,8 @@ def inspect(
                                        help="NAME:RATE[:LIMIT] Produce requests have one partition's batch "
                                             "refused with error NAME without the broker writing it, "
                                             "e.g. OUT_OF_ORDER_SEQUENCE_NUMBER:1:1. As --lose-records, "
-                                            "never a partition's first batch."),
+                                            "never a partition's first batch. Not with --lose-records "
+                                            "(one or the other per run)."),
     virtual_brokers: int = typer.Option(1, "--virtual-brokers", min=1,
                                         help="Present the one upstream broker as N brokers."),
     show: str = typer.Option("stats", "--show", help="stats (live view) or frames (one line per frame)."),
