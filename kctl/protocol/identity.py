@@ -17,9 +17,9 @@ offset size   field
 
 A run id is 12 lowercase hex characters (``run.id`` in the summary); its run tag
 is the first 4 bytes of its hex decoding, i.e. ``bytes.fromhex(run_id[:8])``. A
-record of the header takes 31 bytes on the wire (1-byte key length, 4-byte key,
-1-byte value length, 24-byte value, plus the header count it shares with other
-headers).
+record's header takes 30 bytes on the wire (1-byte key length, 4-byte key,
+1-byte value length, 24-byte value; the 1-byte header count is there without it),
+31 when it makes the record's length varint one byte longer.
 
 One module for both sides: the load path's batch encoder lays the header out
 from ``IdentityStamp`` (``protocol/batch_builder.py``), and readers (``--verify``,

@@ -190,3 +190,14 @@ def test_general_builder_uniform_batches_match(steps, size, go_back, codec):
     if codec == Compression.NONE:
         assert fast == slow
     assert list(decode_batches(fast).records) == list(decode_batches(slow).records)
+
+
+def test_the_identity_header_costs_30_bytes_per_record():
+    """What README and identity.py say: 30 bytes on the wire per record (31 where the
+    record's length varint grows a byte: a 30-byte value's record crosses 63 -> 64)."""
+    from kctl.protocol.identity import HEADER_KEY, IDENTITY_SIZE
+    from kctl.protocol.records import encode_record
+    header = (Header(HEADER_KEY, b"\0" * IDENTITY_SIZE),)
+    cost = {n: len(encode_record(Record(0, 0, None, b"x" * n, header), 0, 0))
+            - len(encode_record(Record(0, 0, None, b"x" * n), 0, 0)) for n in (0, 30, 100, 1000, 10_000)}
+    assert cost == {0: 30, 30: 31, 100: 30, 1000: 30, 10_000: 30}
