@@ -18,7 +18,8 @@ from kctl.commands._output import check_outputs
 from kctl.load.consume import ConsumeOptions, execute, past_log_end, prepare, short_of_num_records
 from kctl.quantities import parse_duration
 from kctl.ui.console import stderr_console, stdout_console
-from kctl.ui.consume_view import ConsumeDashboardView, perf_test_lines, plain_line, summary_renderable
+from kctl.ui.consume_view import (ConsumeDashboardView, clock_text, perf_test_lines, plain_line,
+                                  summary_renderable)
 
 
 def consume(
@@ -110,6 +111,8 @@ def consume(
     elif e is not None:
         print(f"e2e: p50 {e.p50_ms:.3f} ms, p99 {e.p99_ms:.3f} ms, p99.9 {e.p999_ms:.3f} ms, max {e.max_ms:.3f} ms, "
               f"{e.count} records, {e.negative or 0} negative (min {e.min_ms or 0.0:.3f} ms)")
+    if not out.is_terminal and summary.clock is not None and summary.clock.samples:
+        print(clock_text(summary.clock))   # --clock-peer's offset, beside the figures (the terminal's table has it)
     if summary.backlog is not None:
         b = summary.backlog
         print(f"backlog: {b.records} records {'drained' if b.drained else 'NOT drained'} in {b.drain_s:.3f} s "

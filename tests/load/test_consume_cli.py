@@ -162,6 +162,11 @@ def test_two_kctl_processes_measure_and_report_the_clock_offset(broker, tmp_path
     e2e = s["latency"]["e2e"]
     assert e2e["count"] > 500 and e2e["negative"] == 0
     assert "e2e: p50 " in run.stdout
+    # Not a terminal: the offset is still reported beside the figures, as clock_text says it.
+    lines = run.stdout.splitlines()
+    clock_line = next(x for x in lines if x.startswith("clock offset: "))
+    assert "ms +/- " in clock_line and "NTP-style exchange with 127.0.0.1:" in clock_line
+    assert lines.index(clock_line) == next(i for i, x in enumerate(lines) if x.startswith("e2e: p50 ")) + 1
 
 
 @pytest.mark.parametrize("command", ["consume", "produce --consume"])
