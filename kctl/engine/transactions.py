@@ -23,15 +23,17 @@ How this works
   (KIP-890's implicit add of the transaction protocol v2 is not used: kctl speaks v1,
   which Kafka 4 brokers still accept; Produce stays at v11 inside a transaction.)
 - EndTxn is sent only when no batch is incomplete (a commit flushes first).
-- Errors, as Java's handlers: a coordinator that moved or is loading is looked up
-  again / asked again after ``retry.backoff.ms``; PRODUCER_FENCED (and
+- Errors, as Java's handlers (trunk): a coordinator that moved is looked up again,
+  and any retriable error (COORDINATOR_LOAD_IN_PROGRESS, NOT_COORDINATOR answering
+  FindCoordinator, ...) is asked again after ``retry.backoff.ms``; PRODUCER_FENCED (and
   INVALID_PRODUCER_EPOCH from the coordinator), TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
   INVALID_TXN_STATE, an unsupported version and anything unexpected are fatal;
   UNKNOWN_PRODUCER_ID and INVALID_PRODUCER_ID_MAPPING are abortable with an epoch
   bump when the coordinator can bump (InitProducerId v3+, KIP-360), else fatal; a
   failed batch makes the transaction abortable (idempotence.py reports it through
   ``on_abortable_error``), and the abort then bumps the epoch when it can.
-  TRANSACTION_ABORTABLE (KIP-890) is abortable. A coordinator that refuses the
+  TRANSACTION_ABORTABLE (KIP-890) answering FindCoordinator, AddPartitionsToTxn or
+  EndTxn is abortable. A coordinator that refuses the
   epoch bump with anything but fencing or a retriable error is asked again with the
   transactional id alone, as a freshly built producer would ask (Java's producer goes
   fatal there and its application builds that new producer).
@@ -57,7 +59,7 @@ from kctl.engine.idempotence import Idempotence, ProducerIdState
 from kctl.engine.metrics import ProducerMetrics
 from kctl.errors import KctlError
 from kctl.protocol import requests, schema
-from kctl.protocol.error_codes import error_for
+from kctl.protocol.error_codes import ERRORS_BY_NAME, error_for
 
 __all__ = ["TRANSITIONS", "TransactionConfig", "TransactionResult", "TransactionState",
            "Transactions", "TxnRequest", "TxnRequestKind"]
@@ -447,8 +449,12 @@ class Transactions:
             self.coordinator = c.node_id
             self.coordinator_address = (c.host, c.port)
             req.result.complete()
-        elif name == "COORDINATOR_NOT_AVAILABLE":
+        elif error_for(c.error_code).retriable:
+            # Java retries any retriable error (NOT_COORDINATOR, COORDINATOR_LOAD_IN_PROGRESS, ...).
             self.retry(req, now_ns)
+        elif name == "TRANSACTION_ABORTABLE":
+            req.result.complete(name)
+            self.abortable(name)
         else:
             self._fail(req, name if name == "TRANSACTIONAL_ID_AUTHORIZATION_FAILED" else
                        f"{name}: could not find the transaction coordinator of "
@@ -468,7 +474,7 @@ class Transactions:
         elif name in _COORDINATOR_MOVED:
             self.lookup_coordinator()
             self.retry(req, now_ns)
-        elif name in _TRY_AGAIN:
+        elif self._retriable(name):
             self.retry(req, now_ns)
         elif name in _FENCED:
             self._fail(req, "PRODUCER_FENCED")
@@ -498,7 +504,7 @@ class Transactions:
                     req.backoff_ms = ADD_PARTITIONS_RETRY_BACKOFF_MS
                 self.retry(req, now_ns)
                 return
-            if name in ("COORDINATOR_LOAD_IN_PROGRESS", "UNKNOWN_TOPIC_OR_PARTITION"):
+            if self._retriable(name):   # COORDINATOR_LOAD_IN_PROGRESS, UNKNOWN_TOPIC_OR_PARTITION, ...
                 self.retry(req, now_ns)
                 return
             if name in _FENCED:
@@ -511,10 +517,14 @@ class Transactions:
                 req.result.complete(name)
                 self._abortable_if_possible(name)
                 return
+            if name == "TRANSACTION_ABORTABLE":
+                req.result.complete(name)
+                self.abortable(name)
+                return
             failed[TopicPartition(topic, partition)] = name
         self.pending_partitions -= req.partitions
         if failed:
-            # TOPIC_AUTHORIZATION_FAILED, OPERATION_NOT_ATTEMPTED, TRANSACTION_ABORTABLE, ...
+            # TOPIC_AUTHORIZATION_FAILED, OPERATION_NOT_ATTEMPTED, anything unexpected
             first = sorted(failed.items())[0]
             message = f"{first[1]}: could not add {first[0]} to the transaction"
             req.result.complete(message)
@@ -545,15 +555,26 @@ class Transactions:
         elif name in _COORDINATOR_MOVED:
             self.lookup_coordinator()
             self.retry(req, now_ns)
-        elif name in _TRY_AGAIN:
+        elif self._retriable(name):
             self.retry(req, now_ns)
         elif name in _FENCED:
             self._fail(req, "PRODUCER_FENCED")
         elif name in _ABORTABLE_IF_BUMP:
             req.result.complete(name)
             self._abortable_if_possible(name)
+        elif name == "TRANSACTION_ABORTABLE":
+            # KIP-890: the coordinator cannot complete this transaction; aborting it can.
+            req.result.complete(name)
+            self.abortable(name)
         else:
             self._fail(req, name)
+
+    @staticmethod
+    def _retriable(name: str) -> bool:
+        """Java's ``error.exception() instanceof RetriableException`` (CONCURRENT_TRANSACTIONS,
+        COORDINATOR_LOAD_IN_PROGRESS, ...): asked again after ``retry.backoff.ms``."""
+        error = ERRORS_BY_NAME.get(name)
+        return name in _TRY_AGAIN or (error is not None and error.retriable)
 
     def _fail(self, req: TxnRequest, error: str) -> None:
         req.result.complete(error)

@@ -315,3 +315,39 @@ def test_a_refused_epoch_bump_is_asked_again_with_the_transactional_id_alone():
     begin_and_send(h, txn)
     b = h.batch(h.produce_requests()[-1])
     assert (b.producer_epoch, b.base_sequence) == (1, 0)
+
+
+@pytest.mark.parametrize("error", ["NOT_COORDINATOR", "COORDINATOR_LOAD_IN_PROGRESS",
+                                   "COORDINATOR_NOT_AVAILABLE"])
+def test_retriable_error_in_find_coordinator_is_retried(error):
+    """TransactionManager.FindCoordinatorHandler (trunk): any retriable error
+    (``RetriableException``) is asked again after ``retry.backoff.ms``, not fatal."""
+    h = Harness(**TXN)
+    h.step()
+    h.answer_metadata()
+    txn = h.producer.transactions
+    init = txn.initialize()
+    h.step()
+    h.answer_find_coordinator(error=error)
+    assert not txn.has_error and not init.done
+    h.answer_find_coordinator()
+    h.answer_init(producer_id=42, epoch=0)
+    assert init.done and init.error is None and txn.state is TransactionState.READY
+
+
+def test_transaction_abortable_exception_in_end_txn():
+    """TransactionManagerTest.testTransactionAbortableExceptionInEndTxn (KIP-890):
+    TRANSACTION_ABORTABLE answering EndTxn(commit) fails the commit and leaves the
+    transaction abortable (not fatal); the abort then completes it."""
+    h, txn = transactional()
+    handles = begin_and_send(h, txn)
+    commit = txn.begin_commit()
+    h.respond(h.produce_requests()[-1], base_offset=0)
+    h.step()
+    h.answer_end_txn(error="TRANSACTION_ABORTABLE")
+    assert commit.done and commit.error == "TRANSACTION_ABORTABLE"
+    assert txn.has_abortable_error and not txn.has_fatal_error and handles[0].offset == 0
+    abort = txn.begin_abort()
+    end = h.answer_end_txn()
+    assert end.body.committed is False and abort.done and abort.error is None
+    assert txn.state is TransactionState.READY
