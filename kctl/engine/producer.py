@@ -715,7 +715,7 @@ class Producer:
         if result.error is not None:
             txn = self._txn()
             if txn.has_fatal_error:
-                raise ProducerFatalError(f"{what}: {result.error}")
+                raise ProducerFatalError(f"{what}: {txn.explain(result.error)}")
             raise TransactionAbortableError(f"{what}: {result.error}")
 
     def init_transactions(self, timeout_s: float | None = None) -> None:

@@ -39,7 +39,8 @@ How this works
   fatal there and its application builds that new producer).
 - Accounting: records the broker acknowledged inside a transaction that is then
   aborted are moved from acked to failed (``TRANSACTION_ABORTED``) when the abort
-  completes: a read_committed consumer never sees them. (Their handles keep their
+  completes, and those of a transaction a fatal error left open (it can never commit)
+  to failed ``TRANSACTION_NOT_COMMITTED``: a read_committed consumer never sees them. (Their handles keep their
   offsets, as Java's callbacks have already run.)
 
 Time is passed in (``now_ns``); no I/O (conventions rules 1 and 3).
@@ -50,6 +51,7 @@ from __future__ import annotations
 import enum
 import heapq
 import itertools
+from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Final
 
@@ -61,7 +63,7 @@ from kctl.errors import KctlError
 from kctl.protocol import requests, schema
 from kctl.protocol.error_codes import ERRORS_BY_NAME, error_for
 
-__all__ = ["TRANSITIONS", "TransactionConfig", "TransactionResult", "TransactionState",
+__all__ = ["TRANSACTION_ABORTED", "TRANSACTION_NOT_COMMITTED", "TRANSITIONS", "TransactionConfig", "TransactionResult", "TransactionState",
            "Transactions", "TxnRequest", "TxnRequestKind"]
 
 FIND_COORDINATOR: Final = schema.API_BY_NAME["FindCoordinator"].api_key
@@ -72,6 +74,17 @@ END_TXN: Final = schema.API_BY_NAME["EndTxn"].api_key
 #: How records of an aborted transaction that the broker had acknowledged are counted:
 #: failed, since no read_committed consumer will see them.
 TRANSACTION_ABORTED: Final = "TRANSACTION_ABORTED"
+
+#: How records the broker acknowledged in a transaction that can no longer commit (the
+#: producer hit a fatal error inside it) are counted: failed, for the same reason.
+TRANSACTION_NOT_COMMITTED: Final = "TRANSACTION_NOT_COMMITTED"
+
+#: Why a fatal error is fatal, for its one line (Java's ProducerFencedException message).
+_FATAL_REASONS: Final = {
+    "PRODUCER_FENCED": "another producer with the same transactional.id fenced this one, or "
+                       "the coordinator did (it aborts a transaction older than "
+                       "transaction.timeout.ms and bumps the epoch)",
+}
 
 #: The first AddPartitionsToTxn of a transaction retries CONCURRENT_TRANSACTIONS this fast:
 #: the previous transaction's markers are usually almost written (Java's 20 ms).
@@ -196,9 +209,11 @@ class Transactions:
         self._queue: list[tuple[int, int, TxnRequest]] = []
         self._order = itertools.count()
         self._pending_result: TransactionResult | None = None
-        # Records the broker acknowledged in the open transaction: an abort takes them
-        # back (no read_committed consumer sees them), as failed TRANSACTION_ABORTED.
-        self.records_acked = 0
+        # Records the broker acknowledged in the open transaction, by partition and node:
+        # an abort takes them back (no read_committed consumer sees them), as failed
+        # TRANSACTION_ABORTED; a fatal error inside the transaction, as failed
+        # TRANSACTION_NOT_COMMITTED.
+        self.records_acked: Counter[tuple[TopicPartition, int]] = Counter()
 
     # -- state ------------------------------------------------------------------------------
     def _move(self, target: TransactionState, error: str | None = None) -> None:
@@ -232,7 +247,19 @@ class Transactions:
     def in_transaction(self) -> bool:
         return self.state is _T.IN_TRANSACTION
 
+    def explain(self, error: str) -> str:
+        """``error`` with why it is fatal, for its one line."""
+        name = error.split(":", 1)[0]
+        reason = _FATAL_REASONS.get(name)
+        if reason is None or ":" in error:
+            return error
+        return f"{name}: {reason} (transactional.id {self.transactional_id!r})"
+
     def fatal(self, error: str) -> None:
+        if self.records_acked:
+            # The open transaction can never commit now (no EndTxn can follow): what the
+            # broker acknowledged in it stays invisible to read_committed consumers.
+            self._take_back_acked(TRANSACTION_NOT_COMMITTED)
         self._move(_T.FATAL_ERROR, error)
         if self.idempotence.state is not ProducerIdState.FATAL:
             self.idempotence.set_fatal(error)
@@ -534,8 +561,26 @@ class Transactions:
         self.transaction_started = True
         req.result.complete()
 
-    def on_records_acked(self, count: int) -> None:
-        self.records_acked += count
+    def on_records_acked(self, tp: TopicPartition, node_id: int, count: int) -> None:
+        self.records_acked[(tp, node_id)] += count
+        if self.state is _T.FATAL_ERROR:
+            # Acknowledged after the fatal error (a late answer): never committed either.
+            self._take_back_acked(TRANSACTION_NOT_COMMITTED)
+
+    def _take_back_acked(self, reason: str) -> None:
+        """The records acknowledged in this transaction will never be read committed:
+        counted failed with ``reason`` instead of acked."""
+        n = sum(self.records_acked.values())
+        if not n:
+            return
+        m = self.metrics
+        m.records_acked -= n
+        m.records_failed += n
+        m.failed_by_error[reason] += n
+        for (tp, node_id), count in self.records_acked.items():
+            m.records_by_partition[tp] -= count
+            m.records_by_node[node_id] -= count
+        self.records_acked.clear()
 
     def _on_end_txn(self, req: TxnRequest, body: Any, now_ns: int) -> None:
         name = error_for(body.error_code).name if body.error_code else None
@@ -545,11 +590,7 @@ class Transactions:
                 m.transactions_committed += 1
             else:
                 m.transactions_aborted += 1
-                n = self.records_acked
-                if n:
-                    m.records_acked -= n
-                    m.records_failed += n
-                    m.failed_by_error[TRANSACTION_ABORTED] += n
+                self._take_back_acked(TRANSACTION_ABORTED)
             self._complete_transaction()
             req.result.complete()
         elif name in _COORDINATOR_MOVED:
@@ -586,7 +627,7 @@ class Transactions:
         self.last_error = None
         self.epoch_bump_required = False
         self.transaction_started = False
-        self.records_acked = 0
+        self.records_acked.clear()
         self.new_partitions.clear()
         self.pending_partitions.clear()
         self.partitions.clear()

@@ -168,6 +168,29 @@ def test_producer_fenced_in_produce_is_fatal():
         txn.begin_abort()
 
 
+def test_records_acknowledged_in_a_transaction_a_fatal_error_left_open_count_as_failed():
+    """kctl's accounting: after PRODUCER_FENCED the open transaction can never commit, so
+    the records the broker acknowledged in it are counted failed
+    (TRANSACTION_NOT_COMMITTED), per partition too; the fatal line says why."""
+    h, txn = transactional()
+    first = begin_and_send(h, txn, 2)
+    h.respond(h.produce_requests()[-1], base_offset=0)
+    h.step()
+    assert [x.offset for x in first] == [0, 1]
+    second = h.send(3)
+    h.step()
+    h.respond(h.produce_requests()[-1], errors={0: "PRODUCER_FENCED"})
+    h.step()
+    h.step()
+    assert txn.has_fatal_error and second[0].error == "PRODUCER_FENCED"
+    m = h.producer.metrics
+    assert (m.records_acked, m.records_failed) == (0, 5)
+    assert m.failed_by_error == {"PRODUCER_FENCED": 3, "TRANSACTION_NOT_COMMITTED": 2}
+    assert sum(m.records_by_partition.values()) == 0
+    fatal = h.producer.fatal_error
+    assert fatal.startswith("PRODUCER_FENCED: another producer with the same transactional.id")
+
+
 def test_producer_fenced_exception_in_init_producer_id():
     """TransactionManagerTest.testProducerFencedExceptionInInitProducerId."""
     h = Harness(**TXN)
