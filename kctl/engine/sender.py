@@ -448,7 +448,7 @@ class Sender:
         m.records_by_partition[b.tp] += b.record_count
         m.records_by_node[b.node_id] += b.record_count
         if self.transactions is not None:
-            self.transactions.on_records_acked(b.tp, b.node_id, b.record_count)
+            self.transactions.on_records_acked(b.tp, b.node_id, b.record_count, b.value_bytes)
         self._done(b)
 
     def _fail(self, b: ProducerBatch, error: str, message: str, now_ns: int,

@@ -214,6 +214,7 @@ class Transactions:
         # TRANSACTION_ABORTED; a fatal error inside the transaction, as failed
         # TRANSACTION_NOT_COMMITTED.
         self.records_acked: Counter[tuple[TopicPartition, int]] = Counter()
+        self.value_bytes_acked = 0
 
     # -- state ------------------------------------------------------------------------------
     def _move(self, target: TransactionState, error: str | None = None) -> None:
@@ -253,7 +254,7 @@ class Transactions:
         reason = _FATAL_REASONS.get(name)
         if reason is None or ":" in error:
             return error
-        return f"{name}: {reason} (transactional.id {self.transactional_id!r})"
+        return f"{name}: {reason}"
 
     def fatal(self, error: str) -> None:
         if self.records_acked:
@@ -340,7 +341,8 @@ class Transactions:
 
     def _fail_if_error(self) -> None:
         if self.has_error:
-            raise KctlError(f"transaction {self.transactional_id!r} cannot go on: {self.last_error}")
+            raise KctlError(f"transaction {self.transactional_id!r} cannot go on: "
+                            f"{self.explain(self.last_error or '')}")
 
     # -- partitions ----------------------------------------------------------------------------
     def may_send_to(self, tp: TopicPartition) -> bool:
@@ -561,8 +563,9 @@ class Transactions:
         self.transaction_started = True
         req.result.complete()
 
-    def on_records_acked(self, tp: TopicPartition, node_id: int, count: int) -> None:
+    def on_records_acked(self, tp: TopicPartition, node_id: int, count: int, value_bytes: int) -> None:
         self.records_acked[(tp, node_id)] += count
+        self.value_bytes_acked += value_bytes
         if self.state is _T.FATAL_ERROR:
             # Acknowledged after the fatal error (a late answer): never committed either.
             self._take_back_acked(TRANSACTION_NOT_COMMITTED)
@@ -577,6 +580,8 @@ class Transactions:
         m.records_acked -= n
         m.records_failed += n
         m.failed_by_error[reason] += n
+        m.value_bytes_acked -= self.value_bytes_acked
+        self.value_bytes_acked = 0
         for (tp, node_id), count in self.records_acked.items():
             m.records_by_partition[tp] -= count
             m.records_by_node[node_id] -= count
@@ -628,6 +633,7 @@ class Transactions:
         self.epoch_bump_required = False
         self.transaction_started = False
         self.records_acked.clear()
+        self.value_bytes_acked = 0
         self.new_partitions.clear()
         self.pending_partitions.clear()
         self.partitions.clear()
