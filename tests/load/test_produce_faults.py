@@ -223,6 +223,25 @@ def test_transactional_run_aborts_a_failed_transaction_and_goes_on(broker, tmp_p
     check_accounted_and_read_back(doc, s)
 
 
+def test_verify_leaves_out_the_records_of_aborted_transactions(broker, tmp_path):
+    """Transactions aborted between committed ones (INVALID_PRODUCER_EPOCH on a Produce,
+    abortable): --verify reads as read_committed, so the aborted transactions' records
+    inside the acknowledged ranges are left out of found (Tansu lists no aborted
+    transactions; its ABORT markers say which) and counted apart."""
+    out = tmp_path / "s.json"
+    plan = FaultPlan(lose_rate=0.02, lose_limit=3, lose_error="INVALID_PRODUCER_EPOCH", seed=3)
+    with InspectorProxy([broker.bootstrap], faults=plan) as proxy:
+        r = run(proxy.bootstrap, out, "--rate", "1000", "--num-records", "2000",
+                "--transaction-duration-ms", "300")
+    assert "Traceback" not in r.stderr, r.stderr
+    doc, s = read_summary(out)
+    t, c = s.transactions, s.counts
+    assert t is not None and t.aborted >= 1 and t.committed >= 1
+    assert c.failed_by_error.get("TRANSACTION_ABORTED", 0) > 0
+    check_accounted_and_read_back(doc, s)
+    assert doc["verify"]["aborted"] > 0, doc["verify"]
+
+
 @pytest.mark.parametrize(("signum", "to_group"), [(signal.SIGINT, True), (signal.SIGTERM, False),
                                                   (signal.SIGTERM, True)],
                          ids=["ctrl-c", "sigterm", "sigterm-to-group"])
