@@ -242,6 +242,9 @@ class Sender:
         if req.needs_coordinator:
             node = txn.coordinator
             if node is None:
+                # Java's maybeFindCoordinatorAndRetry: the request goes back as a retry, so
+                # it waits retry.backoff.ms once the coordinator is known (Java's Sender
+                # sleeps retryBackoffMs before sending a request that isRetry()).
                 txn.lookup_coordinator()
                 txn.retry(req, now_ns)
                 return True, now_ns

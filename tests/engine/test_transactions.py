@@ -374,3 +374,23 @@ def test_transaction_abortable_exception_in_end_txn():
     end = h.answer_end_txn()
     assert end.body.committed is False and abort.done and abort.error is None
     assert txn.state is TransactionState.READY
+
+
+def test_init_producer_id_after_the_coordinator_lookup_waits_retry_backoff():
+    """Sender.maybeSendAndPollTransactionalRequest (Java trunk): InitProducerId picked while
+    the coordinator is unknown goes back as a retry (maybeFindCoordinatorAndRetry), and a
+    retried request is sent only after ``retry.backoff.ms`` (``time.sleep(retryBackoffMs)``
+    when ``isRetry()``): the wait between FindCoordinator's answer and InitProducerId is
+    Java's, not kctl's (``retry.backoff.ms`` is that wait)."""
+    h = Harness(**{**TXN, "retry.backoff.ms": "50", "retry.backoff.max.ms": "50"})
+    h.step()
+    h.answer_metadata()
+    init = h.producer.transactions.initialize()
+    h.step()
+    picked = h.clock.now_ns()
+    h.answer_find_coordinator()
+    while h.clock.now_ns() - picked < 49_000_000:
+        assert not h.net.pending("InitProducerId")
+        h.step(ms=1)
+    h.step(ms=1)
+    assert h.net.pending("InitProducerId") and not init.done
