@@ -111,7 +111,8 @@ TRANSITIONS: Final[dict[TransactionState, frozenset[TransactionState]]] = {
     _T.IN_TRANSACTION: frozenset({_T.READY}),
     _T.COMMITTING_TRANSACTION: frozenset({_T.IN_TRANSACTION}),
     _T.ABORTING_TRANSACTION: frozenset({_T.IN_TRANSACTION, _T.ABORTABLE_ERROR}),
-    _T.ABORTABLE_ERROR: frozenset({_T.IN_TRANSACTION, _T.COMMITTING_TRANSACTION, _T.ABORTABLE_ERROR}),
+    _T.ABORTABLE_ERROR: frozenset({_T.IN_TRANSACTION, _T.COMMITTING_TRANSACTION, _T.ABORTABLE_ERROR,
+                                   _T.INITIALIZING}),
     _T.FATAL_ERROR: frozenset(TransactionState),
 }
 
@@ -274,6 +275,9 @@ class Transactions:
         if self.state is _T.ABORTING_TRANSACTION:
             return   # already aborting (Java skips the transition)
         if self.state is _T.FATAL_ERROR:
+            return
+        if self.state not in TRANSITIONS[_T.ABORTABLE_ERROR]:
+            self.fatal(error)   # nothing to abort here (Java's invalid transition is fatal too)
             return
         self._move(_T.ABORTABLE_ERROR, error)
 

@@ -394,3 +394,21 @@ def test_init_producer_id_after_the_coordinator_lookup_waits_retry_backoff():
         h.step(ms=1)
     h.step(ms=1)
     assert h.net.pending("InitProducerId") and not init.done
+
+
+def test_transaction_abortable_exception_in_find_coordinator():
+    """TransactionManagerTest.testTransactionAbortableExceptionInFindCoordinator (KIP-890),
+    here while initializing (Java's table lets INITIALIZING go to ABORTABLE_ERROR): the
+    request under way fails with TRANSACTION_ABORTABLE, the producer is abortable, not
+    fatal, and nothing raises."""
+    h = Harness(**TXN)
+    h.step()
+    h.answer_metadata()
+    txn = h.producer.transactions
+    init = txn.initialize()
+    h.step()
+    h.answer_find_coordinator(error="TRANSACTION_ABORTABLE")
+    assert txn.has_abortable_error and not init.done
+    h.step(ms=10)   # InitProducerId's retry comes due: it fails with the error
+    assert txn.has_abortable_error and not txn.has_fatal_error
+    assert init.done and init.error == "TRANSACTION_ABORTABLE"
