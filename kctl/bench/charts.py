@@ -30,6 +30,7 @@ from typing import Any
 from kctl.bench.max_rate import MaxRateResult
 from kctl.bench.results import METRICS, CellResult
 from kctl.errors import ConfigError
+from kctl.percentiles import values_at_percentiles
 
 __all__ = ["clock_of", "percentile_curve", "write_charts", "write_html", "write_max_rate_chart", "write_pngs"]
 
@@ -48,15 +49,15 @@ def percentile_curve(cell: CellResult) -> list[tuple[float, float]]:
     if h is None:
         return [(1.0 / (1.0 - p / 100.0), ms) for p, ms in cell.percentile_points]
     n = h.get_total_count()
-    out = []
     # Up to the percentile where one record remains: beyond that the curve is just max.
+    ps = [0.0]
     p = 0.0
-    while True:
-        out.append((1.0 / (1.0 - p / 100.0), h.get_value_at_percentile(p) / 1000.0))
-        if (100.0 - p) / 100.0 * n <= 1 or p >= 99.9999:
-            break
+    while (100.0 - p) / 100.0 * n > 1 and p < 99.9999:
         # 20 points per decade of the tail.
         p = 100.0 - (100.0 - p) * 10 ** (-1 / 20)
+        ps.append(p)
+    values = values_at_percentiles(h, ps)    # one walk of the counts for every point
+    out = [(1.0 / (1.0 - q / 100.0), values[q] / 1000.0) for q in ps]
     out.append((1.0 / (1.0 - min(p, 99.9999) / 100.0) * 1.0001, h.get_max_value() / 1000.0))
     return out
 

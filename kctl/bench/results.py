@@ -28,6 +28,7 @@ from typing import Any
 from hdrh.histogram import HdrHistogram
 
 from kctl.errors import ConfigError
+from kctl.percentiles import value_at_percentile, values_at_percentiles
 from kctl.stats.hlog import LoggedInterval, read_interval_log
 from kctl.stats.latency import EMPTY_FIGURES, decode_histogram, encode_histogram, new_histogram
 from kctl.stats.summary import RunSummary
@@ -266,7 +267,7 @@ def timeline_from_intervals(intervals: Sequence[LoggedInterval], *, unit_ms: flo
         n = iv.histogram.get_total_count()
         out.append({"t_s": round(iv.end_s - t0, 3),
                     "records_per_s": round(n / length, 3) if length > 0 else 0.0,
-                    "p99_ms": iv.histogram.get_value_at_percentile(99.0) * unit_ms if n else 0.0})
+                    "p99_ms": value_at_percentile(iv.histogram, 99.0) * unit_ms if n else 0.0})
     return out
 
 
@@ -297,13 +298,16 @@ def _metrics_from_intervals(intervals: Sequence[LoggedInterval], unit_ms: float)
     out: dict[str, float] = {}
     n = main.get_total_count() if main is not None else 0
     out["records_per_s"] = n / span if span > 0 else 0.0
-    service = merged.get("send", main)
+    # Service time is the send clock's: a log without a "send" tag (a Java or hdrh writer's
+    # untagged one) did not measure it, so its svc figures are n/a, not the main clock's.
+    service = merged.get("send")
     for prefix, h in (("", main), ("service_", service)):
         if h is None or not h.get_total_count():
             continue
-        out[f"{prefix}p50_ms"] = h.get_value_at_percentile(50.0) * unit_ms
-        out[f"{prefix}p99_ms"] = h.get_value_at_percentile(99.0) * unit_ms
-        out[f"{prefix}p999_ms"] = h.get_value_at_percentile(99.9) * unit_ms
+        pct = values_at_percentiles(h, (50.0, 99.0, 99.9))
+        out[f"{prefix}p50_ms"] = pct[50.0] * unit_ms
+        out[f"{prefix}p99_ms"] = pct[99.0] * unit_ms
+        out[f"{prefix}p999_ms"] = pct[99.9] * unit_ms
         out[f"{prefix}max_ms"] = h.get_max_value() * unit_ms
     return out
 

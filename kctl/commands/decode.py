@@ -133,6 +133,9 @@ def decode(
     if size_prefix is not None:
         raise ConfigError("--size-prefix/--no-size-prefix go with --hex (frames in a capture "
                           "always have their size prefix)")
+    if api_version is not None:
+        raise ConfigError("--api-version goes with --hex (a capture's responses take the API "
+                          "version from their request)")
     if not files:
         raise ConfigError("give capture files to decode ('-' for stdin; or --hex with a frame on stdin)")
     if leg is not None and leg not in LEG_CHOICES:

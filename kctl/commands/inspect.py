@@ -29,7 +29,7 @@ def _describe(plan: FaultPlan) -> str:
     if plan.throttle_ms:
         parts.append(f"throttle {plan.throttle_ms}ms")
     if plan.error:
-        parts.append(f"{plan.error.error}@{plan.error.rate}")
+        parts.append(plan.error.describe())
     if plan.drop_rate:
         parts.append(f"drop {plan.drop_rate}")
     if plan.tiny_segments:
@@ -91,8 +91,11 @@ def inspect(
     throttle_ms: int = typer.Option(0, "--throttle-ms", min=0,
                                     help="throttle_time_ms put into Produce/Fetch responses."),
     inject_error: str = typer.Option(None, "--inject-error",
-                                     help="NAME[:RATE] partition error in Produce responses, "
-                                          "e.g. NOT_LEADER_OR_FOLLOWER:0.01."),
+                                     help="NAME[@API,...][:RATE] Kafka error put into responses: Produce "
+                                          "(default) and Fetch each partition at RATE; FindCoordinator, "
+                                          "InitProducerId, AddPartitionsToTxn, EndTxn each response at "
+                                          "RATE (all its error codes), e.g. NOT_LEADER_OR_FOLLOWER:0.01, "
+                                          "CONCURRENT_TRANSACTIONS@EndTxn:0.5."),
     drop_rate: float = typer.Option(0.0, "--drop-rate", min=0.0, max=1.0,
                                     help="Probability of cutting a connection mid-response."),
     tiny_segments: int = typer.Option(0, "--tiny-segments", min=0,

@@ -31,6 +31,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from kctl.consumer_config import ConsumerConfig
+from kctl.engine.backoff import Random
 from kctl.engine.batch import TopicPartition
 from kctl.engine.clock import NS_PER_MS, Clock, SystemClock
 from kctl.engine.consumer_coordinator import (
@@ -70,7 +71,10 @@ class ConsumerClosedError(KctlError):
 
 class Consumer:
     def __init__(self, config: ConsumerConfig, *, clock: Clock | None = None,
-                 network: NetworkClient | None = None, listener: RebalanceListener | None = None) -> None:
+                 network: NetworkClient | None = None, listener: RebalanceListener | None = None,
+                 random: Random | None = None) -> None:
+        """``random``: the jitter source of the metadata refresh backoff (``Metadata``);
+        pinned by tests that step the consumer with a fake clock."""
         if not config.bootstrap_servers and network is None:
             raise ConfigError("bootstrap.servers is required")
         self.config = config
@@ -78,7 +82,8 @@ class Consumer:
         now = self.clock.now_ns()
         self.wall_offset_ns = self.clock.wall_ns() - now   # monotonic -> Unix epoch ns
         self.metrics = ConsumerMetrics()
-        self.metadata = Metadata(config.metadata, allow_auto_topic_creation=config.allow_auto_create_topics)
+        self.metadata = Metadata(config.metadata, allow_auto_topic_creation=config.allow_auto_create_topics,
+                                 random=random)
         self.network = network or NetworkClient(config.network, clock=self.clock,
                                                 bootstrap=config.bootstrap_servers)
         self.subscriptions = SubscriptionState(config.auto_offset_reset)

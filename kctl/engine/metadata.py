@@ -5,9 +5,13 @@ How this works: the ``MetadataUpdater`` (metadata_updater.py, the producer's and
 consumer's) asks ``time_to_next_update_ns(now)`` whether a refresh is due (one was
 requested after a leader error or for an unknown topic, or ``metadata.max.age.ms`` has
 passed), sends ``build_request()`` to the least-loaded node, and feeds the answer to
-``handle_response`` (or reports ``failed_update``). Failed
-refreshes back off exponentially from ``retry.backoff.ms`` to
-``retry.backoff.max.ms``. Leaders learned from Produce responses (KIP-951
+``handle_response`` (or reports ``failed_update``). A refresh waits ``retry.backoff.ms``
+after the last one; failed refreshes back off exponentially from there to
+``retry.backoff.max.ms``, jittered (Java's ``Metadata.refreshBackoff``:
+``ExponentialBackoff(retry.backoff.ms, 2, retry.backoff.max.ms, 0.2)``, KIP-580) so that
+many clients that lost a broker do not all ask again at once. The wait is drawn once
+per answer or failure (Java draws anew each time it asks); the random source is passed
+in (``random``) so tests can pin it. Leaders learned from Produce responses (KIP-951
 ``current_leader``) update the view without a full refresh, if their leader
 epoch is newer.
 
@@ -26,6 +30,9 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from kctl.config import MetadataConfig
+from kctl.engine.backoff import (
+    RETRY_BACKOFF_EXP_BASE, RETRY_BACKOFF_JITTER, ExponentialBackoff, Random,
+)
 from kctl.engine.batch import TopicPartition
 from kctl.engine.clock import NS_PER_MS
 from kctl.protocol import requests
@@ -63,10 +70,16 @@ class MetadataUpdate:
 
 
 class Metadata:
-    def __init__(self, config: MetadataConfig, *, allow_auto_topic_creation: bool = False) -> None:
+    def __init__(self, config: MetadataConfig, *, allow_auto_topic_creation: bool = False,
+                 random: Random | None = None) -> None:
         """``allow_auto_topic_creation``: what Metadata requests ask for (v4+); the producer
-        never asks, the consumer as ``allow.auto.create.topics`` says."""
+        never asks, the consumer as ``allow.auto.create.topics`` says. ``random``: the
+        jitter source of the refresh backoff (a float in [0, 1) per draw; default
+        ``random.random``)."""
         self.config = config
+        self.refresh_backoff = ExponentialBackoff(config.retry_backoff_ms, RETRY_BACKOFF_EXP_BASE,
+                                                  config.retry_backoff_max_ms,
+                                                  RETRY_BACKOFF_JITTER, random)
         self.allow_auto_topic_creation = allow_auto_topic_creation
         self.topics: set[str] = set()
         # Added and not yet in an answer (Java's newTopics): never dropped as idle.
@@ -85,6 +98,7 @@ class Metadata:
         self._last_success_ns: int | None = None
         self._last_attempt_ns: int | None = None
         self._failures = 0
+        self._backoff_ns = self.refresh_backoff.backoff_ns(0)   # after the last attempt
         self.version = 0          # bumped whenever partitions or leaders may have changed
         self.refreshes = 0
 
@@ -145,11 +159,11 @@ class Metadata:
     def update_requested(self) -> bool:
         return self._need_update
 
-    def _backoff_ns(self) -> int:
-        """Wait after the last attempt: retry.backoff.ms, doubling per failure up to the max."""
-        base = self.config.retry_backoff_ms * NS_PER_MS
-        return min(self.config.retry_backoff_max_ms * NS_PER_MS,
-                   base << min(max(self._failures - 1, 0), 30))
+    def _attempt_ended(self, now_ns: int) -> None:
+        """The wait before the next refresh, drawn as the last attempt ends: retry.backoff.ms
+        x 2^(failures - 1) (x 1 after an answer), jittered, up to retry.backoff.max.ms."""
+        self._last_attempt_ns = now_ns
+        self._backoff_ns = self.refresh_backoff.backoff_ns(max(self._failures - 1, 0))
 
     def time_to_next_update_ns(self, now_ns: int) -> int:
         """0 when a refresh should be sent now; else how long until one is due."""
@@ -161,7 +175,7 @@ class Metadata:
             due = now_ns
         else:
             due = self._last_success_ns + self.config.metadata_max_age_ms * NS_PER_MS
-        allowed = self._last_attempt_ns + self._backoff_ns()
+        allowed = self._last_attempt_ns + self._backoff_ns
         return max(due - now_ns, allowed - now_ns, 0)
 
     def build_request(self, now_ns: int, version: int):
@@ -179,14 +193,14 @@ class Metadata:
     def failed_update(self, now_ns: int) -> None:
         self._in_progress = False
         self._failures += 1
-        self._last_attempt_ns = now_ns
+        self._attempt_ended(now_ns)
         self._need_update = True
 
     # -- answers -------------------------------------------------------------------------
     def handle_response(self, resp, now_ns: int) -> MetadataUpdate:
         self._in_progress = False
-        self._last_attempt_ns = now_ns
         self._failures = 0
+        self._attempt_ended(now_ns)
         self.refreshes += 1
         self.cluster_id = resp.cluster_id
         self.nodes = {b.node_id: NodeAddress(b.node_id, b.host, b.port, b.rack) for b in resp.brokers}

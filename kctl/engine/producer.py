@@ -141,8 +141,9 @@ class Producer:
     def __init__(self, config: ProducerConfig, *, clock: Clock | None = None,
                  on_batch_done: Callable[[ProducerBatch], None] | None = None,
                  network: NetworkClient | None = None, random: Random | None = None) -> None:
-        """``random``: the jitter source of the retry backoff (``RecordAccumulator``); pinned
-        or seeded by tests that step the producer with a fake clock."""
+        """``random``: the jitter source of the retry backoff (``RecordAccumulator``) and of
+        the metadata refresh backoff (``Metadata``); pinned or seeded by tests that step
+        the producer with a fake clock."""
         if not config.bootstrap_servers and network is None:
             raise ConfigError("bootstrap.servers is required")
         self.config = config
@@ -165,7 +166,7 @@ class Producer:
             config.accumulator, self.pool, sequences=self.idempotence,
             guarantee_order=sender_cfg.max_in_flight_requests_per_connection == 1,
             wall_offset_ns=self.clock.wall_ns() - self.clock.now_ns(), random=random)
-        self.metadata = Metadata(config.metadata)
+        self.metadata = Metadata(config.metadata, random=random)
         self.network = network or NetworkClient(config.network, clock=self.clock,
                                                 bootstrap=config.bootstrap_servers)
         self.partitioner = Partitioner(config.partitioning)

@@ -5,7 +5,9 @@ How this works
 A ``FaultPlan`` says what to do to responses on their way back to a client:
 delay them (a fixed time or a uniform range), put a ``throttle_time_ms`` into
 Produce and Fetch responses, rewrite partition error codes in Produce (and
-optionally Fetch) responses at a rate, cut the connection part-way through a
+optionally Fetch) responses at a rate, or the error codes of the transaction
+coordinator's answers (FindCoordinator, InitProducerId, AddPartitionsToTxn, EndTxn)
+at a rate per response, cut the connection part-way through a
 response at a rate, deliver responses in tiny TCP writes, or never answer at
 all (blackhole). One fault acts on requests: *lost records* takes one
 partition's batch out of a Produce request and, when the answer comes back,
@@ -21,6 +23,7 @@ reads a clock or touches a socket (conventions rule 1): ``on_request`` and
 ``FaultDecision`` that the proxy carries out.
 
 The body rewriters (``inject_throttle``, ``rewrite_partition_errors``,
+``rewrite_coordinator_errors``,
 ``remove_partition``, ``forge_produce_success``) work on decoded messages;
 ``rewrite_response_frame`` is the bytes-in, bytes-out form that decodes a
 response frame, rewrites it and re-encodes it at the same version.
@@ -83,6 +86,10 @@ from kctl.protocol.records import decode_batches
 
 PRODUCE: Final = schema.API_BY_NAME["Produce"].api_key
 FETCH: Final = schema.API_BY_NAME["Fetch"].api_key
+FIND_COORDINATOR: Final = schema.API_BY_NAME["FindCoordinator"].api_key
+INIT_PRODUCER_ID: Final = schema.API_BY_NAME["InitProducerId"].api_key
+ADD_PARTITIONS_TO_TXN: Final = schema.API_BY_NAME["AddPartitionsToTxn"].api_key
+END_TXN: Final = schema.API_BY_NAME["EndTxn"].api_key
 _NS_PER_MS: Final = 1_000_000
 # NONE is in Kafka's error table as code 0, success: injecting it would change nothing.
 _NONE_IS_NO_ERROR: Final = ("error name NONE is Kafka's code 0, no error: nothing would be "
@@ -102,11 +109,21 @@ def _api_keys(names: frozenset[str] | tuple[str, ...] | None) -> frozenset[int] 
     return frozenset(keys)
 
 
+#: The APIs whose answers ``ErrorRewrite`` can rewrite: the data path (each partition
+#: at ``rate``) and the transaction coordinator's (each response at ``rate``, all of its
+#: error codes; ``rewrite_coordinator_errors``).
+PARTITION_ERROR_APIS: Final = ("Produce", "Fetch")
+COORDINATOR_ERROR_APIS: Final = ("FindCoordinator", "InitProducerId", "AddPartitionsToTxn", "EndTxn")
+ERROR_APIS: Final = PARTITION_ERROR_APIS + COORDINATOR_ERROR_APIS
+
+
 @dataclass(frozen=True, slots=True)
 class ErrorRewrite:
-    """Rewrite partition error codes to ``error`` (a Kafka error name) in the
-    responses of ``apis`` (Produce and/or Fetch), each partition with probability
-    ``rate``; at most ``limit`` responses are touched when ``limit`` is set."""
+    """Rewrite error codes to ``error`` (a Kafka error name) in the responses of
+    ``apis`` (``ERROR_APIS``): in Produce and Fetch each partition with probability
+    ``rate``; in FindCoordinator, InitProducerId, AddPartitionsToTxn and EndTxn each
+    response with probability ``rate`` (every error code it carries). At most ``limit``
+    responses are touched when ``limit`` is set."""
 
     error: str
     rate: float = 1.0
@@ -120,9 +137,12 @@ class ErrorRewrite:
             raise ConfigError(f"unknown Kafka error name {self.error!r} (e.g. NOT_LEADER_OR_FOLLOWER)")
         if not 0.0 <= self.rate <= 1.0:
             raise ConfigError(f"error rate {self.rate} is outside 0..1")
-        bad = [a for a in self.apis if a not in ("Produce", "Fetch")]
+        if not self.apis:
+            raise ConfigError("error rewriting needs at least one API")
+        bad = [a for a in self.apis if a not in ERROR_APIS]
         if bad:
-            raise ConfigError(f"error rewriting supports Produce and Fetch responses, not {bad}")
+            raise ConfigError(f"error rewriting supports {', '.join(ERROR_APIS)} responses, "
+                              f"not {', '.join(bad)}")
 
     @property
     def code(self) -> int:
@@ -130,13 +150,29 @@ class ErrorRewrite:
 
     @classmethod
     def parse(cls, text: str) -> ErrorRewrite:
-        """``NAME[:RATE]`` as given to ``--inject-error`` (``NOT_LEADER_OR_FOLLOWER:0.01``)."""
-        name, _, rate = text.partition(":")
+        """``NAME[@API[,API...]][:RATE]`` as given to ``--inject-error``
+        (``NOT_LEADER_OR_FOLLOWER:0.01``, ``COORDINATOR_LOAD_IN_PROGRESS@EndTxn:0.5``);
+        the APIs are Produce when none is named. API names are Kafka's, any case."""
+        head, _, rate = text.partition(":")
+        name, at, apis_text = head.partition("@")
+        apis: tuple[str, ...] = ("Produce",)
+        if at:
+            by_lower = {a.lower(): a for a in ERROR_APIS}
+            given = [a.strip() for a in apis_text.split(",")]
+            unknown = [a for a in given if a.lower() not in by_lower]
+            if unknown or not apis_text.strip():
+                raise ConfigError(f"--inject-error {text!r}: API {', '.join(unknown) or '(none)'} "
+                                  f"is not one of {', '.join(ERROR_APIS)}")
+            apis = tuple(dict.fromkeys(by_lower[a.lower()] for a in given))
         try:
-            return cls(name.strip().upper(), float(rate) if rate else 1.0)
+            return cls(name.strip().upper(), float(rate) if rate else 1.0, apis)
         except ValueError:
-            raise ConfigError(f"--inject-error {text!r}: expected NAME[:RATE], e.g. "
-                              "NOT_LEADER_OR_FOLLOWER:0.01") from None
+            raise ConfigError(f"--inject-error {text!r}: expected NAME[@API,...][:RATE], e.g. "
+                              "NOT_LEADER_OR_FOLLOWER:0.01 or CONCURRENT_TRANSACTIONS@EndTxn:0.5") from None
+
+    def describe(self) -> str:
+        """``NAME@API,API rate`` for the live view's fault line."""
+        return f"{self.error}@{','.join(self.apis)} {self.rate}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -235,7 +271,7 @@ class FaultDecision:
     segment_bytes   at most this many bytes per write (0: no limit)
     swallow         never deliver it (blackhole)
     throttle_ms     the throttle_time_ms injected (0: none)
-    errors_injected partitions whose error code was rewritten
+    errors_injected error codes rewritten (partitions of Produce/Fetch, coordinator entries)
     forged          success entries added for lost batches (0: none)
     """
 
@@ -337,6 +373,49 @@ def rewrite_partition_errors(body: Any, api_key: int, error_code: int, rate: flo
                     p.high_watermark = -1
                     p.records = None
                     n += 1
+    else:
+        n = rewrite_coordinator_errors(body, api_key, error_code, rate, rng)
+    return n
+
+
+def rewrite_coordinator_errors(body: Any, api_key: int, error_code: int, rate: float,
+                               rng: random.Random) -> int:
+    """With probability ``rate`` (once per response), sets every error code of a
+    FindCoordinator, InitProducerId, AddPartitionsToTxn or EndTxn response to
+    ``error_code``, the other fields as a broker answers with that error; returns how
+    many error codes were set (0: the response was left alone).
+
+    FindCoordinator: v0-3 the top-level error, v4+ each coordinator entry (batched
+    keys); node -1, host "", port -1, no message. InitProducerId, EndTxn: the one
+    error, producer id and epoch -1 (EndTxn v5+ carries them). AddPartitionsToTxn:
+    each partition result (v0-3 ``results_by_topic_v3_and_below``, v4+ in each
+    transaction's results) and, v4+, the top-level error.
+    """
+    if rate < 1.0 and rng.random() >= rate:
+        return 0
+    n = 0
+    if api_key == FIND_COORDINATOR:
+        targets = body.coordinators or [body]    # v4+ batched; before, the body itself
+        for c in targets:
+            c.error_code = error_code
+            c.error_message = None
+            c.node_id, c.host, c.port = -1, "", -1
+            n += 1
+    elif api_key == INIT_PRODUCER_ID or api_key == END_TXN:
+        body.error_code = error_code
+        body.producer_id, body.producer_epoch = -1, -1
+        n = 1
+    elif api_key == ADD_PARTITIONS_TO_TXN:
+        topics = list(body.results_by_topic_v3_and_below)
+        for txn in body.results_by_transaction:
+            topics.extend(txn.topic_results)
+        for t in topics:
+            for p in t.results_by_partition:
+                p.partition_error_code = error_code
+                n += 1
+        if body.results_by_transaction or not body.results_by_topic_v3_and_below:
+            body.error_code = error_code     # v4+: the request-level error
+            n += 1
     return n
 
 

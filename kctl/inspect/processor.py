@@ -317,7 +317,7 @@ class _Link:
 
 
 def _errors_in(api_key: int, body: Any) -> list[str]:
-    """Names of every non-zero ``error_code`` in a decoded response."""
+    """Names of every non-zero ``error_code`` (``partition_error_code``) in a decoded response."""
     found: list[str] = []
     if api_key == PRODUCE:
         for t in body.responses:
@@ -330,7 +330,7 @@ def _errors_in(api_key: int, body: Any) -> list[str]:
         m = stack.pop()
         for f in m._fields:
             v = getattr(m, f)
-            if f == "error_code":
+            if f == "error_code" or f == "partition_error_code":   # AddPartitionsToTxn's
                 if v:
                     found.append(error_for(v).name)
             elif type(v) is list:

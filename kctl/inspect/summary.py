@@ -18,6 +18,7 @@ from hdrh.histogram import HdrHistogram
 from kctl.errors import BudgetExceededError
 from kctl.inspect.report import error_codes, throttle_time_ms
 from kctl.inspect.session import CaptureNotice, DecodedFrame
+from kctl.percentiles import values_at_percentiles
 from kctl.protocol.error_codes import error_for
 
 __all__ = ["CaptureSummary", "ApiStats", "PartitionStats", "PERCENTILES", "capped_percentiles"]
@@ -29,17 +30,17 @@ _MAX_LATENCY_US: Final = 3_600 * 1_000_000
 def capped_percentiles(h: HdrHistogram | None, percentiles: Sequence[float], max_ns: int, *,
                        unit_ns: int = 1000) -> dict[float, float]:
     """Percentile -> value in units of ``unit_ns`` (µs by default, 1_000_000: ms) of a
-    latency histogram in µs, beside the exact largest value measured, ``max_ns``: hdrh's
-    bucket values (one walk of the counts for all percentiles), never above ``max_ns`` (a
+    latency histogram in µs, beside the exact largest value measured, ``max_ns``: bucket
+    values ranked as Java's HdrHistogram ranks them (kctl/percentiles.py; one walk of the
+    counts for all percentiles), never above ``max_ns`` (a
     bucket's highest value can be, at 3 significant digits: p99 would read above max).
     No histogram, or an empty one: 0 each. Here and in the proxy's snapshot
-    (``proxy_stats.merge_reports``); not in kctl.stats, which would load the engine into
-    ``kctl decode``."""
+    (``proxy_stats.merge_reports``)."""
     if h is None or not h.get_total_count():
         return dict.fromkeys(percentiles, 0)
     per_us = unit_ns / 1000
     cap = max_ns / unit_ns
-    pct = h.get_percentile_to_value_dict(list(percentiles))
+    pct = values_at_percentiles(h, percentiles)
     return {p: min(pct[p] / per_us, cap) for p in percentiles}
 
 

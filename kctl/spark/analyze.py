@@ -38,7 +38,7 @@ How this works
    a partition per range would only add tasks to every job after the decode.
 
 6. Summaries, in Spark SQL over those tables: latency percentiles per API (exact nearest
-   rank, as HdrHistogram ranks), throughput per topic per time bucket, top clients by
+   rank, as Java's HdrHistogram ranks), throughput per topic per time bucket, top clients by
    bytes, errors by name, notices by kind. Counting follows ``kctl decode --summary``.
 """
 
@@ -56,6 +56,7 @@ from kctl.inspect.ranges import (
     DEFAULT_LOOKBACK_BYTES, CaptureIndex, CaptureRange, RangeDecoder, check_coverage,
     index_capture,
 )
+from kctl.percentiles import requested_percentile
 from kctl.spark import capture_rows as rows_
 from kctl.spark.storage import CaptureFile, locate, open_at
 
@@ -72,7 +73,7 @@ MIN_RANGE_BYTES = 4 << 20
 #: rows, which one task writes in milliseconds; a partition per range (8 on local[2])
 #: made the work after the decode 3.0 s instead of 1.9 s.
 FRAMES_PER_PARTITION = 400_000
-PERCENTILES = (0.5, 0.9, 0.99, 0.999, 1.0)
+PERCENTILES = (50.0, 90.0, 99.0, 99.9, 100.0)     # in percent
 
 
 @dataclass(frozen=True, slots=True)
@@ -407,16 +408,24 @@ def _concurrently(*actions: Any) -> list[Any]:
     return [box[i][1] for i in range(len(actions))]
 
 
+def percentile_columns(rank: str = "rn", count: str = "n", value: str = "latency_ms") -> str:
+    """The SQL aggregates ``p0 .. p4`` of ``PERCENTILES``: nearest rank as Java's HdrHistogram
+    (and kctl decode --summary) defines it, the ``value`` of rank max(1, ceil(p' * n / 100))
+    in ascending order of the ``count`` values (``rank``: their row_number), p' the
+    percentile one ulp lower (kctl/percentiles.py: the same doubles in the same order, the
+    nudged percentile a double literal); no interpolation."""
+    return ", ".join(f"max(CASE WHEN {value} IS NOT NULL AND "
+                     f"{rank} = greatest(1, ceil({requested_percentile(p)!r}D * {count} / 100D)) "
+                     f"THEN {value} END) AS p{i}" for i, p in enumerate(PERCENTILES))
+
+
 def _write_and_summarise(spark: Any, requests: Any, partitions: Any, repair_notices: Any,
                          out: str, *, bucket_s: float, top: int) -> AnalyzeResult:
     requests.createOrReplaceTempView("requests")
     partitions.createOrReplaceTempView("partitions")
-    # Nearest rank as HdrHistogram (kctl decode --summary) defines it: the value of rank
-    # max(1, round(p * n)) in ascending order of the n latencies; no interpolation. One
-    # window sort per API (rows without a latency ranked last) keeps it distributed (no
-    # list of every latency in one place) and gives the counts in the same pass.
-    pct = ", ".join(f"max(CASE WHEN latency_ms IS NOT NULL AND rn = greatest(1, floor({p} * n + 0.5)) "
-                    f"THEN latency_ms END) AS p{i}" for i, p in enumerate(PERCENTILES))
+    # One window sort per API (rows without a latency ranked last) keeps the percentiles
+    # distributed (no list of every latency in one place) and gives the counts in the same pass.
+    pct = percentile_columns()
 
     def sql(q: str) -> Any:
         return lambda: [r.asDict(recursive=True) for r in spark.sql(q).collect()]
@@ -460,7 +469,7 @@ def _write_and_summarise(spark: Any, requests: Any, partitions: Any, repair_noti
         total_rows += r.pop("rows")
         p = [r.pop(f"p{i}") for i in range(len(PERCENTILES))]
         mean = r.pop("latency_mean")
-        r["latency_ms"] = ({f"p{q * 100:g}": v for q, v in zip(PERCENTILES, p)} | {"mean": mean}
+        r["latency_ms"] = ({f"p{q:g}": v for q, v in zip(PERCENTILES, p)} | {"mean": mean}
                            if r["latency_count"] else None)
     part_rows = sum(r.pop("rows") for r in throughput)
     return AnalyzeResult("", 0, total_rows, part_rows, latency=lat, throughput=throughput,

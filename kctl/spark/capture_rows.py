@@ -138,7 +138,7 @@ def pair_row(req: DecodedFrame | None, resp: DecodedFrame | None) -> dict[str, A
     if resp is not None:
         if resp.body is not None:
             errors += [error_for(c).name for c in error_codes(resp.body) if c]
-            throttle = throttle_time_ms(resp.body)
+            throttle = throttle_time_ms(resp.body, resp.api_version)
         if resp.error is not None:
             errors.append("DECODE_ERROR")
         errors += _records_errors(resp)

@@ -16,8 +16,9 @@ zero), into histograms of the producer clocks' layout (``new_histogram``: 1 µs 
 3 significant digits, so a value is known to the µs below 2 ms and to 0.1 % above).
 The printed figures, the summary and the ``.hlog`` all come from these same histograms,
 so an HdrHistogram tool reading the log (tag ``e2e``) gets exactly the printed
-percentiles and max (HdrHistogram's percentile rule: the highest equivalent value of
-the value at rank max(1, round(p/100 * count))), as for the producer's clocks.
+percentiles and max (Java HdrHistogram's percentile rule, kctl/percentiles.py: the highest
+equivalent value of the value at rank max(1, ceil(p/100 * count)), p nudged down one ulp),
+as for the producer's clocks.
 OpenMessaging Benchmark's figure, by contrast, comes from millisecond record timestamps.
 
 Negative values happen when producer and consumer clocks differ (two hosts): they are
@@ -43,6 +44,7 @@ from collections.abc import Mapping
 
 from hdrh.histogram import HdrHistogram
 
+from kctl.percentiles import count_at_percentile, values_at_counts
 from kctl.stats.latency import (
     _HALF,  # the counts-index arithmetic of HistogramSink's layout
     _HALF_MAG,
@@ -136,22 +138,6 @@ class E2eRecorder:
         return {c: encode_histogram(h) for c, h in self.interval().items()}
 
 
-def _value_at_rank(h: HdrHistogram, rank: int, *, highest: bool) -> int:
-    """The value of the ``rank``-th smallest recorded value (1-based), as the top (or
-    the bottom) of its equivalent range."""
-    seen = 0
-    counts = h.counts
-    last = h.get_counts_array_index(h.get_max_value())
-    for i in range(last + 1):
-        c = counts[i]
-        if c:
-            seen += c
-            if seen >= rank:
-                v = h.get_value_from_index(i)
-                return h.get_highest_equivalent_value(v) if highest else h.get_lowest_equivalent_value(v)
-    return h.get_max_value()
-
-
 def signed_figures(pos: HdrHistogram | None, neg: HdrHistogram | None) -> LatencyFigures:
     """Figures over the signed values: ``pos`` holds the values >= 0, ``neg`` the
     magnitudes of the negative ones (both in µs). Without negatives these are exactly
@@ -166,23 +152,17 @@ def signed_figures(pos: HdrHistogram | None, neg: HdrHistogram | None) -> Latenc
         return LatencyFigures(f.p50_ms, f.p90_ms, f.p95_ms, f.p99_ms, f.p999_ms, f.p9999_ms, f.max_ms,
                               f.mean_ms, f.count, negative=0, min_ms=pos.get_min_value() / 1e3)
 
-    def at(percentile: float) -> float:
-        k = _rank(percentile, n)
-        if k <= q:   # among the negatives: the (q - k + 1)-th smallest magnitude, negated
-            return -_value_at_rank(neg, q - k + 1, highest=False) / 1e3
-        return _value_at_rank(pos, k - q, highest=True) / 1e3
-
-    vals = [at(pc) for _, pc in PERCENTILES]
+    # Java's HdrHistogram rank over all n signed values; a rank among the negatives is the
+    # (q - k + 1)-th smallest magnitude, negated (its bucket's lowest magnitude: the top of
+    # its signed range), one among the rest the (k - q)-th value >= 0.
+    ranks = [count_at_percentile(pc, n) for _, pc in PERCENTILES]
+    low = values_at_counts(neg, [q - k + 1 for k in ranks if k <= q], highest=False)
+    high = values_at_counts(pos, [k - q for k in ranks if k > q]) if p else {}
+    vals = [-low[q - k + 1] / 1e3 if k <= q else high[k - q] / 1e3 for k in ranks]
     mean = ((histogram_mean(pos) * p if p else 0.0) - histogram_mean(neg) * q) / n / 1e3
     max_ms = pos.get_max_value() / 1e3 if p else -neg.get_min_value() / 1e3
     return LatencyFigures(*vals, max_ms=max_ms, mean_ms=mean, count=n, negative=q,
                           min_ms=-neg.get_max_value() / 1e3)
-
-
-def _rank(percentile: float, count: int) -> int:
-    """HdrHistogram's rank for a percentile, hdrh's expression to the last float
-    operation (``get_target_count_at_percentile``): at least 1, rounded half up."""
-    return max(int(min(percentile, 100.0) * count / 100 + 0.5), 1)
 
 
 def merged(into: dict[str, HdrHistogram], hists: Mapping[str, HdrHistogram]) -> None:

@@ -48,16 +48,20 @@ class IntervalLogWriter:
         self._close_out = close_out
         # kctl produce --consume writes the producer's clocks and e2e from two threads.
         self._lock = threading.Lock()
-        self.base_wall_ns = start_wall_ns
+        # Java's HistogramLogWriter takes its start and base times in whole milliseconds
+        # (currentTimeMillis: truncated) and prints them exactly; the summary JSON's
+        # start_unix_ms truncates the same start_wall_ns, so both name the same instant.
+        start_ms = start_wall_ns // 1_000_000
+        self.base_wall_ns = start_ms * 1_000_000
         self.max_value_unit_ratio = max_value_unit_ratio
         self.lines = 0
-        start_s = start_wall_ns / 1e9
-        iso = datetime.fromtimestamp(start_s, UTC).isoformat()
+        secs = f"{start_ms // 1000}.{start_ms % 1000:03d}"
+        iso = datetime.fromtimestamp(start_ms / 1000, UTC).isoformat(timespec="milliseconds")
         w = out.write
         w(f"#[Logged with kctl {__version__}]\n")
         w(f"#[Histogram log format version {LOG_FORMAT_VERSION}]\n")
-        w(f"#[StartTime: {start_s:.3f} (seconds since epoch), {iso}]\n")
-        w(f"#[BaseTime: {start_s:.3f} (seconds since epoch)]\n")
+        w(f"#[StartTime: {secs} (seconds since epoch), {iso}]\n")
+        w(f"#[BaseTime: {secs} (seconds since epoch)]\n")
         w("#[Values in microseconds; Interval_Max in milliseconds]\n")
         if comment:
             self.output_comment(comment)

@@ -46,6 +46,7 @@ from dataclasses import dataclass
 from hdrh.histogram import HdrHistogram
 
 from kctl.engine.batch import AppendSlice
+from kctl.percentiles import values_at_percentiles
 
 __all__ = [
     "CLOCKS", "HIGHEST_US", "HistogramSink", "INTENDED_GROUPS", "LOWEST_US", "PERCENTILES",
@@ -124,12 +125,13 @@ class LatencyFigures:
 
     @classmethod
     def from_histogram(cls, h: HdrHistogram | None) -> LatencyFigures:
-        """From a histogram in µs (every clock's, e2e's too): hdrh's percentiles, so a
-        reader of the .hlog gets the same figures."""
+        """From a histogram in µs (every clock's, e2e's too): percentiles ranked as Java's
+        HdrHistogram ranks them (kctl/percentiles.py), so a reader of the .hlog gets the
+        same figures."""
         if h is None or not h.get_total_count():
             return EMPTY_FIGURES
         per_ms = 1000
-        pct = h.get_percentile_to_value_dict([p for _, p in PERCENTILES])
+        pct = values_at_percentiles(h, [p for _, p in PERCENTILES])
         vals = [pct[p] / per_ms for _, p in PERCENTILES]
         return cls(*vals, max_ms=h.get_max_value() / per_ms,
                    mean_ms=histogram_mean(h) / per_ms, count=h.get_total_count())

@@ -54,6 +54,9 @@ def test_foreign_hlog_in_nanoseconds(tmp_path):
     assert abs(m["records_per_s"] - 1000) < 1
     assert abs(m["max_ms"] - 30.0) / 30 < 0.01 and 7.0 < m["p50_ms"] < 10.0
     assert len(cell.reps[0].timeline) == 3
+    # An untagged log measured no service time: its svc columns are n/a, not p50/p99 again.
+    assert not any(cell.has(k) for k in ("service_p50_ms", "service_p99_ms", "service_p999_ms",
+                                         "service_max_ms"))
     assert abs(cell.latency_histogram().get_max_value() / 1000 - 30.0) / 30 < 0.01   # rescaled to µs
 
 
@@ -186,3 +189,16 @@ def test_table_title_gives_each_runs_repetitions_when_they_differ():
 def test_bench_help_states_the_max_steps_minimum():
     run = kctl("bench", "--help")
     assert "at least 2" in " ".join(run.stdout.split())
+
+
+def test_a_kctl_log_s_svc_figures_are_its_send_clock_s(tmp_path):
+    """A kctl log tags its clocks: svc is the "send" histogram's, p50 the "intended" one's."""
+    from kctl.stats.hlog import IntervalLogWriter
+    base = 1_700_000_000_000_000_000
+    with IntervalLogWriter.open(tmp_path / "kctl.hlog", base) as w:
+        for tag, us in (("intended", 4000), ("send", 1000)):
+            h = HdrHistogram(1, 3_600_000_000, 3)
+            h.record_value(us, 100)
+            w.output(tag, base, base + 1_000_000_000, h)
+    m = load_run(tmp_path / "kctl.hlog")[0].reps[0].metrics
+    assert abs(m["p50_ms"] - 4.0) < 0.01 and abs(m["service_p50_ms"] - 1.0) < 0.01

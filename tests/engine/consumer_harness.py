@@ -107,7 +107,8 @@ class ConsumerHarness:
         self.config = ConsumerConfig.from_properties(settings)
         self.net = FakeNetwork(self.clock, nodes, max_in_flight=100)
         self.events: list[tuple[str, list]] = []
-        self.consumer = Consumer(self.config, clock=self.clock, network=self.net, listener=self)
+        self.consumer = Consumer(self.config, clock=self.clock, network=self.net, listener=self,
+                                 random=lambda: 0.5)
         self.partitions = partitions
         self.nodes = nodes
 

@@ -63,3 +63,27 @@ def test_the_consumers_topics_never_expire():
     md.handle_response(_answer("a"), now_ns=1000 * NS_PER_MS)
     md.handle_response(_answer("a"), now_ns=10**6 * NS_PER_MS)
     assert md.topics == {"a"} and md.partition_count("a") == 2
+
+
+def test_refresh_backoff_is_jittered_exponential():
+    """Java's Metadata.refreshBackoff (KIP-580): ExponentialBackoff(retry.backoff.ms, 2,
+    retry.backoff.max.ms, 0.2), attempt ``failures - 1`` (0 after an answer). The random
+    source is pinned: 0.0 gives a factor of 0.8, 0.99 one of 1.196; never above the max."""
+    cfg = ProducerConfig.from_properties({"retry.backoff.ms": 100, "retry.backoff.max.ms": 1000}).metadata
+    draws = iter([0.0, 0.0, 0.99, 0.99, 0.0])
+    md = Metadata(cfg, random=lambda: next(draws))      # the first draw: at construction
+    now = 0
+    md.build_request(now, 12)
+    waits = []
+    for _ in range(3):
+        md.failed_update(now)                   # failures 1, 2, 3: 100, 200, 400 ms x jitter
+        waits.append(md.time_to_next_update_ns(now) // 1000)
+    assert waits == [80_000, 239_200, 478_400]      # x 0.8, x 1.196, x 1.196
+    md.handle_response(_answer("t"), now)       # an answer: retry.backoff.ms again, jittered
+    md.request_update()
+    assert md.time_to_next_update_ns(now) == 80 * NS_PER_MS
+    md = Metadata(cfg, random=lambda: 0.999999)
+    md.build_request(0, 12)
+    for _ in range(6):
+        md.failed_update(0)
+    assert md.time_to_next_update_ns(0) == 1000 * NS_PER_MS     # capped at the max

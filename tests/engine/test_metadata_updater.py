@@ -49,7 +49,8 @@ def updater(nodes=(0,), **node_versions):
     net = FakeNetwork(clock, nodes)
     for node, versions in node_versions.items():
         net.node_versions[int(node.removeprefix("node"))] = versions
-    metadata = Metadata(ProducerConfig.from_properties({"bootstrap.servers": "127.0.0.1:9000"}).metadata)
+    metadata = Metadata(ProducerConfig.from_properties({"bootstrap.servers": "127.0.0.1:9000"}).metadata,
+                        random=lambda: 0.5)       # no jitter: the backoffs' exact figures
     metadata.add_topics(["t"])
     updates = Updates()
     return clock, net, metadata, MetadataUpdater(metadata, net, updates), updates

@@ -67,11 +67,11 @@ def test_error_rewrite_parsing_and_validation():
     assert ErrorRewrite.parse("REQUEST_TIMED_OUT").rate == 1.0
     with pytest.raises(ConfigError, match="unknown Kafka error name"):
         ErrorRewrite.parse("NOT_A_THING:0.5")
-    with pytest.raises(ConfigError, match="NAME\\[:RATE\\]"):
+    with pytest.raises(ConfigError, match="NAME\\[@API,...\\]\\[:RATE\\]"):
         ErrorRewrite.parse("NOT_LEADER_OR_FOLLOWER:lots")
     with pytest.raises(ConfigError, match="outside 0..1"):
         ErrorRewrite("NOT_LEADER_OR_FOLLOWER", 2.0)
-    with pytest.raises(ConfigError, match="Produce and Fetch"):
+    with pytest.raises(ConfigError, match="supports Produce, Fetch, FindCoordinator.*not Metadata"):
         ErrorRewrite("NOT_LEADER_OR_FOLLOWER", apis=("Metadata",))
 
 

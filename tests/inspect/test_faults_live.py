@@ -310,3 +310,40 @@ def test_lost_records_across_processor_processes_keep_one_limit(broker, tmp_path
     checked = RunSummary.from_json(json.loads(out.read_text())).verify
     assert checked is not None and not checked.ok and checked.lost == snap.faults["lost_records"] > 0
     assert checked.duplicated == 0
+
+
+def test_transactional_produce_retries_end_txn_through_injected_coordinator_errors(broker, tmp_path):
+    """Audit H's gap: ``--inject-error COORDINATOR_LOAD_IN_PROGRESS@EndTxn`` on half the
+    EndTxn answers. The transactional run still completes, every record gets a verdict,
+    the records acknowledged are exactly the committed ones in the log (a COMMIT marker
+    after them), and the proxy saw more EndTxn than transactions ended (the retries)."""
+    from tests.engine.test_transactions_live import COMMIT, read_committed_view
+    plan = FaultPlan(error=ErrorRewrite("COORDINATOR_LOAD_IN_PROGRESS", 0.5, ("EndTxn",)), seed=5)
+    out = tmp_path / "summary.json"
+    topic = _topic(broker, "fault-endtxn", partitions=2)
+    with InspectorProxy([broker.bootstrap], faults=plan) as proxy:
+        run = subprocess.run(
+            [sys.executable, "-m", "kctl", "produce", "--bootstrap-server", proxy.bootstrap,
+             "-t", topic, "--rate", "1000", "--duration", "2s", "--workers", "1",
+             "--transaction-duration-ms", "200", "-X", "transactional.id=fault-endtxn",
+             "--verify", "--quiet", "--json-out", str(out)],
+            capture_output=True, text=True, timeout=120)
+        snap = proxy.snapshot()
+    assert run.returncode == 0, run.stderr
+    s = json.loads(out.read_text())
+    c, t = s["counts"], s["transactions"]
+    assert c["acked"] + c["failed"] + c["abandoned"] == c["scheduled"] == 2000
+    assert s["verify"]["ok"] and t["committed"] >= 5
+    ended = t["committed"] + t["aborted"]
+    assert snap.faults["errors_injected"] >= 1
+    assert snap.errors["COORDINATOR_LOAD_IN_PROGRESS"] == snap.faults["errors_injected"]
+    assert snap.apis["EndTxn"].responses == ended + snap.faults["errors_injected"]
+    kept = 0
+    commits = 0
+    with BlockingClient(broker.bootstrap) as client:
+        for part in (0, 1):
+            values, markers = read_committed_view(admin.read_partition(client, topic, part))
+            kept += len(values)
+            commits += markers.count(COMMIT)
+    assert kept == c["acked"]
+    assert commits >= t["committed"]   # one marker per partition a transaction wrote to

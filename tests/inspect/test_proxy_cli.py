@@ -348,3 +348,14 @@ def test_upstream_properties_other_than_tls_are_refused(prop):
     with pytest.raises(ConfigError, match=rf"-X {name}: kctl inspect"):
         upstream_security([prop], tls=False, ca=None, cert=None, key=None)
     assert upstream_security(["security.protocol=PLAINTEXT"], tls=False, ca=None, cert=None, key=None) is None
+
+
+def test_inject_error_api_selector_errors_are_one_line():
+    run = subprocess.run([sys.executable, "-m", "kctl", "inspect", "--upstream", "127.0.0.1:1",
+                          "--inject-error", "NOT_COORDINATOR@Metadata:0.5"],
+                         capture_output=True, text=True, timeout=30)
+    assert run.returncode == 2
+    lines = run.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(
+        "kctl: error: --inject-error 'NOT_COORDINATOR@Metadata:0.5': API Metadata is not one of "
+        "Produce, Fetch, FindCoordinator, InitProducerId, AddPartitionsToTxn, EndTxn"), run.stderr

@@ -274,6 +274,25 @@ def test_the_join_decodes_a_late_response_whose_corr_is_its_length_minus_4():
     assert row["decode_error"] is None and row["errors"] == [] and "unmatched" not in row["marks"]
 
 
+def test_analyze_throttle_is_null_for_a_version_without_the_field():
+    """kctl analyze's ``throttle_time_ms`` is decode's: null for a response version that has
+    no throttle field (Produce v0), not the unset field's 0."""
+    pytest.importorskip("pyarrow")
+    from kctl.inspect.reassembly import ConnectionId, Endpoint
+    from kctl.inspect.session import decode_frame_bytes
+    from kctl.spark.capture_rows import pair_row
+    conn = ConnectionId(Endpoint("a", 1), Endpoint("b", 9092))
+    got = {}
+    for v in (0, 1):
+        req = decode_frame_bytes(produce_request(7, version=v), size_prefix=True)
+        resp = decode_frame_bytes(produce_response(7, version=v), size_prefix=True,
+                                  api_key=0, api_version=v)
+        req.file = resp.file = "f"
+        req.conn = resp.conn = conn
+        got[v] = pair_row(req, resp)["throttle_time_ms"]
+    assert got == {0: None, 1: 0}
+
+
 @pytest.mark.parametrize("range_bytes", [200, 1500])
 def test_a_capture_that_begins_and_ends_inside_frames_passes_with_decode_s_notices(tmp_path, range_bytes):
     """The frame the capture ends inside is seen by every reader that reads to the end: it is

@@ -265,6 +265,8 @@ def test_cli_hex_reads_a_response_whose_corr_looks_like_a_size_prefix():
     assert isinstance(r.exception, ConfigError) and "size prefix says" in str(r.exception)
     r = runner.invoke(app, ["decode", "x.pcap", "--no-size-prefix"])
     assert isinstance(r.exception, ConfigError) and "go with --hex" in str(r.exception)
+    r = runner.invoke(app, ["decode", "x.pcap", "--api-version", "3"])
+    assert isinstance(r.exception, ConfigError) and "goes with --hex" in str(r.exception)
 
 
 def test_cli_hex_says_when_both_readings_decode(monkeypatch):

@@ -344,3 +344,18 @@ def test_the_summary_prints_the_notices_and_json_has_them(spark, tmp_path):
              if line.startswith("│")]
     for kind, n in want.items():
         assert [kind, str(n)] in cells, kind
+
+
+def test_sql_nearest_rank_is_javas_hdrhistogram_rank(spark):
+    """analyze's SQL percentiles pick the rank kctl.percentiles (Java's HdrHistogram) picks,
+    where Python hdrh's round-half-up differs (p99 of 5999, p99.9 of 13994 and of 41000)."""
+    from kctl.percentiles import count_at_percentile
+    from kctl.spark.analyze import PERCENTILES, percentile_columns
+
+    for n in (1, 101, 5999, 13994, 41000):
+        spark.range(1, n + 1).createOrReplaceTempView("ranked_values")
+        row = spark.sql(f"""SELECT {percentile_columns(rank="id", count="n", value="v")} FROM (
+                             SELECT id, CAST(id AS DOUBLE) AS v, count(*) OVER () AS n FROM ranked_values)""").first()
+        for i, p in enumerate(PERCENTILES):
+            assert row[f"p{i}"] == count_at_percentile(p, n), (n, p)
+    assert count_at_percentile(99.0, 5999) == 5940 and count_at_percentile(99.9, 41000) == 40959

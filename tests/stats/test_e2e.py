@@ -1,6 +1,6 @@
 """The e2e clock (stats/e2e.py): µs resolution (the .hlog's unit), negatives counted and
 kept signed (never clamped), the recorder's bucket arithmetic against hdrh's own
-record_value, the run-tag filter, and the signed figures' percentile rule against hdrh's."""
+record_value, the run-tag filter, and the signed figures' percentile rule (Java HdrHistogram's rank)."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ import struct
 
 import pytest
 
+from kctl.percentiles import count_at_percentile
 from kctl.protocol.identity import IDENTITY
 from kctl.stats.e2e import E2E, E2E_NEGATIVE, E2eRecorder, new_e2e_histogram, signed_figures
 from kctl.stats.latency import PERCENTILES
@@ -73,12 +74,12 @@ def test_only_the_runs_records_with_a_run_tag():
     assert struct.calcsize(">4sIQq") == IDENTITY.size == 24
 
 
-def test_signed_figures_use_hdrhistograms_rank_rule():
-    """With negatives, the k-th smallest signed value for k = hdrh's target count (the
-    same float expression: 99.9 * n / 100 and 99.9 / 100 * n round differently for some n);
-    without, hdrh's own get_value_at_percentile."""
+def test_signed_figures_use_javas_rank_rule():
+    """With negatives, the k-th smallest signed value for k = Java HdrHistogram's rank
+    (kctl/percentiles.py: ceil of the percentile nudged one ulp down, times n / 100);
+    without, the same rank over the histogram of values >= 0."""
     rng = random.Random(3)
-    for n in (1, 3, 7, 13, 1000, 1001, 4567):
+    for n in (1, 3, 7, 13, 1000, 1001, 4567, 5999):
         values = [rng.randrange(-5_000_000, 50_000_000) for _ in range(n)]   # ns
         rec = E2eRecorder()
         rec.record_many(NOW, [NOW - v for v in values])
@@ -88,14 +89,12 @@ def test_signed_figures_use_hdrhistograms_rank_rule():
         signed = sorted(
             [h[E2E].get_highest_equivalent_value(int(v) // 1000) for v in values if v > -1000]
             + [-h[E2E_NEGATIVE].get_lowest_equivalent_value(-int(v) // 1000) for v in values if v <= -1000])
-        ranks = new_e2e_histogram()
-        ranks.record_value(1, n)          # hdrh's own rank for n values
         for key, pc in PERCENTILES:
-            k = ranks.get_target_count_at_percentile(pc)
-            assert getattr(f, f"{key}_ms") == signed[k - 1] / 1e3, (n, key)
+            assert getattr(f, f"{key}_ms") == signed[count_at_percentile(pc, n) - 1] / 1e3, (n, key)
         pos_only = new_e2e_histogram()
         for v in values:
             pos_only.record_value(abs(v) // 1000)
         g = signed_figures(pos_only, None)
+        edges = sorted(pos_only.get_highest_equivalent_value(abs(v) // 1000) for v in values)
         for key, pc in PERCENTILES:
-            assert getattr(g, f"{key}_ms") == pos_only.get_value_at_percentile(pc) / 1e3
+            assert getattr(g, f"{key}_ms") == edges[count_at_percentile(pc, n) - 1] / 1e3, (n, key)

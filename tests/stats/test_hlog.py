@@ -7,6 +7,7 @@ import io
 import pytest
 from hdrh.log import HistogramLogReader
 
+from kctl.percentiles import value_at_percentile
 from kctl.stats.aggregate import RunStats
 from kctl.stats.hlog import IntervalLogWriter, read_interval_log
 from kctl.stats.latency import CLOCKS, new_histogram
@@ -28,6 +29,19 @@ def test_header_lines() -> None:
     assert lines[-1].startswith("Tag=send,1.000,1.000,1.500,HIST")
     with pytest.raises(ValueError):
         w.output("a,b", T0, T0, h)
+
+
+def test_start_time_is_the_summary_s_start_unix_ms() -> None:
+    """StartTime and BaseTime are the start in whole milliseconds, truncated as the summary
+    JSON's ``start_unix_ms`` (and Java's currentTimeMillis) are, not rounded up."""
+    start = T0 + 250_999_999
+    out = io.StringIO()
+    IntervalLogWriter(out, start)
+    lines = out.getvalue().splitlines()
+    ms = start // 1_000_000
+    assert lines[2].startswith(f"#[StartTime: {ms / 1000:.3f} (seconds since epoch), "
+                               "2023-11-14T22:13:20.250+00:00]")
+    assert lines[3] == "#[BaseTime: 1700000000.250 (seconds since epoch)]"
 
 
 def test_hdrh_reader_sees_same_percentiles(tmp_path) -> None:
@@ -55,7 +69,7 @@ def test_hdrh_reader_sees_same_percentiles(tmp_path) -> None:
         assert per_tag[clock].get_total_count() == cum[clock].get_total_count() == 180
         for p in (50, 90, 99, 99.9, 100):
             assert per_tag[clock].get_value_at_percentile(p) == cum[clock].get_value_at_percentile(p)
-        assert summary["latency"][clock]["p99_ms"] == per_tag[clock].get_value_at_percentile(99) / 1000
+        assert summary["latency"][clock]["p99_ms"] == value_at_percentile(per_tag[clock], 99.0) / 1000
 
     intervals = read_interval_log(path)
     assert len(intervals) == 9
