@@ -7,7 +7,7 @@ import sys
 import time
 from dataclasses import replace
 from pathlib import Path
-from typing import Optional
+from typing import TYPE_CHECKING, Optional
 
 import typer
 from rich.live import Live
@@ -22,6 +22,9 @@ from kctl.ui.produce_view import (
     ProduceDashboard, clock_line, no_verdict_line, plain_line, spark_start_line, summary_line,
     summary_renderable, verify_line,
 )
+
+if TYPE_CHECKING:
+    from kctl.stats.summary import Counts
 
 #: kafka-producer-perf-test takes several properties after one flag (argparse nargs="+").
 _MULTI_VALUE = ("--producer-props", "--command-property")
@@ -216,8 +219,11 @@ def produce(
         if summary.unaccounted:
             err.print(no_verdict_line(summary.unaccounted, spark=run_factory is not None))
         sys.exit(EXIT_INTERRUPTED)
+    counts = summary.counts
     failures = outcome.result.failures
     if failures:
+        if counts.failed:
+            err.print(failed_line(counts), highlight=False)
         first = sorted(failures.items())[0]
         raise KctlError(f"worker {first[0]} failed: {first[1].splitlines()[0]}")
     status = 0
@@ -230,13 +236,18 @@ def produce(
         print(verify_line(v, acks=plan.config.acks))
         if not v.ok or v.expected == 0:
             status = 1
-    counts = summary.counts
     if counts.failed:
-        by_error = ", ".join(f"{name} x{n}" for name, n in counts.failed_by_error.items())
-        err.print(f"{counts.failed} record(s) failed: {by_error}", highlight=False)
+        err.print(failed_line(counts), highlight=False)
         status = status or 1
     if status:
         sys.exit(status)
+
+
+def failed_line(counts: Counts) -> str:
+    """How many records failed, by error (``TRANSACTION_ABORTED`` / ``TRANSACTION_NOT_COMMITTED``:
+    acknowledged in a transaction that never committed)."""
+    by_error = ", ".join(f"{name} x{n}" for name, n in counts.failed_by_error.items())
+    return f"{counts.failed} record(s) failed: {by_error}"
 
 
 def _clock_address(text: str | None) -> str | None:

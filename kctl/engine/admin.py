@@ -156,6 +156,8 @@ class RawFetch:
     log_start_offset: int
     records: bytes
     last_stable_offset: int = -1
+    #: read_committed: the aborted transactions in the range, as (producer_id, first_offset)
+    aborted_transactions: tuple[tuple[int, int], ...] = ()
 
 
 def topic_id(client: BlockingClient, topic: str) -> uuid.UUID:
@@ -181,8 +183,9 @@ def fetch_raw(client: BlockingClient, topic: str, partition: int, offset: int, *
     p = resp.responses[0].partitions[0]
     if p.error_code:
         raise broker_error(p.error_code)
+    aborted = tuple((a.producer_id, a.first_offset) for a in (p.aborted_transactions or ()))
     return RawFetch(p.high_watermark, p.log_start_offset, bytes(p.records or b""),
-                    p.last_stable_offset)
+                    p.last_stable_offset, aborted)
 
 
 def fetch(client: BlockingClient, topic: str, partition: int, offset: int, *,

@@ -426,7 +426,7 @@ class Producer:
     def _check_ready_for_send(self) -> None:
         """Java's failIfNotReadyForSend: after a fatal error nothing can be sent; a
         transactional producer sends only inside a transaction that has not failed."""
-        fatal = self.sender.fatal_error or (self.idempotence.fatal_error if self.idempotence else None)
+        fatal = self.fatal_error
         if fatal:
             raise ProducerFatalError(f"the producer cannot send after a fatal error: {fatal}")
         txn = self.transactions
@@ -716,7 +716,7 @@ class Producer:
         if result.error is not None:
             txn = self._txn()
             if txn.has_fatal_error:
-                raise ProducerFatalError(f"{what}: {result.error}")
+                raise ProducerFatalError(f"{what}: {txn.explain(result.error)}")
             raise TransactionAbortableError(f"{what}: {result.error}")
 
     def init_transactions(self, timeout_s: float | None = None) -> None:
@@ -727,7 +727,8 @@ class Producer:
     def begin_transaction(self) -> None:
         txn = self._txn()
         if txn.has_error:
-            raise TransactionAbortableError(f"begin_transaction: the producer is in error: {txn.last_error}")
+            raise TransactionAbortableError(
+                f"begin_transaction: the producer is in error: {txn.explain(txn.last_error or '')}")
         txn.begin()
 
     def commit_transaction(self, timeout_s: float | None = None) -> None:
@@ -751,7 +752,11 @@ class Producer:
 
     @property
     def fatal_error(self) -> str | None:
-        return self.sender.fatal_error or (self.idempotence.fatal_error if self.idempotence else None)
+        """The fatal error, with why it is fatal (``Transactions.explain``)."""
+        fatal = self.sender.fatal_error or (self.idempotence.fatal_error if self.idempotence else None)
+        if fatal is not None and self.transactions is not None:
+            return self.transactions.explain(fatal)
+        return fatal
 
     def __enter__(self) -> Producer:
         return self

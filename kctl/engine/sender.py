@@ -242,6 +242,9 @@ class Sender:
         if req.needs_coordinator:
             node = txn.coordinator
             if node is None:
+                # Java's maybeFindCoordinatorAndRetry: the request goes back as a retry, so
+                # it waits retry.backoff.ms once the coordinator is known (Java's Sender
+                # sleeps retryBackoffMs before sending a request that isRetry()).
                 txn.lookup_coordinator()
                 txn.retry(req, now_ns)
                 return True, now_ns
@@ -448,7 +451,7 @@ class Sender:
         m.records_by_partition[b.tp] += b.record_count
         m.records_by_node[b.node_id] += b.record_count
         if self.transactions is not None:
-            self.transactions.on_records_acked(b.record_count)
+            self.transactions.on_records_acked(b.tp, b.node_id, b.record_count, b.value_bytes)
         self._done(b)
 
     def _fail(self, b: ProducerBatch, error: str, message: str, now_ns: int,
@@ -513,9 +516,10 @@ class Sender:
 
     def _set_fatal(self, error: str) -> None:
         if self.fatal_error is None:
-            self.fatal_error = error
-            if self.transactions is not None and not self.transactions.has_fatal_error:
-                self.transactions.fatal(error)
+            txn = self.transactions
+            self.fatal_error = error if txn is None else txn.explain(error)
+            if txn is not None and not txn.has_fatal_error:
+                txn.fatal(error)
 
     def _fail_everything(self, error: str, now_ns: int) -> None:
         """A fatal producer error: every batch fails, queued or in flight (Java's

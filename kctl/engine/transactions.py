@@ -23,21 +23,24 @@ How this works
   (KIP-890's implicit add of the transaction protocol v2 is not used: kctl speaks v1,
   which Kafka 4 brokers still accept; Produce stays at v11 inside a transaction.)
 - EndTxn is sent only when no batch is incomplete (a commit flushes first).
-- Errors, as Java's handlers: a coordinator that moved or is loading is looked up
-  again / asked again after ``retry.backoff.ms``; PRODUCER_FENCED (and
+- Errors, as Java's handlers (trunk): a coordinator that moved is looked up again,
+  and any retriable error (COORDINATOR_LOAD_IN_PROGRESS, NOT_COORDINATOR answering
+  FindCoordinator, ...) is asked again after ``retry.backoff.ms``; PRODUCER_FENCED (and
   INVALID_PRODUCER_EPOCH from the coordinator), TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
   INVALID_TXN_STATE, an unsupported version and anything unexpected are fatal;
   UNKNOWN_PRODUCER_ID and INVALID_PRODUCER_ID_MAPPING are abortable with an epoch
   bump when the coordinator can bump (InitProducerId v3+, KIP-360), else fatal; a
   failed batch makes the transaction abortable (idempotence.py reports it through
   ``on_abortable_error``), and the abort then bumps the epoch when it can.
-  TRANSACTION_ABORTABLE (KIP-890) is abortable. A coordinator that refuses the
+  TRANSACTION_ABORTABLE (KIP-890) answering FindCoordinator, AddPartitionsToTxn or
+  EndTxn is abortable. A coordinator that refuses the
   epoch bump with anything but fencing or a retriable error is asked again with the
   transactional id alone, as a freshly built producer would ask (Java's producer goes
   fatal there and its application builds that new producer).
 - Accounting: records the broker acknowledged inside a transaction that is then
   aborted are moved from acked to failed (``TRANSACTION_ABORTED``) when the abort
-  completes: a read_committed consumer never sees them. (Their handles keep their
+  completes, and those of a transaction a fatal error left open (it can never commit)
+  to failed ``TRANSACTION_NOT_COMMITTED``: a read_committed consumer never sees them. (Their handles keep their
   offsets, as Java's callbacks have already run.)
 
 Time is passed in (``now_ns``); no I/O (conventions rules 1 and 3).
@@ -48,6 +51,7 @@ from __future__ import annotations
 import enum
 import heapq
 import itertools
+from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Final
 
@@ -57,9 +61,9 @@ from kctl.engine.idempotence import Idempotence, ProducerIdState
 from kctl.engine.metrics import ProducerMetrics
 from kctl.errors import KctlError
 from kctl.protocol import requests, schema
-from kctl.protocol.error_codes import error_for
+from kctl.protocol.error_codes import ERRORS_BY_NAME, error_for
 
-__all__ = ["TRANSITIONS", "TransactionConfig", "TransactionResult", "TransactionState",
+__all__ = ["TRANSACTION_ABORTED", "TRANSACTION_NOT_COMMITTED", "TRANSITIONS", "TransactionConfig", "TransactionResult", "TransactionState",
            "Transactions", "TxnRequest", "TxnRequestKind"]
 
 FIND_COORDINATOR: Final = schema.API_BY_NAME["FindCoordinator"].api_key
@@ -70,6 +74,17 @@ END_TXN: Final = schema.API_BY_NAME["EndTxn"].api_key
 #: How records of an aborted transaction that the broker had acknowledged are counted:
 #: failed, since no read_committed consumer will see them.
 TRANSACTION_ABORTED: Final = "TRANSACTION_ABORTED"
+
+#: How records the broker acknowledged in a transaction that can no longer commit (the
+#: producer hit a fatal error inside it) are counted: failed, for the same reason.
+TRANSACTION_NOT_COMMITTED: Final = "TRANSACTION_NOT_COMMITTED"
+
+#: Why a fatal error is fatal, for its one line (Java's ProducerFencedException message).
+_FATAL_REASONS: Final = {
+    "PRODUCER_FENCED": "another producer with the same transactional.id fenced this one, or "
+                       "the coordinator did (it aborts a transaction older than "
+                       "transaction.timeout.ms and bumps the epoch)",
+}
 
 #: The first AddPartitionsToTxn of a transaction retries CONCURRENT_TRANSACTIONS this fast:
 #: the previous transaction's markers are usually almost written (Java's 20 ms).
@@ -96,7 +111,8 @@ TRANSITIONS: Final[dict[TransactionState, frozenset[TransactionState]]] = {
     _T.IN_TRANSACTION: frozenset({_T.READY}),
     _T.COMMITTING_TRANSACTION: frozenset({_T.IN_TRANSACTION}),
     _T.ABORTING_TRANSACTION: frozenset({_T.IN_TRANSACTION, _T.ABORTABLE_ERROR}),
-    _T.ABORTABLE_ERROR: frozenset({_T.IN_TRANSACTION, _T.COMMITTING_TRANSACTION, _T.ABORTABLE_ERROR}),
+    _T.ABORTABLE_ERROR: frozenset({_T.IN_TRANSACTION, _T.COMMITTING_TRANSACTION, _T.ABORTABLE_ERROR,
+                                   _T.INITIALIZING}),
     _T.FATAL_ERROR: frozenset(TransactionState),
 }
 
@@ -194,9 +210,12 @@ class Transactions:
         self._queue: list[tuple[int, int, TxnRequest]] = []
         self._order = itertools.count()
         self._pending_result: TransactionResult | None = None
-        # Records the broker acknowledged in the open transaction: an abort takes them
-        # back (no read_committed consumer sees them), as failed TRANSACTION_ABORTED.
-        self.records_acked = 0
+        # Records the broker acknowledged in the open transaction, by partition and node:
+        # an abort takes them back (no read_committed consumer sees them), as failed
+        # TRANSACTION_ABORTED; a fatal error inside the transaction, as failed
+        # TRANSACTION_NOT_COMMITTED.
+        self.records_acked: Counter[tuple[TopicPartition, int]] = Counter()
+        self.value_bytes_acked = 0
 
     # -- state ------------------------------------------------------------------------------
     def _move(self, target: TransactionState, error: str | None = None) -> None:
@@ -230,7 +249,19 @@ class Transactions:
     def in_transaction(self) -> bool:
         return self.state is _T.IN_TRANSACTION
 
+    def explain(self, error: str) -> str:
+        """``error`` with why it is fatal, for its one line."""
+        name = error.split(":", 1)[0]
+        reason = _FATAL_REASONS.get(name)
+        if reason is None or ":" in error:
+            return error
+        return f"{name}: {reason}"
+
     def fatal(self, error: str) -> None:
+        if self.records_acked:
+            # The open transaction can never commit now (no EndTxn can follow): what the
+            # broker acknowledged in it stays invisible to read_committed consumers.
+            self._take_back_acked(TRANSACTION_NOT_COMMITTED)
         self._move(_T.FATAL_ERROR, error)
         if self.idempotence.state is not ProducerIdState.FATAL:
             self.idempotence.set_fatal(error)
@@ -244,6 +275,9 @@ class Transactions:
         if self.state is _T.ABORTING_TRANSACTION:
             return   # already aborting (Java skips the transition)
         if self.state is _T.FATAL_ERROR:
+            return
+        if self.state not in TRANSITIONS[_T.ABORTABLE_ERROR]:
+            self.fatal(error)   # nothing to abort here (Java's invalid transition is fatal too)
             return
         self._move(_T.ABORTABLE_ERROR, error)
 
@@ -311,7 +345,8 @@ class Transactions:
 
     def _fail_if_error(self) -> None:
         if self.has_error:
-            raise KctlError(f"transaction {self.transactional_id!r} cannot go on: {self.last_error}")
+            raise KctlError(f"transaction {self.transactional_id!r} cannot go on: "
+                            f"{self.explain(self.last_error or '')}")
 
     # -- partitions ----------------------------------------------------------------------------
     def may_send_to(self, tp: TopicPartition) -> bool:
@@ -447,8 +482,12 @@ class Transactions:
             self.coordinator = c.node_id
             self.coordinator_address = (c.host, c.port)
             req.result.complete()
-        elif name == "COORDINATOR_NOT_AVAILABLE":
+        elif error_for(c.error_code).retriable:
+            # Java retries any retriable error (NOT_COORDINATOR, COORDINATOR_LOAD_IN_PROGRESS, ...).
             self.retry(req, now_ns)
+        elif name == "TRANSACTION_ABORTABLE":
+            req.result.complete(name)
+            self.abortable(name)
         else:
             self._fail(req, name if name == "TRANSACTIONAL_ID_AUTHORIZATION_FAILED" else
                        f"{name}: could not find the transaction coordinator of "
@@ -468,7 +507,7 @@ class Transactions:
         elif name in _COORDINATOR_MOVED:
             self.lookup_coordinator()
             self.retry(req, now_ns)
-        elif name in _TRY_AGAIN:
+        elif self._retriable(name):
             self.retry(req, now_ns)
         elif name in _FENCED:
             self._fail(req, "PRODUCER_FENCED")
@@ -498,7 +537,7 @@ class Transactions:
                     req.backoff_ms = ADD_PARTITIONS_RETRY_BACKOFF_MS
                 self.retry(req, now_ns)
                 return
-            if name in ("COORDINATOR_LOAD_IN_PROGRESS", "UNKNOWN_TOPIC_OR_PARTITION"):
+            if self._retriable(name):   # COORDINATOR_LOAD_IN_PROGRESS, UNKNOWN_TOPIC_OR_PARTITION, ...
                 self.retry(req, now_ns)
                 return
             if name in _FENCED:
@@ -511,10 +550,14 @@ class Transactions:
                 req.result.complete(name)
                 self._abortable_if_possible(name)
                 return
+            if name == "TRANSACTION_ABORTABLE":
+                req.result.complete(name)
+                self.abortable(name)
+                return
             failed[TopicPartition(topic, partition)] = name
         self.pending_partitions -= req.partitions
         if failed:
-            # TOPIC_AUTHORIZATION_FAILED, OPERATION_NOT_ATTEMPTED, TRANSACTION_ABORTABLE, ...
+            # TOPIC_AUTHORIZATION_FAILED, OPERATION_NOT_ATTEMPTED, anything unexpected
             first = sorted(failed.items())[0]
             message = f"{first[1]}: could not add {first[0]} to the transaction"
             req.result.complete(message)
@@ -524,8 +567,29 @@ class Transactions:
         self.transaction_started = True
         req.result.complete()
 
-    def on_records_acked(self, count: int) -> None:
-        self.records_acked += count
+    def on_records_acked(self, tp: TopicPartition, node_id: int, count: int, value_bytes: int) -> None:
+        self.records_acked[(tp, node_id)] += count
+        self.value_bytes_acked += value_bytes
+        if self.state is _T.FATAL_ERROR:
+            # Acknowledged after the fatal error (a late answer): never committed either.
+            self._take_back_acked(TRANSACTION_NOT_COMMITTED)
+
+    def _take_back_acked(self, reason: str) -> None:
+        """The records acknowledged in this transaction will never be read committed:
+        counted failed with ``reason`` instead of acked."""
+        n = sum(self.records_acked.values())
+        if not n:
+            return
+        m = self.metrics
+        m.records_acked -= n
+        m.records_failed += n
+        m.failed_by_error[reason] += n
+        m.value_bytes_acked -= self.value_bytes_acked
+        self.value_bytes_acked = 0
+        for (tp, node_id), count in self.records_acked.items():
+            m.records_by_partition[tp] -= count
+            m.records_by_node[node_id] -= count
+        self.records_acked.clear()
 
     def _on_end_txn(self, req: TxnRequest, body: Any, now_ns: int) -> None:
         name = error_for(body.error_code).name if body.error_code else None
@@ -535,25 +599,32 @@ class Transactions:
                 m.transactions_committed += 1
             else:
                 m.transactions_aborted += 1
-                n = self.records_acked
-                if n:
-                    m.records_acked -= n
-                    m.records_failed += n
-                    m.failed_by_error[TRANSACTION_ABORTED] += n
+                self._take_back_acked(TRANSACTION_ABORTED)
             self._complete_transaction()
             req.result.complete()
         elif name in _COORDINATOR_MOVED:
             self.lookup_coordinator()
             self.retry(req, now_ns)
-        elif name in _TRY_AGAIN:
+        elif self._retriable(name):
             self.retry(req, now_ns)
         elif name in _FENCED:
             self._fail(req, "PRODUCER_FENCED")
         elif name in _ABORTABLE_IF_BUMP:
             req.result.complete(name)
             self._abortable_if_possible(name)
+        elif name == "TRANSACTION_ABORTABLE":
+            # KIP-890: the coordinator cannot complete this transaction; aborting it can.
+            req.result.complete(name)
+            self.abortable(name)
         else:
             self._fail(req, name)
+
+    @staticmethod
+    def _retriable(name: str) -> bool:
+        """Java's ``error.exception() instanceof RetriableException`` (CONCURRENT_TRANSACTIONS,
+        COORDINATOR_LOAD_IN_PROGRESS, ...): asked again after ``retry.backoff.ms``."""
+        error = ERRORS_BY_NAME.get(name)
+        return name in _TRY_AGAIN or (error is not None and error.retriable)
 
     def _fail(self, req: TxnRequest, error: str) -> None:
         req.result.complete(error)
@@ -565,7 +636,8 @@ class Transactions:
         self.last_error = None
         self.epoch_bump_required = False
         self.transaction_started = False
-        self.records_acked = 0
+        self.records_acked.clear()
+        self.value_bytes_acked = 0
         self.new_partitions.clear()
         self.pending_partitions.clear()
         self.partitions.clear()

@@ -21,7 +21,10 @@ so memory is one byte per record, not an object. It reports:
 - duplicated: found more than once (each extra copy counts);
 - reordered: within a partition, a worker's record that follows one of that
   worker's later records (sequence numbers must rise with offsets);
-- misplaced: found, but not at the offset its acknowledgement gave.
+- misplaced: found, but not at the offset its acknowledgement gave;
+- aborted (transactional runs, read as read_committed): records of the run in aborted
+  transactions, left out of found as a read_committed consumer leaves them out
+  (``AbortedFilter``).
 
 Speed: partitions are read in parallel by ``readers`` threads, each with its
 own connections to the partitions' leaders, in large Fetches (``fetch_bytes``);
@@ -50,7 +53,7 @@ from kctl.engine.blocking_client import BlockingClient
 from kctl.engine.setup_retry import SetupRetry
 from kctl.errors import BrokerUnavailableError, KctlError
 from kctl.protocol import messages, requests
-from kctl.protocol.identity import IDENTITY_SIZE, ScannedBatch, run_tag, scan_batches
+from kctl.protocol.identity import CONTROL_ABORT, IDENTITY_SIZE, ScannedBatch, run_tag, scan_batches
 from kctl.stats.summary import VerifyResult
 
 __all__ = ["Verification", "VerifyResult", "log_end_offsets", "verify"]
@@ -243,12 +246,76 @@ def _run_records(batches: Iterable[ScannedBatch], tag: bytes, lo: int) -> int:
     return n
 
 
+class AbortedFilter:
+    """What a read_committed consumer hands out of one partition, fed its batches in
+    offset order: the batches of aborted transactions are dropped. The Fetch answer's
+    ``aborted_transactions`` say which (as Java's consumer uses them: a listed producer's
+    batches from the listed first offset on, up to its ABORT marker). A broker that
+    answers with no such list (Tansu) still writes the COMMIT/ABORT control markers, so
+    a transactional batch below ``hi`` is held until its producer's marker decides it.
+    ``aborted``: the run's records (``tag``) so dropped."""
+
+    def __init__(self, tag: bytes, hi: int) -> None:
+        self.tag = tag
+        self.hi = hi
+        self.aborted = 0
+        self._held: dict[int, list[ScannedBatch]] = {}
+        self._listed: dict[int, list[int]] = {}        # producer id -> first offsets (sorted)
+        self._seen: set[tuple[int, int]] = set()
+
+    @property
+    def undecided(self) -> bool:
+        """Batches held for a marker not read yet."""
+        return bool(self._held)
+
+    def feed(self, batches: Iterable[ScannedBatch],
+             aborted_transactions: Iterable[tuple[int, int]] = ()) -> list[ScannedBatch]:
+        """The batches to count, in order (held ones come out when their commit marker does)."""
+        for pid, first in aborted_transactions:
+            if (pid, first) not in self._seen:
+                self._seen.add((pid, first))
+                bisect.insort(self._listed.setdefault(pid, []), first)
+        out: list[ScannedBatch] = []
+        for b in batches:
+            pid = b.producer_id
+            if b.control is not None:
+                held = self._held.pop(pid, [])
+                if b.control == CONTROL_ABORT:
+                    self.aborted += _run_records(held, self.tag, 0)
+                    listed = self._listed.get(pid)
+                    if listed and listed[0] <= b.base_offset:
+                        listed.pop(0)
+                else:
+                    out.extend(held)
+                continue
+            if not b.transactional:
+                out.append(b)
+                continue
+            listed = self._listed.get(pid)
+            if listed and listed[0] <= b.base_offset:
+                self.aborted += _run_records((b,), self.tag, 0)   # listed aborted: dropped
+            elif b.base_offset < self.hi:
+                self._held.setdefault(pid, []).append(b)
+            else:
+                out.append(b)    # past the range (not counted): no need to wait for its marker
+        return out
+
+    def rest(self) -> list[ScannedBatch]:
+        """The batches still held at the end (no marker read for them): counted as read."""
+        out = [b for held in self._held.values() for b in held]
+        self._held.clear()
+        return sorted(out, key=lambda b: b.base_offset)
+
+
 def _read_partitions(jobs: queue.Queue, out: queue.Queue, topic: str, topic_id: Any,
                      leaders: dict[int, str], client_for: Any, fetch_bytes: int,
                      isolation_level: int = requests.READ_UNCOMMITTED, tag: bytes = b"",
                      retry: SetupRetry = SetupRetry()) -> None:
     """A reader thread: takes (partition, lo, hi, want) jobs; puts (partition, batches)
     chunks, then (partition, None) when the partition is done, or (partition, error).
+    read_committed: the batches of aborted transactions are left out (``AbortedFilter``;
+    it reads on past ``hi`` until the markers of the transactions it holds), and
+    (partition, ("aborted", n)) says how many of the run's records that left out.
     ``want`` (records acknowledged without an offset there, None otherwise): the run's
     records acknowledged to the partition; past ``hi`` it reads on while fewer of the
     run's records (``tag``) were read and the partition still grows. ``client_for(address)``:
@@ -270,7 +337,9 @@ def _read_partitions(jobs: queue.Queue, out: queue.Queue, topic: str, topic_id: 
                 idle_since = None
                 got = 0
                 found_at = time.monotonic()   # the last time a record of the run was read
-                while offset < hi or (want is not None and got < want):
+                txns = AbortedFilter(tag, hi) if isolation_level == requests.READ_COMMITTED else None
+                while offset < hi or (want is not None and got < want) or \
+                        (txns is not None and txns.undecided):
                     if offset >= hi and time.monotonic() - found_at >= EMPTY_WAIT_S:
                         break   # past the end: others' records only, for a while (the rest is lost)
                     raw = setup_retry.call(
@@ -294,8 +363,15 @@ def _read_partitions(jobs: queue.Queue, out: queue.Queue, topic: str, topic_id: 
                         got += n
                         if n:
                             found_at = time.monotonic()
-                    out.put((partition, batches))
                     offset = batches[-1].next_offset
+                    if txns is not None:
+                        batches = txns.feed(batches, raw.aborted_transactions)
+                    if batches:
+                        out.put((partition, batches))
+                if txns is not None:
+                    if txns.undecided:
+                        out.put((partition, txns.rest()))
+                    out.put((partition, ("aborted", txns.aborted)))
                 out.put((partition, None))
             except Exception as e:  # noqa: BLE001 - reported by the main thread
                 out.put((partition, e))
@@ -350,6 +426,8 @@ class Verification:
         self.placements = {p: _Placement(runs) for p, runs in where.items()}
         self.max_examples = max_examples
         self.checker = _Checker(run_tag(run_id), self.tally, max_examples)
+        #: the run's records read in aborted transactions (left out; read_committed)
+        self.aborted = 0
 
     def add(self, partition: int, batches: Iterable[ScannedBatch]) -> None:
         """Records of ``partition`` as found; only offsets inside the acknowledged range count."""
@@ -357,6 +435,13 @@ class Verification:
         place = self.placements.get(partition) or _Placement([])
         for b in batches:
             self.checker.add(partition, lo, hi, place, b)
+
+    def add_aborted(self, partition: int, count: int) -> None:
+        """``count`` records of the run read in ``partition`` belong to aborted
+        transactions: left out, as a read_committed consumer leaves them out."""
+        stats = self.checker.per_partition.setdefault(partition, _partition_stats())
+        stats["aborted"] = stats.get("aborted", 0) + count
+        self.aborted += count
 
     def result(self, read_s: float) -> VerifyResult:
         """The verdict. Per partition: ``expected`` the records acknowledged there, ``found``
@@ -379,7 +464,7 @@ class Verification:
                                 for worker, first_seq, n in self._runs[partition])
         return VerifyResult(self.expected, checker.found, lost, checker.duplicated, checker.reordered,
                             checker.misplaced, tuple(lost_examples), tuple(checker.dup_examples),
-                            dict(sorted(checker.per_partition.items())), read_s)
+                            dict(sorted(checker.per_partition.items())), read_s, self.aborted)
 
 
 def _unfound(found: bytearray | None, first_seq: int, count: int) -> int:
@@ -492,6 +577,8 @@ def verify(bootstrap: str, topic: str, run_id: str,
             elif isinstance(item, BaseException):
                 pending.discard(partition)
                 error = error or item
+            elif isinstance(item, tuple):
+                v.add_aborted(partition, item[1])
             else:
                 v.add(partition, item)
         for t in threads:

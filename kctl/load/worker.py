@@ -288,6 +288,7 @@ class Worker:
         self.txn_ns = (spec.transaction_duration_ms or 0) * 1_000_000
         self.txn_started_ns = 0
         self._txn_mark: dict[int, int] = {}
+        self._txn_open = False
         self.commit_latency = new_histogram()   # µs, this interval's commits
         self.last_done_wall_ns = 0              # the latest batch completion (acked or failed)
         self.first_measured_done_wall_ns = 0    # the first acknowledgement of a measured record
@@ -490,6 +491,7 @@ class Worker:
         self.producer.begin_transaction()
         self.txn_started_ns = self.clock.now_ns()
         self._txn_mark = self.acked.mark()
+        self._txn_open = True
 
     def _end_transaction(self, timeout_s: float | None) -> None:
         """Commits the open transaction (its records flushed first) and records how long
@@ -501,11 +503,13 @@ class Worker:
         except TransactionAbortableError:
             self._abort_transaction(timeout_s)
             return
+        self._txn_open = False
         self.commit_latency.record_value(max(1, (self.clock.now_ns() - t0) // 1000))
 
     def _abort_transaction(self, timeout_s: float | None) -> None:
         self.producer.abort_transaction(timeout_s)
         self.acked.truncate(self._txn_mark)   # --verify: an aborted transaction's records are not expected
+        self._txn_open = False
 
     def _finish(self, *, failed: bool = False) -> None:
         """Waits for every record's verdict (and commits the open transaction); when
@@ -531,6 +535,11 @@ class Worker:
         txn = p.transactions
         if done and not failed and txn is not None and txn.in_transaction:
             self._end_transaction(grace)
+        if txn is not None and txn.has_fatal_error and self._txn_open:
+            # A fatal error left the transaction open: it never commits, so its records are
+            # not expected (the engine counts them failed, TRANSACTION_NOT_COMMITTED).
+            self.acked.truncate(self._txn_mark)
+            self._txn_open = False
         reason = None if done else (f"run stopped: no verdict within the {grace:g} s stop grace")
         p.close(0 if not done else None, abandon_reason=reason)
         by_reason = dict(p.metrics.abandoned_by_reason)

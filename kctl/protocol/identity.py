@@ -134,15 +134,28 @@ class ScannedBatch:
     records at offsets ``base_offset`` .. ``next_offset - 1`` in order. Otherwise
     (a record without an identity, compacted offsets, a legacy message set, a
     control batch) ``identities`` is None and ``records`` lists ``(offset,
-    identity or None)`` from the full decoder."""
+    identity or None)`` from the full decoder.
+
+    ``producer_id`` and ``transactional`` come from the v2 header; ``control`` is a
+    control batch's marker type (``CONTROL_ABORT`` / ``CONTROL_COMMIT``), None for data
+    (what a read_committed reader needs to drop aborted transactions)."""
 
     base_offset: int
     next_offset: int
     identities: bytes | None
     records: tuple[tuple[int, RecordIdentity | None], ...] = ()
+    producer_id: int = -1
+    transactional: bool = False
+    control: int | None = None
+
+
+#: A control batch's marker types (the control record's key).
+CONTROL_ABORT: Final = 0
+CONTROL_COMMIT: Final = 1
 
 
 _CONTROL_BIT: Final = 0x20
+_TRANSACTIONAL_BIT: Final = 0x10
 _COMPRESSION_MASK: Final = 0x07
 
 
@@ -165,10 +178,13 @@ def scan_batches(data: bytes, *, max_decompressed: int = DEFAULT_MAX_DECOMPRESSE
             break
         magic = data[pos + 16]
         if magic == 2 and length + 12 >= hsize:
-            (_, _, _, _, _, attributes, last_delta, _, _, _, _, _,
+            (_, _, _, _, _, attributes, last_delta, _, _, producer_id, _, _,
              count) = _V2_HEADER.unpack_from(data, pos)
+            transactional = bool(attributes & _TRANSACTIONAL_BIT)
             if attributes & _CONTROL_BIT:
-                out.append(ScannedBatch(base_offset, base_offset + last_delta + 1, None, ()))
+                control = decode_batches(data[pos:end]).batches[0].control_type
+                out.append(ScannedBatch(base_offset, base_offset + last_delta + 1, None, (),
+                                        producer_id, transactional, control))
                 pos = end
                 continue
             section = data[pos + hsize:end]
@@ -177,7 +193,8 @@ def scan_batches(data: bytes, *, max_decompressed: int = DEFAULT_MAX_DECOMPRESSE
                 section = decompress(codec, section, max_size=max_decompressed)
             found = scan_records(section, count) if last_delta + 1 == count else None
             if found is not None:
-                out.append(ScannedBatch(base_offset, base_offset + count, found))
+                out.append(ScannedBatch(base_offset, base_offset + count, found, (),
+                                        producer_id, transactional))
                 pos = end
                 continue
         out.append(_decoded(data[pos:end], base_offset))
@@ -189,4 +206,7 @@ def _decoded(entry: bytes, base_offset: int) -> ScannedBatch:
     batches = decode_batches(entry).batches
     records = tuple((r.offset, find_identity(r.headers)) for b in batches for r in b.records)
     nxt = max((b.next_offset for b in batches), default=base_offset)
-    return ScannedBatch(base_offset, nxt, None, records)
+    first = batches[0] if batches else None
+    return ScannedBatch(base_offset, nxt, None, records,
+                        first.producer_id if first is not None else -1,
+                        bool(first is not None and first.is_transactional))

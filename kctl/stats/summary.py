@@ -238,6 +238,7 @@ class VerifyResult:
     duplicate_examples: tuple[tuple[int, int], ...] = ()
     partitions: dict[int, dict[str, int]] = field(default_factory=dict)
     read_s: float = 0.0                                     # time spent reading and checking
+    aborted: int = 0     # the run's records read in aborted transactions, left out (read_committed)
 
     @property
     def ok(self) -> bool:
@@ -250,7 +251,7 @@ class VerifyResult:
                 "lost_examples": [list(x) for x in self.lost_examples],
                 "duplicate_examples": [list(x) for x in self.duplicate_examples],
                 "partitions": {str(k): v for k, v in self.partitions.items()},
-                "read_s": round(self.read_s, 6)}
+                "read_s": round(self.read_s, 6), "aborted": self.aborted}
 
     @classmethod
     def from_json(cls, d: Mapping[str, Any]) -> VerifyResult:
@@ -260,7 +261,7 @@ class VerifyResult:
                    tuple((int(x[0]), int(x[1])) for x in d.get("duplicate_examples", ())),
                    {int(k): {str(a): int(b) for a, b in v.items()}
                     for k, v in (d.get("partitions") or {}).items()},
-                   float(d.get("read_s", 0.0)))
+                   float(d.get("read_s", 0.0)), int(d.get("aborted", 0)))
 
 
 @dataclass(frozen=True, slots=True)

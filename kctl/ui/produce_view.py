@@ -296,8 +296,9 @@ def verify_line(v: VerifyResult, *, acks: int) -> str:
     """``--verify``'s line (kctl produce, kctl replay): the records it expected, what it found
     of them and how they went wrong. acks=0 acknowledges no offset: the records sent."""
     what = "sent (acks=0)" if acks == 0 else "acknowledged"
+    aborted = f", {v.aborted} in aborted transactions (left out)" if v.aborted else ""
     return (f"verify: {v.expected} {what}, {v.found} found, {v.lost} lost, "
-            f"{v.duplicated} duplicated, {v.reordered} reordered, {v.misplaced} misplaced")
+            f"{v.duplicated} duplicated, {v.reordered} reordered, {v.misplaced} misplaced{aborted}")
 
 
 def summary_renderable(summary: RunSummary) -> Group:

@@ -168,6 +168,29 @@ def test_producer_fenced_in_produce_is_fatal():
         txn.begin_abort()
 
 
+def test_records_acknowledged_in_a_transaction_a_fatal_error_left_open_count_as_failed():
+    """kctl's accounting: after PRODUCER_FENCED the open transaction can never commit, so
+    the records the broker acknowledged in it are counted failed
+    (TRANSACTION_NOT_COMMITTED), per partition too; the fatal line says why."""
+    h, txn = transactional()
+    first = begin_and_send(h, txn, 2)
+    h.respond(h.produce_requests()[-1], base_offset=0)
+    h.step()
+    assert [x.offset for x in first] == [0, 1]
+    second = h.send(3)
+    h.step()
+    h.respond(h.produce_requests()[-1], errors={0: "PRODUCER_FENCED"})
+    h.step()
+    h.step()
+    assert txn.has_fatal_error and second[0].error == "PRODUCER_FENCED"
+    m = h.producer.metrics
+    assert (m.records_acked, m.records_failed) == (0, 5)
+    assert m.failed_by_error == {"PRODUCER_FENCED": 3, "TRANSACTION_NOT_COMMITTED": 2}
+    assert sum(m.records_by_partition.values()) == 0 and m.value_bytes_acked == 0
+    fatal = h.producer.fatal_error
+    assert fatal.startswith("PRODUCER_FENCED: another producer with the same transactional.id")
+
+
 def test_producer_fenced_exception_in_init_producer_id():
     """TransactionManagerTest.testProducerFencedExceptionInInitProducerId."""
     h = Harness(**TXN)
@@ -315,3 +338,77 @@ def test_a_refused_epoch_bump_is_asked_again_with_the_transactional_id_alone():
     begin_and_send(h, txn)
     b = h.batch(h.produce_requests()[-1])
     assert (b.producer_epoch, b.base_sequence) == (1, 0)
+
+
+@pytest.mark.parametrize("error", ["NOT_COORDINATOR", "COORDINATOR_LOAD_IN_PROGRESS",
+                                   "COORDINATOR_NOT_AVAILABLE"])
+def test_retriable_error_in_find_coordinator_is_retried(error):
+    """TransactionManager.FindCoordinatorHandler (trunk): any retriable error
+    (``RetriableException``) is asked again after ``retry.backoff.ms``, not fatal."""
+    h = Harness(**TXN)
+    h.step()
+    h.answer_metadata()
+    txn = h.producer.transactions
+    init = txn.initialize()
+    h.step()
+    h.answer_find_coordinator(error=error)
+    assert not txn.has_error and not init.done
+    h.answer_find_coordinator()
+    h.answer_init(producer_id=42, epoch=0)
+    assert init.done and init.error is None and txn.state is TransactionState.READY
+
+
+def test_transaction_abortable_exception_in_end_txn():
+    """TransactionManagerTest.testTransactionAbortableExceptionInEndTxn (KIP-890):
+    TRANSACTION_ABORTABLE answering EndTxn(commit) fails the commit and leaves the
+    transaction abortable (not fatal); the abort then completes it."""
+    h, txn = transactional()
+    handles = begin_and_send(h, txn)
+    commit = txn.begin_commit()
+    h.respond(h.produce_requests()[-1], base_offset=0)
+    h.step()
+    h.answer_end_txn(error="TRANSACTION_ABORTABLE")
+    assert commit.done and commit.error == "TRANSACTION_ABORTABLE"
+    assert txn.has_abortable_error and not txn.has_fatal_error and handles[0].offset == 0
+    abort = txn.begin_abort()
+    end = h.answer_end_txn()
+    assert end.body.committed is False and abort.done and abort.error is None
+    assert txn.state is TransactionState.READY
+
+
+def test_init_producer_id_after_the_coordinator_lookup_waits_retry_backoff():
+    """Sender.maybeSendAndPollTransactionalRequest (Java trunk): InitProducerId picked while
+    the coordinator is unknown goes back as a retry (maybeFindCoordinatorAndRetry), and a
+    retried request is sent only after ``retry.backoff.ms`` (``time.sleep(retryBackoffMs)``
+    when ``isRetry()``): the wait between FindCoordinator's answer and InitProducerId is
+    Java's, not kctl's (``retry.backoff.ms`` is that wait)."""
+    h = Harness(**{**TXN, "retry.backoff.ms": "50", "retry.backoff.max.ms": "50"})
+    h.step()
+    h.answer_metadata()
+    init = h.producer.transactions.initialize()
+    h.step()
+    picked = h.clock.now_ns()
+    h.answer_find_coordinator()
+    while h.clock.now_ns() - picked < 49_000_000:
+        assert not h.net.pending("InitProducerId")
+        h.step(ms=1)
+    h.step(ms=1)
+    assert h.net.pending("InitProducerId") and not init.done
+
+
+def test_transaction_abortable_exception_in_find_coordinator():
+    """TransactionManagerTest.testTransactionAbortableExceptionInFindCoordinator (KIP-890),
+    here while initializing (Java's table lets INITIALIZING go to ABORTABLE_ERROR): the
+    request under way fails with TRANSACTION_ABORTABLE, the producer is abortable, not
+    fatal, and nothing raises."""
+    h = Harness(**TXN)
+    h.step()
+    h.answer_metadata()
+    txn = h.producer.transactions
+    init = txn.initialize()
+    h.step()
+    h.answer_find_coordinator(error="TRANSACTION_ABORTABLE")
+    assert txn.has_abortable_error and not init.done
+    h.step(ms=10)   # InitProducerId's retry comes due: it fails with the error
+    assert txn.has_abortable_error and not txn.has_fatal_error
+    assert init.done and init.error == "TRANSACTION_ABORTABLE"

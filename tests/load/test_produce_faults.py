@@ -223,6 +223,25 @@ def test_transactional_run_aborts_a_failed_transaction_and_goes_on(broker, tmp_p
     check_accounted_and_read_back(doc, s)
 
 
+def test_verify_leaves_out_the_records_of_aborted_transactions(broker, tmp_path):
+    """Transactions aborted between committed ones (INVALID_PRODUCER_EPOCH on a Produce,
+    abortable): --verify reads as read_committed, so the aborted transactions' records
+    inside the acknowledged ranges are left out of found (Tansu lists no aborted
+    transactions; its ABORT markers say which) and counted apart."""
+    out = tmp_path / "s.json"
+    plan = FaultPlan(lose_rate=0.02, lose_limit=3, lose_error="INVALID_PRODUCER_EPOCH", seed=3)
+    with InspectorProxy([broker.bootstrap], faults=plan) as proxy:
+        r = run(proxy.bootstrap, out, "--rate", "1000", "--num-records", "2000",
+                "--transaction-duration-ms", "300")
+    assert "Traceback" not in r.stderr, r.stderr
+    doc, s = read_summary(out)
+    t, c = s.transactions, s.counts
+    assert t is not None and t.aborted >= 1 and t.committed >= 1
+    assert c.failed_by_error.get("TRANSACTION_ABORTED", 0) > 0
+    check_accounted_and_read_back(doc, s)
+    assert doc["verify"]["aborted"] > 0, doc["verify"]
+
+
 @pytest.mark.parametrize(("signum", "to_group"), [(signal.SIGINT, True), (signal.SIGTERM, False),
                                                   (signal.SIGTERM, True)],
                          ids=["ctrl-c", "sigterm", "sigterm-to-group"])
@@ -273,7 +292,8 @@ def test_a_fatal_producer_error_fails_the_run_with_every_record_accounted(broker
         r = run(proxy.bootstrap, out, "--rate", "1000", "--duration", "10s",
                 "-X", "enable.idempotence=true", "-X", "acks=all")
     assert r.returncode == 2, r.stderr
-    assert r.stderr.startswith("kctl: error: worker 0 failed: ") and "CLUSTER_AUTHORIZATION_FAILED" in r.stderr
+    assert "\nkctl: error: worker 0 failed: " in r.stderr and "CLUSTER_AUTHORIZATION_FAILED" in r.stderr
+    assert "record(s) failed: CLUSTER_AUTHORIZATION_FAILED x" in r.stderr, r.stderr
     assert "Traceback" not in r.stderr
     _, s = read_summary(out)
     c = s.counts
@@ -282,3 +302,25 @@ def test_a_fatal_producer_error_fails_the_run_with_every_record_accounted(broker
     assert c.abandoned_by_reason.get("run stopped: due, never handed to the producer", 0) >= 1
     assert s.unaccounted == 0 and c.abandoned == sum(c.abandoned_by_reason.values())
     assert c.failed == sum(c.failed_by_error.values())
+
+
+def test_a_fenced_transactional_run_counts_its_open_transaction_failed(broker, tmp_path):
+    """PRODUCER_FENCED on a Produce is fatal for a transactional producer (as Java's): the
+    open transaction can never commit, so the records the broker acknowledged in it count
+    failed (TRANSACTION_NOT_COMMITTED), not acked; the fatal line says why; every record is
+    accounted for and the committed ones read back (read_committed)."""
+    out = tmp_path / "s.json"
+    plan = FaultPlan(lose_rate=0.05, lose_limit=1, lose_error="PRODUCER_FENCED", seed=5)
+    with InspectorProxy([broker.bootstrap], faults=plan) as proxy:
+        r = run(proxy.bootstrap, out, "--rate", "1000", "--num-records", "2000",
+                "--transaction-duration-ms", "300")
+        assert proxy.snapshot().faults.get("rejected") == 1
+    assert r.returncode == 2, r.stderr
+    assert "PRODUCER_FENCED: another producer with the same transactional.id" in r.stderr, r.stderr
+    assert "Traceback" not in r.stderr
+    doc, s = read_summary(out)
+    c = s.counts
+    assert f"{c.failed} record(s) failed: " in r.stderr and "TRANSACTION_NOT_COMMITTED x" in r.stderr
+    assert s.transactions is not None and s.transactions.committed == 0
+    assert c.acked == 0 and c.failed_by_error.get("TRANSACTION_NOT_COMMITTED", 0) > 0, c
+    assert s.unaccounted == 0 and c.failed == sum(c.failed_by_error.values())
