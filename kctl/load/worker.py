@@ -205,6 +205,24 @@ def split_warmup(slices, measured_from_ns: int, warmup_seqs: int) -> tuple[list[
     return warm, measured
 
 
+@dataclass(slots=True)
+class _MovedAcks:
+    """Records acknowledged in an interval of the other kind (warm-up records in a measured
+    interval, or measured ones in a warm-up interval), cumulative: the parent moves them
+    by when they were scheduled, with their value bytes, partitions and brokers."""
+
+    records: int = 0
+    value_bytes: int = 0
+    by_partition: Counter = field(default_factory=Counter)
+    by_node: Counter = field(default_factory=Counter)
+
+    def add(self, batch: ProducerBatch, n: int) -> None:
+        self.records += n
+        self.value_bytes += batch.value_bytes * n // max(1, batch.record_count)
+        self.by_partition[(batch.tp.topic, batch.tp.partition)] += n
+        self.by_node[batch.node_id] += n
+
+
 def record_shape(spec: WorkerSpec) -> RecordShape:
     """The extra headers (``--headers``) and, unless ``--no-id-headers``, the identity."""
     headers = tuple(Header(f"h{i}", f"value-{i}".encode()) for i in range(spec.extra_headers))
@@ -263,17 +281,11 @@ class Worker:
         self.clock = SystemClock()
         self.latency = LatencyRecorder()        # the measured records' latencies
         self.warmup_latency = LatencyRecorder() # the warm-up records' (the live view's warm-up rounds)
-        # Records scheduled in the warm-up acknowledged in a measured interval (``late``) and
-        # measured records acknowledged in a warm-up interval (``early``), cumulative, with
-        # their value bytes: the parent counts records by when they were scheduled.
-        self.warmup_acked_late = self.warmup_bytes_late = 0
-        self.measured_acked_early = self.measured_bytes_early = 0
-        # the same records by partition and by broker (the summary's per-partition and
-        # per-broker counts)
-        self.warmup_late_by_partition: Counter[tuple[str, int]] = Counter()
-        self.warmup_late_by_node: Counter[int] = Counter()
-        self.measured_early_by_partition: Counter[tuple[str, int]] = Counter()
-        self.measured_early_by_node: Counter[int] = Counter()
+        # Records scheduled in the warm-up acknowledged in a measured interval, and measured
+        # records acknowledged in a warm-up interval: the parent counts records by when they
+        # were scheduled.
+        self.warmup_late = _MovedAcks()
+        self.measured_early = _MovedAcks()
         self.acked = AckedRuns()
         self.config = spec.producer
         self.producer = Producer(self.config, clock=self.clock, on_batch_done=self._on_batch_done)
@@ -331,21 +343,11 @@ class Worker:
                 self.first_measured_done_wall_ns = self.last_done_wall_ns
             self.latency.record_batch(now, batch.sent_ns, measured)
             self.warmup_latency.record_batch(now, batch.sent_ns, warm)
-            total = batch.record_count
-            if self._interval_warmup:
-                n = sum(s.count for s in measured)
-                if n:
-                    self.measured_acked_early += n
-                    self.measured_bytes_early += batch.value_bytes * n // max(1, total)
-                    self.measured_early_by_partition[(batch.tp.topic, batch.tp.partition)] += n
-                    self.measured_early_by_node[batch.node_id] += n
-            else:
-                n = sum(s.count for s in warm)
-                if n:
-                    self.warmup_acked_late += n
-                    self.warmup_bytes_late += batch.value_bytes * n // max(1, total)
-                    self.warmup_late_by_partition[(batch.tp.topic, batch.tp.partition)] += n
-                    self.warmup_late_by_node[batch.node_id] += n
+            moved, other = ((self.measured_early, measured) if self._interval_warmup
+                            else (self.warmup_late, warm))
+            n = sum(s.count for s in other)
+            if n:
+                moved.add(batch, n)
 
     # -- the loop ------------------------------------------------------------------------------
     def run(self) -> None:
@@ -573,12 +575,13 @@ class Worker:
             abandoned_by_reason=self.abandoned_by_reason,
             commit_latency=self._take_commit_latency(), last_done_wall_ns=self.last_done_wall_ns,
             first_measured_done_wall_ns=self.first_measured_done_wall_ns,
-            warmup_acked_late=self.warmup_acked_late, warmup_bytes_late=self.warmup_bytes_late,
-            measured_acked_early=self.measured_acked_early, measured_bytes_early=self.measured_bytes_early,
-            warmup_late_by_partition=dict(self.warmup_late_by_partition),
-            warmup_late_by_node=dict(self.warmup_late_by_node),
-            measured_early_by_partition=dict(self.measured_early_by_partition),
-            measured_early_by_node=dict(self.measured_early_by_node),
+            warmup_acked_late=self.warmup_late.records, warmup_bytes_late=self.warmup_late.value_bytes,
+            measured_acked_early=self.measured_early.records,
+            measured_bytes_early=self.measured_early.value_bytes,
+            warmup_late_by_partition=dict(self.warmup_late.by_partition),
+            warmup_late_by_node=dict(self.warmup_late.by_node),
+            measured_early_by_partition=dict(self.measured_early.by_partition),
+            measured_early_by_node=dict(self.measured_early.by_node),
             acked_runs=dict(self.acked.runs) if final and self.spec.verify else None))
         self._interval_start_wall = now_wall
         self._interval_warmup = self._in_warmup(self.clock.now_ns())
