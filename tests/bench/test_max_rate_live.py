@@ -48,9 +48,9 @@ def test_find_max_rate_converges_on_the_throttled_rate(broker, tmp_path):
     result = json.loads((out / "max-rate.json").read_text())
     steps = result["steps"]
     assert result["converged"], run.stdout
-    # The rate found is the throttled rate, within the search's precision and the
-    # noise of a shared machine.
-    assert 0.7 * cap <= result["found_rate"] <= 1.05 * cap, (cap, result)
+    # The rate found is the throttled rate, within the search's precision (10%) and the
+    # noise of a shared machine (the cap is one 2 s measurement itself).
+    assert 0.7 * cap <= result["found_rate"] <= 1.15 * cap, (cap, result)
     assert result["failed_rate"] > result["found_rate"]
     # Above the throttle, steps failed because they fell short of their target.
     # (A step just above the capacity can be the first to fail: then none is 1.2 x above it.)

@@ -84,8 +84,11 @@ def test_group_of_two_consumers_rebalances_and_reads_everything_once(broker, tmp
     v = s["verify"]
     assert v["expected"] == v["found"] == 4000 and v["lost"] == v["duplicated"] == v["reordered"] == 0
     assert s["backlog"]["drained"] and s["latency"]["e2e"]["count"] == 4000
-    # Both members read: every partition's records were consumed by someone.
-    assert {p["partition"] for p in s["partitions"] if p["records"]} == {0, 1, 2, 3}
+    # Every partition's records were consumed by someone, as many as the backlog wrote to
+    # it. (The sticky partitioner spreads ~17 batches over 4 partitions: one of them can
+    # get none, about one run in thirty, so the written counts are the reference.)
+    written = {int(p): c["expected"] for p, c in v["partitions"].items() if c["expected"]}
+    assert {p["partition"]: p["records"] for p in s["partitions"] if p["records"]} == written
 
 
 def test_produce_consume_e2e_in_every_output_and_a_stall_on_the_e2e_clock(broker, tmp_path):
