@@ -62,6 +62,7 @@ from kctl.engine.network import NetworkClient
 from kctl.engine.partitioner import Partitioner
 from kctl.engine.sender import Sender
 from kctl.engine.transactions import (
+    AUTHORIZATION_ERRORS,
     TransactionConfig,
     TransactionResult,
     Transactions,
@@ -717,6 +718,14 @@ class Producer:
             txn = self._txn()
             if txn.has_fatal_error:
                 raise ProducerFatalError(f"{what}: {txn.explain(result.error)}")
+            if result.error in AUTHORIZATION_ERRORS:
+                # InitProducerId refused (Java's Sender.shouldHandleAuthorizationError): the
+                # producer goes back to UNINITIALIZED; init_transactions may be asked again.
+                if txn.has_abortable_error:
+                    self._step(0)
+                raise KctlError(f"{what}: {result.error}: the principal may not use transactional.id "
+                                f"{txn.transactional_id!r} (init_transactions may be called again "
+                                "once it is authorized)")
             raise TransactionAbortableError(f"{what}: {result.error}")
 
     def init_transactions(self, timeout_s: float | None = None) -> None:

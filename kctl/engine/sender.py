@@ -227,6 +227,15 @@ class Sender:
         idle = now_ns + _IDLE_NS
         if txn.has_in_flight_request:
             return True, idle
+        if txn.has_abortable_error:
+            error = txn.last_error or ""
+            if txn.on_authorization_error():
+                # Java's shouldHandleAuthorizationError: InitProducerId was refused for
+                # authorization; what the producer holds fails, and it is UNINITIALIZED.
+                for b in self.accumulator.remove_all():
+                    self._fail(b, error, f"the producer is not authorized: {error}", now_ns,
+                               count_error=True)
+                return True, idle
         if txn.has_abortable_error or txn.is_aborting:
             # Batches that never got a sequence fail; those that did must resolve
             # before EndTxn (Java's abortUndrainedBatches).
@@ -444,14 +453,16 @@ class Sender:
         if self.idempotence is not None:
             self.idempotence.on_acked(b, base_offset)
         b.complete(BatchState.ACKED, BatchResult(base_offset, log_append_time_ms))
-        m = self.metrics
-        m.records_acked += b.record_count
-        m.value_bytes_acked += b.value_bytes
-        m.batches_acked += 1
-        m.records_by_partition[b.tp] += b.record_count
-        m.records_by_node[b.node_id] += b.record_count
         if self.transactions is not None:
-            self.transactions.on_records_acked(b.tp, b.node_id, b.record_count, b.value_bytes)
+            # Counted acked when its transaction commits, failed if it never does.
+            self.transactions.on_batch_acked(b.tp, b.node_id, b.record_count, b.value_bytes)
+        else:
+            m = self.metrics
+            m.records_acked += b.record_count
+            m.value_bytes_acked += b.value_bytes
+            m.batches_acked += 1
+            m.records_by_partition[b.tp] += b.record_count
+            m.records_by_node[b.node_id] += b.record_count
         self._done(b)
 
     def _fail(self, b: ProducerBatch, error: str, message: str, now_ns: int,
