@@ -16,9 +16,11 @@ import time
 
 import pytest
 
-from kctl.inspect.faults import FaultPlan
+from kctl.inspect.faults import ErrorRewrite, FaultPlan
 from kctl.inspect.proxy import InspectorProxy
+from kctl.stats.hlog import read_interval_log
 from kctl.stats.summary import RunSummary
+from kctl.ui.produce_view import summary_line
 from tests.stop_signal import group_gone
 
 pytestmark = pytest.mark.broker
@@ -324,3 +326,45 @@ def test_a_fenced_transactional_run_counts_its_open_transaction_failed(broker, t
     assert s.transactions is not None and s.transactions.committed == 0
     assert c.acked == 0 and c.failed_by_error.get("TRANSACTION_NOT_COMMITTED", 0) > 0, c
     assert s.unaccounted == 0 and c.failed == sum(c.failed_by_error.values())
+    check_acked_figures_agree(s)      # no latency for "0 records sent"
+    assert summary_line(s).startswith("0 records sent, 0.000000 records/sec (0.00 MB/sec), "
+                                      "0.00 ms avg latency, 0.00 ms max latency"), summary_line(s)
+
+
+def check_acked_figures_agree(s: RunSummary, hlog=None):
+    """Every acknowledged figure covers the records counted acked, no more: latencies on
+    each clock, the per-partition and per-broker counts, records per batch, the .hlog."""
+    c = s.counts
+    for clock, lat in s.latency.items():
+        assert lat.count == c.acked, (clock, lat.count, c.acked)
+    assert sum(p.records_acked for p in s.partitions) == c.acked
+    assert sum(b.records_acked for b in s.brokers) == c.acked
+    assert c.batches_acked <= c.acked
+    if c.batches_acked:
+        assert abs(s.batching.records_per_batch - c.acked / c.batches_acked) < 1e-3
+    if hlog is not None:
+        logged: dict[str, int] = {}
+        for interval in read_interval_log(hlog):
+            logged[interval.tag] = logged.get(interval.tag, 0) + interval.histogram.get_total_count()
+        assert logged and all(n == c.acked for n in logged.values()), (logged, c.acked)
+
+
+def test_an_aborted_transaction_is_in_no_acked_figure(broker, tmp_path):
+    """``--inject-error TRANSACTION_ABORTABLE@EndTxn`` on the first EndTxn (KIP-890): that
+    commit fails, the worker aborts the transaction and goes on. The records the broker had
+    acknowledged in it count failed (TRANSACTION_ABORTED), and no acknowledged figure holds
+    them: the latencies of every clock, the .hlog, the per-partition and per-broker counts
+    and records per batch cover exactly the records counted acked, which read back."""
+    out, hlog = tmp_path / "s.json", tmp_path / "run.hlog"
+    plan = FaultPlan(error=ErrorRewrite("TRANSACTION_ABORTABLE", 1.0, ("EndTxn",), limit=1), seed=2)
+    with InspectorProxy([broker.bootstrap], faults=plan) as proxy:
+        r = run(proxy.bootstrap, out, "--rate", "1000", "--duration", "2s",
+                "--transaction-duration-ms", "400", "--hdr-out", str(hlog))
+        assert proxy.snapshot().faults.get("errors_injected") == 1
+    assert "Traceback" not in r.stderr, r.stderr
+    doc, s = read_summary(out)
+    t, c = s.transactions, s.counts
+    assert t is not None and t.aborted == 1 and t.committed >= 3
+    assert c.failed_by_error.get("TRANSACTION_ABORTED", 0) > 0 and c.acked > 0
+    check_acked_figures_agree(s, hlog)
+    check_accounted_and_read_back(doc, s)
