@@ -368,3 +368,24 @@ def test_an_aborted_transaction_is_in_no_acked_figure(broker, tmp_path):
     assert c.failed_by_error.get("TRANSACTION_ABORTED", 0) > 0 and c.acked > 0
     check_acked_figures_agree(s, hlog)
     check_accounted_and_read_back(doc, s)
+
+
+def test_an_idempotent_run_goes_on_after_init_producer_id_is_refused_for_authorization(broker, tmp_path):
+    """``--inject-error CLUSTER_AUTHORIZATION_FAILED@InitProducerId`` on the first answer:
+    as Java's (trunk) idempotent producer, not fatal: the records held fail with the error,
+    the producer asks again and the run goes on; every record is accounted for."""
+    out = tmp_path / "s.json"
+    plan = FaultPlan(error=ErrorRewrite("CLUSTER_AUTHORIZATION_FAILED", 1.0, ("InitProducerId",), limit=1),
+                     seed=1)
+    with InspectorProxy([broker.bootstrap], faults=plan) as proxy:
+        r = run(proxy.bootstrap, out, "--rate", "1000", "--num-records", "1500",
+                "-X", "enable.idempotence=true", "-X", "acks=all")
+        assert proxy.snapshot().faults.get("errors_injected") == 1
+    assert r.returncode in (0, 1) and "Traceback" not in r.stderr, r.stderr
+    doc, s = read_summary(out)
+    c = s.counts
+    assert not s.run.workers_failed and c.acked > 1000
+    assert c.failed == c.failed_by_error.get("CLUSTER_AUTHORIZATION_FAILED", 0)
+    assert s.errors_by_name.get("CLUSTER_AUTHORIZATION_FAILED") == 1
+    check_acked_figures_agree(s)
+    check_accounted_and_read_back(doc, s)
