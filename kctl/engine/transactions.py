@@ -32,8 +32,13 @@ How this works
   bump when the coordinator can bump (InitProducerId v3+, KIP-360), else fatal; a
   failed batch makes the transaction abortable (idempotence.py reports it through
   ``on_abortable_error``), and the abort then bumps the epoch when it can.
-  TRANSACTION_ABORTABLE (KIP-890) answering FindCoordinator, AddPartitionsToTxn or
-  EndTxn is abortable. A coordinator that refuses the
+  TRANSACTION_ABORTABLE (KIP-890) answering FindCoordinator, InitProducerId,
+  AddPartitionsToTxn or EndTxn is abortable. InitProducerId refused for authorization
+  (TRANSACTIONAL_ID_AUTHORIZATION_FAILED, CLUSTER_AUTHORIZATION_FAILED) is abortable, and
+  the sender's next turn undoes it (``on_authorization_error``, Java's
+  Sender.shouldHandleAuthorizationError): pending requests and held batches fail with
+  it and the producer is UNINITIALIZED again, free to ask init_transactions again. A
+  coordinator that refuses the
   epoch bump with anything but fencing or a retriable error is asked again with the
   transactional id alone, as a freshly built producer would ask (Java's producer goes
   fatal there and its application builds that new producer).
