@@ -690,6 +690,8 @@ class Producer:
                                           count_error=True)
                     self.sender.fail_in_flight("PRODUCER_CLOSED",
                                                "the producer was closed before the broker answered", now)
+            if txn is not None:
+                txn.close()
         finally:
             # acks=0 has nothing to wait for: close gracefully so the broker reads
             # the last request before it sees the connection end.

@@ -72,7 +72,7 @@ from kctl.errors import KctlError
 from kctl.protocol import requests, schema
 from kctl.protocol.error_codes import ERRORS_BY_NAME, error_for
 
-__all__ = ["AUTHORIZATION_ERRORS", "TRANSACTION_ABORTED", "TRANSACTION_NOT_COMMITTED", "TRANSITIONS", "PendingAcks", "TransactionConfig", "TransactionResult", "TransactionState",
+__all__ = ["AUTHORIZATION_ERRORS", "TRANSACTION_ABORTED", "TRANSACTION_END_UNKNOWN", "TRANSACTION_NOT_COMMITTED", "TRANSITIONS", "PendingAcks", "TransactionConfig", "TransactionResult", "TransactionState",
            "Transactions", "TxnRequest", "TxnRequestKind"]
 
 FIND_COORDINATOR: Final = schema.API_BY_NAME["FindCoordinator"].api_key
@@ -87,6 +87,10 @@ TRANSACTION_ABORTED: Final = "TRANSACTION_ABORTED"
 #: How records the broker acknowledged in a transaction that can no longer commit (the
 #: producer hit a fatal error inside it) are counted: failed, for the same reason.
 TRANSACTION_NOT_COMMITTED: Final = "TRANSACTION_NOT_COMMITTED"
+
+#: Why the records of a transaction whose end the producer never learnt (it closed while
+#: the commit had no answer) are abandoned: the broker may have committed them or not.
+TRANSACTION_END_UNKNOWN: Final = "producer closed before the transaction's end was known"
 
 #: Why a fatal error is fatal, for its one line (Java's ProducerFencedException message).
 _FATAL_REASONS: Final = {
@@ -221,6 +225,14 @@ class PendingAcks:
         if self.records:
             m.records_failed += self.records
             m.failed_by_error[reason] += self.records
+        self.clear()
+
+    def count_abandoned(self, m: ProducerMetrics, reason: str) -> None:
+        """The producer closed before the transaction's end was known (a commit with no
+        answer): committed or not, nobody can say; counted abandoned with ``reason``."""
+        if self.records:
+            m.records_abandoned += self.records
+            m.abandoned_by_reason[reason] += self.records
         self.clear()
 
     def clear(self) -> None:
@@ -362,6 +374,16 @@ class Transactions:
         self.last_error = None
         self.epoch_bump_required = False
         return True
+
+    def close(self) -> None:
+        """The producer closes: records acknowledged in a transaction that did not end
+        are counted. One whose commit had no answer may have committed or not: abandoned
+        (``TRANSACTION_END_UNKNOWN``); any other can no longer commit (the coordinator
+        aborts it at ``transaction.timeout.ms``): failed ``TRANSACTION_NOT_COMMITTED``."""
+        if self.state is _T.COMMITTING_TRANSACTION:
+            self.pending_acks.count_abandoned(self.metrics, TRANSACTION_END_UNKNOWN)
+        else:
+            self.pending_acks.count_failed(self.metrics, TRANSACTION_NOT_COMMITTED)
 
     # -- the application's calls -----------------------------------------------------------
     def initialize(self) -> TransactionResult:

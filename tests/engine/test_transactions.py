@@ -512,3 +512,35 @@ def test_transaction_abortable_exception_in_init_producer_id():
         txn.begin_commit()
     txn.begin_abort()
     assert not txn.has_error
+
+
+def test_closing_while_a_commit_has_no_answer_abandons_its_records():
+    """kctl's accounting: the producer closes while EndTxn(commit) is unanswered: whether
+    the transaction committed is unknown, so its acknowledged records are abandoned (with
+    the reason), neither acked nor failed; every record is still counted once."""
+    from kctl.engine.transactions import TRANSACTION_END_UNKNOWN
+
+    h, txn = transactional(**{"max.block.ms": "50"})
+    begin_and_send(h, txn, 2)
+    h.respond(h.produce_requests()[-1], base_offset=0)
+    h.step()
+    txn.begin_commit()
+    h.await_request("EndTxn")
+    h.producer.close(0)
+    m = h.producer.metrics
+    assert (m.records_acked, m.records_failed, m.records_abandoned) == (0, 0, 2)
+    assert m.abandoned_by_reason == {TRANSACTION_END_UNKNOWN: 2}
+
+
+def test_closing_in_an_open_transaction_that_cannot_be_aborted_fails_its_records():
+    """kctl's accounting: close aborts the open transaction (as Java's); when the abort has
+    no answer either, the transaction can no longer commit (the coordinator aborts it at
+    transaction.timeout.ms): its acknowledged records count failed TRANSACTION_NOT_COMMITTED."""
+    h, txn = transactional()
+    begin_and_send(h, txn, 2)
+    h.respond(h.produce_requests()[-1], base_offset=0)
+    h.step()
+    h.producer.close(0)
+    m = h.producer.metrics
+    assert (m.records_acked, m.records_failed) == (0, 2)
+    assert m.failed_by_error == {"TRANSACTION_NOT_COMMITTED": 2}
