@@ -92,7 +92,6 @@ def test_an_aborted_transactions_records_are_in_no_latency_figure():
     assert w.producer.aborted == 1
     w._begin_transaction()
     _acked(w, 3, w.clock.now_ns() - 2 * MS)
-    w.commit_error = None
     w.producer.commit_error = None
     w._end_transaction(None)
     w._report(final=False)
@@ -103,7 +102,15 @@ def test_warmup_records_of_a_transaction_move_when_it_commits_not_when_it_aborts
     w = _worker(commit_error="TRANSACTION_ABORTABLE", warmup_ns=S)
     w._interval_warmup = False
     _acked(w, 10, w.measured_from_ns - 10 * MS)     # all scheduled in the warm-up
-    w._end_transaction(None)
+    w._end_transaction(None)                        # aborted
+    w._report(final=False)
+    assert (w.reports_seen[-1].warmup_acked_late, w.reports_seen[-1].warmup_late_by_node) == (0, {})
+    w._begin_transaction()
+    w.producer.commit_error = None
+    _acked(w, 4, w.measured_from_ns - 10 * MS)
+    w._report(final=False)
+    assert w.reports_seen[-1].warmup_acked_late == 0, "not before the commit"
+    w._end_transaction(None)                        # committed
     w._report(final=False)
     r = w.reports_seen[-1]
-    assert (r.warmup_acked_late, r.warmup_late_by_node) == (0, {})
+    assert (r.warmup_acked_late, r.warmup_late_by_node) == (4, {1: 4})
