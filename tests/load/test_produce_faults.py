@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -388,4 +389,48 @@ def test_an_idempotent_run_goes_on_after_init_producer_id_is_refused_for_authori
     assert c.failed == c.failed_by_error.get("CLUSTER_AUTHORIZATION_FAILED", 0)
     assert s.errors_by_name.get("CLUSTER_AUTHORIZATION_FAILED") == 1
     check_acked_figures_agree(s)
+    check_accounted_and_read_back(doc, s)
+
+
+def test_inspect_inject_error_aborted_transactions_leave_the_summary_consistent(broker, tmp_path):
+    """Through ``kctl inspect --inject-error INVALID_PRODUCER_EPOCH:0.02`` (the CLI, in its
+    own process): Produce answers refused at random make their transactions abortable;
+    the run aborts them and goes on. The summary's figures agree with the verdicts: every
+    latency count and the .hlog equal the acked count, as do the per-partition and
+    per-broker counts; aborted records are failed TRANSACTION_ABORTED; every record is
+    accounted for and the committed ones read back."""
+    from kctl.broker import free_port
+
+    port = free_port()
+    proxy = subprocess.Popen([sys.executable, "-m", "kctl", "inspect", "--listen", f"127.0.0.1:{port}",
+                              "--upstream", broker.bootstrap, "--inject-error", "INVALID_PRODUCER_EPOCH:0.02",
+                              "--seed", "3", "--duration", "90"],
+                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    out, hlog = tmp_path / "s.json", tmp_path / "run.hlog"
+    try:
+        deadline = time.monotonic() + 20
+        while True:
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                break
+            except OSError:
+                assert time.monotonic() < deadline and proxy.poll() is None, "kctl inspect did not listen"
+                time.sleep(0.05)
+        r = run(f"127.0.0.1:{port}", out, "--rate", "1000", "--num-records", "3000",
+                "--transaction-duration-ms", "300", "--hdr-out", str(hlog))
+    finally:
+        proxy.send_signal(signal.SIGINT)
+        try:
+            _, proxy_err = proxy.communicate(timeout=20)
+        except subprocess.TimeoutExpired:
+            proxy.kill()
+            raise
+    assert "Traceback" not in r.stderr, r.stderr
+    assert "(faults: INVALID_PRODUCER_EPOCH@Produce 0.02, seed 3)" in proxy_err, proxy_err
+    doc, s = read_summary(out)
+    t, c = s.transactions, s.counts
+    assert t is not None and t.aborted >= 1 and t.committed >= 1
+    assert c.failed_by_error.get("INVALID_PRODUCER_EPOCH", 0) >= 1
+    assert c.failed_by_error.get("TRANSACTION_ABORTED", 0) > 0 and c.acked > 0
+    check_acked_figures_agree(s, hlog)
     check_accounted_and_read_back(doc, s)
