@@ -746,6 +746,10 @@ class Producer:
         """Sends what is queued, waits for every record's answer, then commits (EndTxn).
         ``TransactionAbortableError``: the transaction must be aborted instead."""
         txn = self._txn()
+        if txn.has_abortable_error:
+            # A batch of it failed meanwhile (Java's maybeFailWithError in beginCommit):
+            # the application aborts, as after a failed commit.
+            raise TransactionAbortableError(f"commit_transaction: {txn.explain(txn.last_error or '')}")
         result = txn.begin_commit()
         self.flush(timeout_s)
         self._run_until(result, timeout_s, "commit_transaction")

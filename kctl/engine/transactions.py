@@ -72,8 +72,9 @@ from kctl.errors import KctlError
 from kctl.protocol import requests, schema
 from kctl.protocol.error_codes import ERRORS_BY_NAME, error_for
 
-__all__ = ["AUTHORIZATION_ERRORS", "TRANSACTION_ABORTED", "TRANSACTION_END_UNKNOWN", "TRANSACTION_NOT_COMMITTED", "TRANSITIONS", "PendingAcks", "TransactionConfig", "TransactionResult", "TransactionState",
-           "Transactions", "TxnRequest", "TxnRequestKind"]
+__all__ = ["AUTHORIZATION_ERRORS", "TRANSACTION_ABORTED", "TRANSACTION_END_UNKNOWN",
+           "TRANSACTION_NOT_COMMITTED", "TRANSITIONS", "PendingAcks", "TransactionConfig",
+           "TransactionResult", "TransactionState", "Transactions", "TxnRequest", "TxnRequestKind"]
 
 FIND_COORDINATOR: Final = schema.API_BY_NAME["FindCoordinator"].api_key
 INIT_PRODUCER_ID: Final = schema.API_BY_NAME["InitProducerId"].api_key

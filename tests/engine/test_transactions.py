@@ -544,3 +544,24 @@ def test_closing_in_an_open_transaction_that_cannot_be_aborted_fails_its_records
     m = h.producer.metrics
     assert (m.records_acked, m.records_failed) == (0, 2)
     assert m.failed_by_error == {"TRANSACTION_NOT_COMMITTED": 2}
+
+
+def test_commit_of_a_transaction_a_failed_batch_made_abortable_raises_the_abortable_error():
+    """KafkaProducer.commitTransaction -> beginCommit's maybeFailWithError: a batch of the
+    transaction failed (INVALID_PRODUCER_EPOCH, abortable) before the application commits:
+    the commit raises the abortable error (so a load worker aborts and goes on), not a
+    plain error that ends the run; the abort then succeeds."""
+    from kctl.engine.producer import TransactionAbortableError
+
+    h, txn = transactional()
+    begin_and_send(h, txn)
+    h.respond(h.produce_requests()[-1], errors={0: "INVALID_PRODUCER_EPOCH"})
+    h.step()
+    assert txn.has_abortable_error
+    with pytest.raises(TransactionAbortableError, match="INVALID_PRODUCER_EPOCH"):
+        h.producer.commit_transaction(0.01)
+    txn.begin_abort()
+    h.step()
+    h.answer_end_txn()
+    h.answer_init(producer_id=42, epoch=1)
+    assert txn.state is TransactionState.READY

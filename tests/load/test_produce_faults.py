@@ -430,6 +430,7 @@ def test_inspect_inject_error_aborted_transactions_leave_the_summary_consistent(
     assert "Traceback" not in r.stderr, r.stderr
     assert "(faults: INVALID_PRODUCER_EPOCH@Produce 0.02, seed 3)" in proxy_err, proxy_err
     doc, s = read_summary(out)
+    assert not s.run.workers_failed, r.stderr
     t, c = s.transactions, s.counts
     assert t is not None and t.aborted >= 1 and t.committed >= 1
     assert c.failed_by_error.get("INVALID_PRODUCER_EPOCH", 0) >= 1
