@@ -383,13 +383,14 @@ class RangeDecoder:
             if isinstance(it, Frame):
                 yield from self._frame(it)
                 continue
+            # As CaptureDecoder says it; a cut request's response decodes and is timed, as in
+            # decode (marked request_cut).
+            notice = self.decoder.stream_notice(it)
+            if it.kind == "request_end":
+                continue
             gap, after_gap = after_gap, it.kind == "gap"
-            if self._whole and it.kind != "retransmission":     # as CaptureDecoder says it
-                self.notices.append(CaptureNotice(self.range.file, it.kind, it.message, it.offset,
-                                                  it.ts_ns, it.conn, it.direction))
-            if it.head:
-                # A cut request's response decodes, as in decode (marked request_cut).
-                self.decoder.cut_frame(it)
+            if self._whole and notice is not None:
+                self.notices.append(notice)
             cv = self.coverage.get((it.conn, it.direction))
             if cv is None:
                 continue
