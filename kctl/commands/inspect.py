@@ -274,11 +274,19 @@ def summary_json(s: StatsSnapshot) -> dict:
                         "throttled": a.throttled, "throttle_ms_max": a.throttle_ms_max}
                  for name, a in sorted(s.apis.items())},
         "codecs": dict(sorted(s.codecs.items())),
-        "errors": dict(sorted(s.errors.items())),
+        "errors": dict(sorted(s.errors_by_name.items())),
+        "errors_by_api": _errors_by_api(s),
         "faults": dict(sorted(s.faults.items())),
         "lost_processors": [{"processor": x.processor, "pid": x.pid, "exitcode": x.exitcode,
                              "connections": [c.id for c in x.connections]} for x in s.lost],
     }
+
+
+def _errors_by_api(s: StatsSnapshot) -> dict[str, dict[str, int]]:
+    out: dict[str, dict[str, int]] = {}
+    for (api, name), n in sorted(s.errors.items()):
+        out.setdefault(api, {})[name] = n
+    return out
 
 
 def _run(proxy: InspectorProxy, show: str, lines: queue.SimpleQueue, duration: float | None,
