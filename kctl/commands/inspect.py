@@ -96,7 +96,8 @@ def inspect(
                                           "(default) and Fetch each partition at RATE; FindCoordinator, "
                                           "InitProducerId, AddPartitionsToTxn, EndTxn each response at "
                                           "RATE (all its error codes), e.g. NOT_LEADER_OR_FOLLOWER:0.01, "
-                                          "CONCURRENT_TRANSACTIONS@EndTxn:0.5."),
+                                          "CONCURRENT_TRANSACTIONS@EndTxn:0.5; FindCoordinator/transaction "
+                                          "(or /group, /share) hits only lookups of that key type."),
     drop_rate: float = typer.Option(0.0, "--drop-rate", min=0.0, max=1.0,
                                     help="Probability of cutting a connection mid-response."),
     tiny_segments: int = typer.Option(0, "--tiny-segments", min=0,
