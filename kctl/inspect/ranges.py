@@ -383,11 +383,15 @@ class RangeDecoder:
             if isinstance(it, Frame):
                 yield from self._frame(it)
                 continue
-            # As CaptureDecoder says it; a cut request's response decodes and is timed, as in
-            # decode (marked request_cut).
-            notice = self.decoder.stream_notice(it)
             if it.kind == "request_end":
+                # A cut request's response decodes and is timed, as in decode (marked
+                # request_cut). A header seen while resynchronising only after a gap: in
+                # decode's stream that gap breaks the check and a whole reader repairs the
+                # connection; a range reader's own gaps (before its window) are not decode's.
+                if self._whole or not it.candidate:
+                    self.decoder.stream_notice(it)
                 continue
+            notice = self.decoder.stream_notice(it)     # as CaptureDecoder says it
             gap, after_gap = after_gap, it.kind == "gap"
             if self._whole and notice is not None:
                 self.notices.append(notice)

@@ -696,14 +696,8 @@ class FrameSplitter:
                     scanned_to = j
                     break
                 (size,) = _I32.unpack_from(buf, j)
-                if self._last_chance:
-                    pass
-                elif size <= self.max_resync_frame_bytes:
+                if size <= self.max_resync_frame_bytes and not self._last_chance:
                     cands.append((j, size))
-                else:
-                    # Too large to hold until it can be verified: its header is told once the
-                    # stream passes its end, as a cut one's is.
-                    self._watch(self._buf_offset + j, bytes(buf[j:j + _HEAD_BYTES]), True)
         i = self._scan = max(i, scanned_to) if found is None else scanned_to
         if found is None and cands:
             found = self._try_candidates(n)

@@ -258,3 +258,38 @@ def test_analyze_range_readers_answer_a_cut_request_as_decode_does(tmp_path):
     for range_bytes in (400, 1 << 30):
         got, repaired, _ = read_in_ranges(q, range_bytes=range_bytes, lookback_bytes=3000)
         assert got == want and repaired, range_bytes
+
+
+@pytest.mark.broker
+@pytest.mark.slow
+def test_a_real_snap_length_capture_pairs_and_times_every_produce_answer(broker, tmp_path):
+    """tcpdump -s 200 beside a full tcpdump of the same kctl produce run: every Produce
+    request is cut, so after the first of each connection they are cut while the stream
+    looks for a frame start. Every Produce answer the full capture pairs is paired here
+    too (before: all but one per connection were unmatched), with the full capture's
+    latency (two tcpdumps stamp a packet within a few µs of each other)."""
+    import subprocess
+    import sys
+    from contextlib import ExitStack
+
+    from tests.inspect.live_capture import tcpdump_on_lo
+    full, snap = tmp_path / "full.pcap", tmp_path / "snap.pcap"
+    with ExitStack() as stack:
+        stack.enter_context(tcpdump_on_lo(full, broker.port))
+        stack.enter_context(tcpdump_on_lo(snap, broker.port, snaplen=SNAP))
+        subprocess.run([sys.executable, "-m", "kctl", "produce", "-b", broker.bootstrap,
+                        "-t", f"snap-{tmp_path.name}", "--num-records", "1000", "--record-size",
+                        "200", "--rate", "2000", "--workers", "1", "-X", "linger.ms=5", "--quiet"],
+                       check=True, timeout=60, capture_output=True)
+
+    def answers(p):
+        return {(str(f.conn), f.correlation_id): f for f in decode_files([p], {broker.port})
+                if isinstance(f, DecodedFrame) and f.direction == "response"
+                and (f.api_name == "Produce" or "unmatched" in f.marks)}
+    whole, cut = answers(full), answers(snap)
+    assert len(whole) >= 50 and all(f.api_name == "Produce" for f in whole.values())
+    assert set(cut) == set(whole)
+    assert all(f.api_name == "Produce" and "request_cut" in f.marks for f in cut.values())
+    for key, f in whole.items():
+        assert abs(cut[key].latency_ns - f.latency_ns) <= 5_000, (key, cut[key].latency_ns,
+                                                                   f.latency_ns)
