@@ -9,6 +9,11 @@ version, and gets a latency. Nothing is dropped:
 
 - a response with no request seen (capture started mid-conversation) keeps its
   correlation id and raw body, marked ``unmatched``;
+- a response to a request cut by a gap whose header was captured (tcpdump's snap length,
+  a lost packet) is decoded as that request's API, marked ``request_cut``, and timed from
+  the segment that carried the request's last byte when the capture holds it (the
+  reassembler's ``request_end`` notices); a header seen only while resynchronising pairs
+  only with a response that decodes wholly as its API;
 - an API key or version not in the schema gives the header and the raw body,
   marked ``unknown_api``;
 - a frame that does not decode gives a ``DecodeError`` (offset within the
