@@ -554,8 +554,9 @@ class FrameSplitter:
             # Bytes held while resynchronising (an open candidate) are given up too; a
             # request candidate's header is still told (``request_end``), as tshark pairs a
             # response with a request whose header it read.
-            for ci, _size in self._cands:
-                self._watch(self._buf_offset + ci, bytes(self._buf[ci:ci + _HEAD_BYTES]), True)
+            for ci, size in self._cands:
+                if ci + 4 + size > len(self._buf):     # cut by this gap (a whole one was tried)
+                    self._watch(self._buf_offset + ci, bytes(self._buf[ci:ci + _HEAD_BYTES]), True)
             if not self._skipped:
                 self._skipped_at = self._buf_offset
             self._skipped += len(self._buf)
