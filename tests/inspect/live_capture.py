@@ -31,16 +31,14 @@ BAD_NOTICES = ("error", "gap", "framing", "skipped", "malformed", "truncated")
 
 
 @contextlib.contextmanager
-def tcpdump_on_lo(path: Path, port: int, *, settle_s: float = 0.3,
-                  snaplen: int | None = None) -> Iterator[None]:
+def tcpdump_on_lo(path: Path, port: int, *, settle_s: float = 0.3) -> Iterator[None]:
     # --immediate-mode: without it libpcap hands packets over in blocks (up to a second
     # late), and the last block before SIGINT is lost: a short run captured nothing.
     exe = shutil.which("tcpdump")
     if exe is None:
         pytest.skip("tcpdump is not installed (tools/setup.sh installs it)")
-    snap = ["-s", str(snaplen)] if snaplen is not None else []
-    proc = subprocess.Popen([exe, "-i", "lo", "-U", "--immediate-mode", "-n", "-B", "16384", *snap,
-                             "-w", str(path), f"tcp port {port}"],
+    proc = subprocess.Popen([exe, "-i", "lo", "-U", "--immediate-mode", "-n", "-B", "16384", "-w", str(path),
+                             f"tcp port {port}"],
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     assert proc.stderr is not None
     line = proc.stderr.readline().decode(errors="replace")
