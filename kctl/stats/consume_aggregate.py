@@ -317,7 +317,7 @@ class ConsumeStats:
                     records_per_fetch=round(res.records_consumed / res.fetch_responses, 3)
                     if res.fetch_responses else 0.0),
                 latency={E2E: signed_figures(self._cumulative.get(E2E), self._cumulative.get(E2E_NEGATIVE))},
-                lag_final=lag, lag_max=self._lag_max, lag_timeline=tuple(self._timeline),
+                lag_final=lag, lag_max=max(self._lag_max, lag), lag_timeline=tuple(self._timeline),
                 partitions=tuple(sorted(parts, key=lambda p: (p.topic, p.partition))),
                 errors_by_name=dict(sorted(total.errors_by_name.items())), clock=self.clock)
 

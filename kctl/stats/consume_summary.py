@@ -192,7 +192,10 @@ class ConsumeSummary:
             end = p.end_offset if p.end_offset >= 0 else ends.get(p.partition, -1)
             lag = max(0, end - p.position) if end >= 0 and p.position >= 0 else None
             parts.append(replace(p, end_offset=end, lag=lag))
-        return replace(self, partitions=tuple(parts), lag_final=sum(p.lag for p in parts if p.lag is not None),
+        final = sum(p.lag for p in parts if p.lag is not None)
+        # The timeline covers fetched partitions only; the final lag adds the others: the
+        # maximum is over everything reported, the final lag included.
+        return replace(self, partitions=tuple(parts), lag_final=final, lag_max=max(self.lag_max, final),
                        lag_unknown=tuple(sorted(p.partition for p in parts if p.lag is None)))
 
     def to_json(self, *, with_config: bool = True) -> dict[str, Any]:

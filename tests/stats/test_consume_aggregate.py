@@ -143,3 +143,17 @@ def test_interval_rate_is_the_rounds_records_over_its_length_on_one_clock():
     snap = st.snapshot(T0 + 2 * S)
     assert abs(snap.interval_s - 1.5) < 1e-9
     assert abs(snap.interval_rate - 2000 / 1.5) < 1e-6
+
+
+def test_lag_max_covers_the_final_lag_of_partitions_never_fetched():
+    """The timeline holds the lag of fetched partitions; the final lag adds the end
+    offsets of the others, asked after the run (ListOffsets): lag.max was below lag.final."""
+    st = ConsumeStats(consumers=1, start_wall_ns=T0, run_id="r")
+    m = ConsumerMetricsSnapshot(records_consumed=100)
+    fetched = PartitionProgress("t", 0, position=100, end_offset=110, target=-1)
+    never = PartitionProgress("t", 1, position=0, end_offset=-1, target=-1)
+    st.add(ConsumerInterval(0, T0, T0 + S, {}, m, (fetched, never), matched=100, final=True))
+    s = st.summary()
+    assert (s.lag_final, s.lag_max) == (10, 10)
+    s = s.with_end_offsets({1: 500})
+    assert s.lag_final == 510 and s.lag_max == 510
