@@ -70,7 +70,7 @@ def test_backlog_drained_in_assign_mode_with_e2e_everywhere(broker, tmp_path):
 
 def test_group_of_two_consumers_rebalances_and_reads_everything_once(broker, tmp_path):
     js = tmp_path / "g.json"
-    kctl("consume", "-b", broker.bootstrap, "-t", "backlog-group", "--group", "kctl-test-group",
+    run = kctl("consume", "-b", broker.bootstrap, "-t", "backlog-group", "--group", "kctl-test-group",
          "--backlog", "4000", "--partitions", "4", "--consumers", "2", "--verify", "--quiet",
          "-X", "heartbeat.interval.ms=300", "-X", "partition.assignment.strategy=cooperative-sticky",
          "--json-out", str(js))
@@ -81,6 +81,9 @@ def test_group_of_two_consumers_rebalances_and_reads_everything_once(broker, tmp
     assert s["counts"]["rebalances"] >= 2, s["counts"]
     # Closing commits with the member's generation, then leaves: no UNKNOWN_MEMBER_ID.
     assert s["counts"]["commits"] >= 1 and s["counts"]["commit_failures"] == 0, s["counts"]
+    c = s["counts"]
+    assert (f"group: {c['rebalances']} rebalance(s) (joins completed, summed over the consumers), "
+            f"{c['commits']} commit(s), 0 failed") in run.stdout.splitlines()
     v = s["verify"]
     assert v["expected"] == v["found"] == 4000 and v["lost"] == v["duplicated"] == v["reordered"] == 0
     assert s["backlog"]["drained"] and s["latency"]["e2e"]["count"] == 4000
