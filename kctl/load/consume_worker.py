@@ -408,13 +408,16 @@ class ConsumerWorker:
             now = self.clock.now_ns()
             if not self.caught_up_wall_ns and self.caught_up():
                 self.caught_up_wall_ns = self.clock.wall_ns()
-            if self._over(now):
-                break          # the final report takes the interval's rest (no empty one after)
+            over = self._over(now)
             warmup_ended = self._interval_warmup and not self._in_warmup()
-            if warmup_ended or now >= next_report:
+            # A report due as the run ends is the final one (an extra report would leave the
+            # final interval empty); the warm-up's end is reported even then.
+            if warmup_ended or (now >= next_report and not over):
                 self._check_control()
                 self._report(final=False)
                 next_report = (now if warmup_ended else next_report) + interval_ns
+            if over:
+                break
         self._finish()
 
     def wait_for_start(self) -> None:
