@@ -35,7 +35,7 @@ from kctl.engine.backoff import Random
 from kctl.engine.batch import TopicPartition
 from kctl.engine.clock import NS_PER_MS, Clock, SystemClock
 from kctl.engine.consumer_coordinator import (
-    CommitResult, ConsumerCoordinator, RebalanceListener, describe_commit_errors)
+    CommitResult, ConsumerCoordinator, FailedCommits, RebalanceListener)
 from kctl.engine.consumer_metrics import ConsumerMetrics
 from kctl.engine.fetcher import ConsumedBatch, Fetcher
 from kctl.engine.metadata import Metadata, MetadataUpdate
@@ -310,6 +310,12 @@ class Consumer:
         self._run_until(lambda: bool(results), max(0.0, (deadline - self.clock.now_ns()) / 1e9), "commit")
         return results[0]
 
+    @property
+    def rebalance_commit_failures(self) -> FailedCommits:
+        """The commits before a rebalance (``enable.auto.commit``) that failed for good:
+        the group's offsets were left behind what was read (ConsumerCoordinator's doc)."""
+        return self.coordinator.rebalance_commit_failures if self.coordinator is not None else FailedCommits()
+
     # -- closing ---------------------------------------------------------------------------------
     def close(self, timeout_s: float = 30.0) -> None:
         """Commits (with ``enable.auto.commit``), leaves the group, closes connections."""
@@ -323,7 +329,7 @@ class Consumer:
                     try:
                         result = self.commit_sync(timeout_s=timeout_s)
                         if not result.ok:
-                            self.close_commit_error = describe_commit_errors(result.errors)
+                            self.close_commit_error = result.describe()
                     except KctlError as e:
                         self.close_commit_error = str(e)
                     if self.close_commit_error:

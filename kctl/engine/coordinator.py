@@ -135,7 +135,7 @@ class GroupCoordinator:
         self._join_in_flight = False
         self._join_retry_ns = 0
         self._heartbeat_in_flight = False
-        self._join_prepared = False
+        self._join_prepared = False     # on_join_prepare ran for the rebalance under way
         self._pending_sync: tuple | None = None    # (generation, join answer) awaiting an assignment
         self.fatal_error: KctlError | None = None
         self.joins = 0                              # completed joins (generations taken)
@@ -181,6 +181,7 @@ class GroupCoordinator:
         self.generation = NO_GENERATION
         if not keep_member_id:
             self.member_id = ""
+        self._join_prepared = False     # what was prepared for belongs to the lost generation
         if self.state is not MemberState.UNJOINED:
             self._transition(MemberState.UNJOINED)
         self._pending_sync = None
@@ -331,7 +332,6 @@ class GroupCoordinator:
             self.member_id = body.member_id
             gen = Generation(body.generation_id, body.member_id, body.protocol_name)
             self.generation = gen
-            self._join_prepared = False
             self._transition(MemberState.COMPLETING_REBALANCE)
             self.heartbeat.reset_timeouts(now)
             self._pending_sync = (gen, body)
@@ -409,6 +409,9 @@ class GroupCoordinator:
                 self.request_rejoin(f"SyncGroup: {name}")
             return
         self._transition(MemberState.STABLE)
+        # Prepared once per rebalance (Java's needsJoinPrepare): a JoinGroup or SyncGroup
+        # that failed is sent again without a second prepare (no second commit or revoke).
+        self._join_prepared = False
         self.heartbeat.reset_timeouts(now)
         self.joins += 1
         self.metrics.rebalances += 1

@@ -559,3 +559,204 @@ def test_close_waits_for_the_revoke_listeners_commit_without_a_leave_group():
     assert h.net.requests("LeaveGroup") == []
     assert [a.errors for a in answers] == [{tp(0): "REBALANCE_IN_PROGRESS"}]
     assert c.metrics.snapshot().commit_failures == 1
+
+
+# -- commits and rebalances (ConsumerCoordinatorTest) ---------------------------------------------
+REBALANCE = {"max.poll.interval.ms": "30000", "retry.backoff.ms": "100", "session.timeout.ms": "60000",
+             "heartbeat.interval.ms": "20000", "auto.commit.interval.ms": "5000"}
+
+
+def rebalancing(h, partitions=(0,), offset=4):
+    """Joined with ``partitions`` at ``offset``, then a rebalance asked for: the next step
+    prepares the join (the commit before rebalancing)."""
+    c = h.consumer
+    c.subscribe(["t"])
+    joined(h, partitions)
+    for p in partitions:
+        c.seek(tp(p), offset)
+    c.coordinator.request_rejoin("group is rebalancing (Heartbeat: REBALANCE_IN_PROGRESS)")
+    h.step()
+    return c
+
+
+def test_auto_commit_dynamic_assignment_rebalance():
+    """ConsumerCoordinatorTest.testAutoCommitDynamicAssignmentRebalance and
+    generationIfStable: no auto-commit before the member is in a stable generation, nor
+    while a JoinGroup or SyncGroup is under way (kctl committed with the old generation
+    during a JoinGroup, and with the new one between JoinGroup and SyncGroup)."""
+    h = harness(**REBALANCE, **{"partition.assignment.strategy": "cooperative-sticky"})
+    c = h.consumer
+    c.subscribe(["t"])
+    find(h)
+    h.step(ms=5000)                               # JoinGroup in flight: not joined, no commit
+    assert h.net.pending("OffsetCommit") == []
+    answer(h, "JoinGroup", lambda r: join_response(r, members=[member("m1")], protocol="cooperative-sticky"))
+    h.step(ms=5000)                               # SyncGroup in flight
+    assert h.net.pending("OffsetCommit") == []
+    answer(h, "SyncGroup", sync_response([0, 1]))
+    c.seek(tp(0), 100)
+    h.step(ms=5000)
+    req = h.net.pending("OffsetCommit")[0]
+    assert req.body.generation_id_or_member_epoch == 1 and req.body.member_id == "m1"
+    h.net.respond(req, commit_body(req))
+    h.net.poll(0, h.clock.now_ns())
+    # Cooperative rebalance: the commit before joining, then the partitions stay owned while
+    # the JoinGroup waits, and no auto-commit goes out with the old generation.
+    c.coordinator.request_rejoin("test")
+    h.step()
+    answer(h, "OffsetCommit", commit_body)
+    h.step()
+    assert len(h.net.pending("JoinGroup")) == 1 and c.assignment()
+    h.step(ms=5000)
+    h.step(ms=5000)
+    assert h.net.pending("OffsetCommit") == []
+
+
+def test_commit_offset_rebalance_in_progress():
+    """ConsumerCoordinatorTest.testCommitOffsetRebalanceInProgress: while rebalancing a
+    commit fails at once, without a request, and is not retriable."""
+    h = harness(**REBALANCE)
+    c = h.consumer
+    c.subscribe(["t"])
+    joined(h, (0,))
+    c.seek(tp(0), 4)
+    c.coordinator.on_join_prepare = lambda gen, now: True
+    c.coordinator.request_rejoin("test")
+    h.step()
+    assert c.coordinator.state is MemberState.PREPARING_REBALANCE
+    results = []
+    assert c.coordinator.commit_async({tp(0): c.subscriptions.all_consumed()[tp(0)]}, h.clock.now_ns(),
+                                      results.append)
+    assert h.net.pending("OffsetCommit") == []
+    [r] = results
+    assert not r.ok and not r.sent and r.errors == {tp(0): "REBALANCE_IN_PROGRESS"}
+    assert r.describe() == "not sent: the member was rebalancing (REBALANCE_IN_PROGRESS)"
+    assert c.metrics.snapshot().commit_failures == 0          # no OffsetCommit was answered
+
+
+def test_on_join_prepare_with_offset_commit_should_success_after_retry():
+    """ConsumerCoordinatorTest.testOnJoinPrepareWithOffsetCommitShouldSuccessAfterRetry: a
+    retriable failure of the commit before joining is sent again after retry.backoff.ms,
+    and the JoinGroup waits for it (kctl joined after the first answer, failed or not)."""
+    h = harness(**REBALANCE)
+    rebalancing(h)
+    req = h.net.pending("OffsetCommit")[0]
+    h.net.respond(req, commit_body(req, {0: "UNKNOWN_TOPIC_OR_PARTITION"}))
+    h.net.poll(0, h.clock.now_ns())
+    h.step(ms=99)
+    assert h.net.pending("OffsetCommit") == [] and h.net.pending("JoinGroup") == []
+    h.step(ms=1)
+    req = h.net.pending("OffsetCommit")[0]
+    assert req.body.generation_id_or_member_epoch == 1
+    assert h.net.pending("JoinGroup") == []
+    h.net.respond(req, commit_body(req))
+    h.net.poll(0, h.clock.now_ns())
+    h.step()
+    assert len(h.net.pending("JoinGroup")) == 1
+    assert h.consumer.rebalance_commit_failures.count == 0
+    assert h.consumer.coordinator.committed() == {tp(0): 4}
+
+
+def test_on_join_prepare_with_offset_commit_should_keep_join_after_non_retryable_exception():
+    """ConsumerCoordinatorTest.testOnJoinPrepareWithOffsetCommitShouldKeepJoinAfterNonRetryableException:
+    the join goes on; the failure is kept for the run's report, not only counted."""
+    h = harness(**REBALANCE)
+    c = rebalancing(h)
+    req = h.net.pending("OffsetCommit")[0]
+    h.net.respond(req, commit_body(req, {0: "UNKNOWN_MEMBER_ID"}))
+    h.net.poll(0, h.clock.now_ns())
+    h.step()
+    assert len(h.net.pending("JoinGroup")) == 1
+    assert h.net.pending("JoinGroup")[0].body.member_id == ""      # UNKNOWN_MEMBER_ID: a new member
+    assert c.rebalance_commit_failures.count == 1
+    assert c.rebalance_commit_failures.last_error == "t-0 UNKNOWN_MEMBER_ID"
+    assert c.metrics.snapshot().commit_failures == 1
+
+
+def test_on_join_prepare_with_offset_commit_should_keep_join_after_rebalance_timeout():
+    """ConsumerCoordinatorTest.testOnJoinPrepareWithOffsetCommitShouldKeepJoinAfterRebalanceTimeout:
+    retriable failures until the rebalance timeout, then the join goes on."""
+    h = harness(**REBALANCE)
+    c = rebalancing(h)
+    for _ in range(3):
+        req = h.net.pending("OffsetCommit")[0]
+        h.net.respond(req, commit_body(req, {0: "COORDINATOR_LOAD_IN_PROGRESS"}))
+        h.net.poll(0, h.clock.now_ns())
+        h.step(ms=100)
+    assert h.net.pending("JoinGroup") == []
+    h.clock.advance(ms=30000)
+    c.coordinator.polled(h.clock.now_ns())      # the application polls on (no poll timeout)
+    h.step()
+    assert len(h.net.pending("JoinGroup")) == 1
+    assert c.rebalance_commit_failures.count == 1
+    assert "no answer within the rebalance timeout (max.poll.interval.ms 30000 ms)" in \
+        c.rebalance_commit_failures.last_error
+
+
+def test_join_prepare_and_commit_with_coordinator_not_available():
+    """ConsumerCoordinatorTest.testJoinPrepareAndCommitWithCoordinatorNotAvailable: retriable,
+    the coordinator is looked up again and the join waits."""
+    h = harness(**REBALANCE)
+    c = rebalancing(h)
+    req = h.net.pending("OffsetCommit")[0]
+    h.net.respond(req, commit_body(req, {0: "COORDINATOR_NOT_AVAILABLE"}))
+    h.net.poll(0, h.clock.now_ns())
+    assert c.coordinator.coordinator is None
+    h.step(ms=100)
+    assert h.net.pending("JoinGroup") == [] and c.rebalance_commit_failures.count == 0
+
+
+def test_join_prepare_commit_without_a_generation_is_not_sent_and_is_reported():
+    """The member was dropped (generation reset) before the commit: Java's
+    sendOffsetCommitRequest fails it at once (CommitFailedException); the positions read
+    since the last commit go to the next owners uncommitted, which the run reports."""
+    h = harness(**REBALANCE)
+    c = h.consumer
+    c.subscribe(["t"])
+    joined(h, (0,))
+    c.seek(tp(0), 4)
+    c.coordinator.reset_generation("test: dropped")
+    h.step()
+    assert h.net.pending("OffsetCommit") == [] and len(h.net.pending("JoinGroup")) == 1
+    assert c.rebalance_commit_failures.count == 1
+    assert c.rebalance_commit_failures.last_error == (
+        "not sent: the member was not in the group (its generation was reset)")
+    assert ("lost", [0]) in h.events
+
+
+def test_a_failed_sync_group_does_not_prepare_again():
+    """AbstractCoordinator's needsJoinPrepare: a SyncGroup answered REBALANCE_IN_PROGRESS
+    joins again without a second onJoinPrepare (kctl committed a second time, with the
+    generation that never became stable). Cooperative: the partitions stay owned throughout."""
+    h = harness(**REBALANCE, **{"partition.assignment.strategy": "cooperative-sticky"})
+    c = rebalancing(h)
+    req = h.net.pending("OffsetCommit")[0]
+    h.net.respond(req, commit_body(req))
+    h.net.poll(0, h.clock.now_ns())
+    h.step()
+    answer(h, "JoinGroup", lambda r: join_response(r, generation=2, protocol="cooperative-sticky",
+                                                   members=[member("m1", owned=[tp(0)], generation=1)]))
+    answer(h, "SyncGroup", SyncGroupResponse(throttle_time_ms=0, error_code=code("REBALANCE_IN_PROGRESS"),
+                                             protocol_type="consumer", protocol_name="range", assignment=b""))
+    h.step()
+    assert h.net.pending("OffsetCommit") == [] and len(h.net.pending("JoinGroup")) == 1
+
+
+def test_commit_answered_for_an_old_generation_keeps_the_new_one():
+    """ConsumerCoordinatorTest's generationUnchanged cases: ILLEGAL_GENERATION for a commit
+    sent with generation 1, answered once generation 2 is stable, does not reset 2."""
+    h = harness(**REBALANCE)
+    c = h.consumer
+    c.subscribe(["t"])
+    joined(h, (0,))
+    c.seek(tp(0), 4)
+    c.commit_async()
+    old = h.net.pending("OffsetCommit")[0]
+    c.coordinator.on_join_prepare = lambda gen, now: True
+    c.coordinator.request_rejoin("test")
+    h.step()
+    answer(h, "JoinGroup", lambda r: join_response(r, generation=2, members=[member("m1")]))
+    answer(h, "SyncGroup", sync_response([0]))
+    h.net.respond(old, commit_body(old, {0: "ILLEGAL_GENERATION"}))
+    h.net.poll(0, h.clock.now_ns())
+    assert c.coordinator.generation.generation_id == 2 and c.coordinator.state is MemberState.STABLE
