@@ -9,7 +9,8 @@ How this works
   it (cooperative-sticky alone), else eager.
 - ``on_join_prepare`` (once per rebalance): with ``enable.auto.commit``, commits the
   consumed positions and holds the JoinGroup back until that commit (and any commit
-  still in flight) is answered; a retriable failure is sent again after
+  still in flight) is answered (eager: the partitions are pending revocation meanwhile,
+  neither fetched nor handed out, so nothing is read past the commit); a retriable failure is sent again after
   ``retry.backoff.ms``; all of it within the rebalance timeout (Java's onJoinPrepare).
   A commit that fails for good there (answered with a non-retriable error, not sent
   because the member is no longer in a stable generation, or not answered within the
@@ -177,6 +178,10 @@ class ConsumerCoordinator(GroupCoordinator):
     def on_join_prepare(self, generation: Generation, now_ns: int) -> bool:
         if self._prepare_deadline_ns is None:
             self._prepare_deadline_ns = now_ns + self.group.rebalance_timeout_ms * NS_PER_MS
+            if self.group.enable_auto_commit and self.protocol is RebalanceProtocol.EAGER:
+                # Java's maybeMarkPartitionsPendingRevocation: while the commit is in flight
+                # nothing more is fetched or handed out, so no record is read past it.
+                self.subscriptions.mark_pending_revocation(self.subscriptions.assigned_partitions())
         expired = now_ns >= self._prepare_deadline_ns
         if self.group.enable_auto_commit and not self._prepare_auto_commit(now_ns, expired):
             return False        # its answer (or its retry) first

@@ -760,3 +760,30 @@ def test_commit_answered_for_an_old_generation_keeps_the_new_one():
     h.net.respond(old, commit_body(old, {0: "ILLEGAL_GENERATION"}))
     h.net.poll(0, h.clock.now_ns())
     assert c.coordinator.generation.generation_id == 2 and c.coordinator.state is MemberState.STABLE
+
+
+def test_eager_join_prepare_marks_partitions_pending_revocation():
+    """ConsumerCoordinator.maybeMarkPartitionsPendingRevocation (eager, auto-commit): while
+    the commit before the join is in flight no Fetch is sent for the partitions and what
+    is buffered is not handed out, so the position stays at what is committed (kctl handed
+    records out meanwhile: the next owner read them again)."""
+    from .consumer_harness import fetch_body, partition_data, records
+
+    h = harness(**REBALANCE)
+    c = h.consumer
+    c.subscribe(["t"])
+    joined(h, (0,))
+    c.seek(tp(0), 0)
+    h.step()
+    answer(h, "Fetch", lambda r: fetch_body(r, {0: partition_data(0, records(0, 5))}))
+    c.coordinator.request_rejoin("group is rebalancing (Heartbeat: REBALANCE_IN_PROGRESS)")
+    h.step()
+    req = h.net.pending("OffsetCommit")[0]
+    assert req.body.topics[0].partitions[0].committed_offset == 0
+    assert h.collect() == [] and c.position(tp(0)) == 0
+    h.step()
+    assert h.net.pending("Fetch") == []
+    h.net.respond(req, commit_body(req))
+    h.net.poll(0, h.clock.now_ns())
+    h.step()
+    assert len(h.net.pending("JoinGroup")) == 1 and ("revoked", [0]) in h.events
