@@ -461,8 +461,9 @@ class GroupCoordinator:
                 self.request_rejoin("group is rebalancing (Heartbeat: REBALANCE_IN_PROGRESS)")
         elif name in ("ILLEGAL_GENERATION", "UNKNOWN_MEMBER_ID"):
             if resp.request.user == self.generation:
-                self.on_leave_prepare(now)
-                self.reset_generation(f"Heartbeat: {name}")
+                # As Java: the partitions are lost (not revoked) when the next join is
+                # prepared without a generation; ILLEGAL_GENERATION keeps the member id.
+                self.reset_generation(f"Heartbeat: {name}", keep_member_id=name == "ILLEGAL_GENERATION")
         elif name in _COORDINATOR_ERRORS:
             hb.failed(now)
             self.mark_coordinator_unknown(f"Heartbeat: {name}", now)

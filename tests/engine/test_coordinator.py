@@ -370,6 +370,7 @@ def test_commit_with_an_old_generation_resets_it():
     h.net.respond(req, commit_body(req, {0: "ILLEGAL_GENERATION"}))
     h.net.poll(0, h.clock.now_ns())
     assert c.coordinator.generation.generation_id == -1
+    assert c.coordinator.member_id == "m1"   # testCommitOffsetIllegalGenerationShouldResetGenerationId
     assert c.metrics.snapshot().commit_failures == 1
 
 
@@ -787,3 +788,20 @@ def test_eager_join_prepare_marks_partitions_pending_revocation():
     h.net.poll(0, h.clock.now_ns())
     h.step()
     assert len(h.net.pending("JoinGroup")) == 1 and ("revoked", [0]) in h.events
+
+
+def test_illegal_generation():
+    """ConsumerCoordinatorTest.testIllegalGeneration: a Heartbeat answered ILLEGAL_GENERATION
+    resets the generation (the member id kept) and the next join gives the partitions up
+    as lost, not revoked (kctl revoked them with the dropped generation)."""
+    h = harness()
+    h.consumer.subscribe(["t"])
+    joined(h, (0, 1))
+    h.events.clear()
+    h.step(ms=1000)
+    answer(h, "Heartbeat", HeartbeatResponse(throttle_time_ms=0, error_code=code("ILLEGAL_GENERATION")))
+    co = h.consumer.coordinator
+    assert co.generation.generation_id == -1 and co.member_id == "m1" and co.rejoin_needed
+    h.step()
+    assert h.events == [("lost", [0, 1])]
+    assert h.net.pending("JoinGroup")[0].body.member_id == "m1"
