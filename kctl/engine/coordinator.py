@@ -328,6 +328,12 @@ class GroupCoordinator:
         name = error_for(body.error_code).name if body.error_code else None
         if body.throttle_time_ms:
             self.network.throttle(resp.node, body.throttle_time_ms, now)
+        if name is None and body.protocol_type is not None and body.protocol_type != self.protocol_type:
+            # v7+ names the group's protocol type (Java's isProtocolTypeInconsistent): fatal.
+            self.fatal_error = KctlError(f"group {self.group.group_id!r}: JoinGroup answered protocol type "
+                                         f"{body.protocol_type!r}, not {self.protocol_type!r} "
+                                         "(INCONSISTENT_GROUP_PROTOCOL)")
+            return
         if name is None:
             self.member_id = body.member_id
             gen = Generation(body.generation_id, body.member_id, body.protocol_name)
@@ -399,7 +405,8 @@ class GroupCoordinator:
             if name == "REBALANCE_IN_PROGRESS":
                 self.request_rejoin("SyncGroup: REBALANCE_IN_PROGRESS")
             elif name in ("UNKNOWN_MEMBER_ID", "ILLEGAL_GENERATION"):
-                self.reset_generation(f"SyncGroup: {name}")
+                # ILLEGAL_GENERATION keeps the member id: the member may still be valid (Java).
+                self.reset_generation(f"SyncGroup: {name}", keep_member_id=name == "ILLEGAL_GENERATION")
             elif name in _COORDINATOR_ERRORS:
                 self.mark_coordinator_unknown(f"SyncGroup: {name}", now)
                 self.request_rejoin(f"SyncGroup: {name}")
@@ -407,6 +414,14 @@ class GroupCoordinator:
                 self._fail(name, "SyncGroup")
             else:
                 self.request_rejoin(f"SyncGroup: {name}")
+            return
+        inconsistent = next((f"protocol {got!r}, not {want!r}" for got, want in (
+            (body.protocol_type, self.protocol_type), (body.protocol_name, gen.protocol_name))
+            if got is not None and got != want), None)
+        if inconsistent is not None:
+            # v5+ names the protocol type and assignor (Java's SyncGroupResponseHandler): fatal.
+            self.fatal_error = KctlError(f"group {self.group.group_id!r}: SyncGroup answered {inconsistent} "
+                                         "(INCONSISTENT_GROUP_PROTOCOL)")
             return
         self._transition(MemberState.STABLE)
         # Prepared once per rebalance (Java's needsJoinPrepare): a JoinGroup or SyncGroup

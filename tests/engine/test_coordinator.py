@@ -53,9 +53,9 @@ def member(member_id, topics=("t",), owned=(), generation=-1):
         metadata=encode_subscription(Subscription(tuple(topics), tuple(owned), generation)))
 
 
-def sync_response(partitions, error=None):
+def sync_response(partitions, error=None, protocol="range"):
     return SyncGroupResponse(throttle_time_ms=0, error_code=code(error) if error else 0,
-                             protocol_type="consumer", protocol_name="range",
+                             protocol_type="consumer", protocol_name=protocol,
                              assignment=encode_assignment(Assignment(tuple(tp(p) for p in partitions))))
 
 
@@ -412,7 +412,7 @@ def test_cooperative_revokes_only_what_moves_and_rejoins():
     got = {a.member_id: sorted(p.partition for p in decode_assignment(a.assignment).partitions)
            for a in sync.body.assignments}
     assert got == {"m1": [0, 1], "m2": []}
-    h.net.respond(sync, sync_response([0, 1]))
+    h.net.respond(sync, sync_response([0, 1], protocol="cooperative-sticky"))
     h.net.poll(0, h.clock.now_ns())
     assert h.events == [("revoked", [2, 3]), ("assigned", [])]
     assert c.coordinator.rejoin_needed                     # the follow-up round hands 2, 3 on
@@ -594,7 +594,7 @@ def test_auto_commit_dynamic_assignment_rebalance():
     answer(h, "JoinGroup", lambda r: join_response(r, members=[member("m1")], protocol="cooperative-sticky"))
     h.step(ms=5000)                               # SyncGroup in flight
     assert h.net.pending("OffsetCommit") == []
-    answer(h, "SyncGroup", sync_response([0, 1]))
+    answer(h, "SyncGroup", sync_response([0, 1], protocol="cooperative-sticky"))
     c.seek(tp(0), 100)
     h.step(ms=5000)
     req = h.net.pending("OffsetCommit")[0]
@@ -805,3 +805,32 @@ def test_illegal_generation():
     h.step()
     assert h.events == [("lost", [0, 1])]
     assert h.net.pending("JoinGroup")[0].body.member_id == "m1"
+
+
+def test_inconsistent_group_protocol_is_fatal():
+    """AbstractCoordinator's isProtocolTypeInconsistent and SyncGroup's protocol name check:
+    a JoinGroup (v7+) or SyncGroup (v5+) answer naming another protocol type, or a SyncGroup
+    naming another assignor than the JoinGroup chose, is INCONSISTENT_GROUP_PROTOCOL (kctl
+    took the assignment)."""
+    h = harness()
+    h.consumer.subscribe(["t"])
+    find(h)
+    h.step()
+    answer(h, "JoinGroup", lambda r: join_response(r, members=[member("m1")]))
+    answer(h, "SyncGroup", sync_response([0, 1], protocol="roundrobin"))
+    with pytest.raises(KctlError, match="SyncGroup answered protocol 'roundrobin', not 'range' "
+                                        r"\(INCONSISTENT_GROUP_PROTOCOL\)"):
+        h.step()
+    assert h.consumer.assignment() == []
+
+    h = harness()
+    h.consumer.subscribe(["t"])
+    find(h)
+    h.step()
+    join = h.net.pending("JoinGroup")[0]
+    body = join_response(join)
+    body.protocol_type = "connect"
+    h.net.respond(join, body)
+    h.net.poll(0, h.clock.now_ns())
+    with pytest.raises(KctlError, match="JoinGroup answered protocol type 'connect', not 'consumer'"):
+        h.step()
