@@ -110,6 +110,11 @@ class CommitResult:
     def ok(self) -> bool:
         return not self.errors
 
+    @property
+    def retriable(self) -> bool:
+        """Failed with an error Java retries (a commit sent again may succeed)."""
+        return bool(set(self.errors.values()) & _COMMIT_RETRIABLE)
+
     def describe(self) -> str:
         """Why it failed, in one phrase (module doc)."""
         if not self.sent:
@@ -208,7 +213,7 @@ class ConsumerCoordinator(GroupCoordinator):
         """Java's onJoinPrepare commit: True once it is settled (committed, failed for good,
         nothing to commit, or the rebalance timeout passed); False to hold the join back."""
         done = self._prepare_commit
-        if done is not None and (done.ok or not self._retriable(done)):
+        if done is not None and (done.ok or not done.retriable):
             if not done.ok:
                 self._rebalance_commit_failed(done.describe())
             self._prepare_commit = None
@@ -244,10 +249,6 @@ class ConsumerCoordinator(GroupCoordinator):
         self.rebalance_commit_failures = self.rebalance_commit_failures.add(why)
         log.warning("group %s: the commit before rebalancing failed: %s; the partitions' next owners "
                     "will read again what was read since the last commit", self.group.group_id, why)
-
-    @staticmethod
-    def _retriable(result: CommitResult) -> bool:
-        return bool(set(result.errors.values()) & _COMMIT_RETRIABLE)
 
     def _revoke(self, partitions: list[TopicPartition]) -> None:
         if self.listener is not None and partitions:
@@ -428,7 +429,7 @@ class ConsumerCoordinator(GroupCoordinator):
         return self._next_auto_commit_ns
 
     def _on_auto_commit(self, result: CommitResult) -> None:
-        if self._retriable(result):
+        if result.retriable:
             self._next_auto_commit_ns = result.answered_ns + self._backoff_ns
         elif not result.ok:
             log.info("group %s: auto-commit failed: %s", self.group.group_id, result.describe())

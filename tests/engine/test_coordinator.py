@@ -834,3 +834,34 @@ def test_inconsistent_group_protocol_is_fatal():
     h.net.poll(0, h.clock.now_ns())
     with pytest.raises(KctlError, match="JoinGroup answered protocol type 'connect', not 'consumer'"):
         h.step()
+
+
+def test_commit_offset_sync_coordinator_not_available():
+    """ConsumerCoordinatorTest.testCommitOffsetSyncCoordinatorNotAvailable: commit_sync
+    (and close's commit) sends a commit answered with a retriable error again, after the
+    coordinator is found again and retry.backoff.ms, within its timeout (kctl gave the first
+    failure back: a closing commit failed where Java's succeeded)."""
+    h = harness(**{"retry.backoff.ms": "100", "retry.backoff.max.ms": "100"})
+    c = h.consumer
+    c.assign([tp(0)])
+    find(h)
+    c.seek(tp(0), 100)
+    answers = iter(["COORDINATOR_NOT_AVAILABLE", None])
+    sent_at = []
+    poll = h.net.poll
+
+    def answering(timeout_ns, now_ns):
+        for r in h.net.pending("OffsetCommit"):
+            sent_at.append(h.clock.now_ns())
+            error = next(answers)
+            h.net.respond(r, commit_body(r, {0: error} if error else {}))
+        for r in h.net.pending("FindCoordinator"):
+            h.net.respond(r, FindCoordinatorResponse(throttle_time_ms=0, coordinators=[
+                FindCoordinatorResponse.Coordinator(key="g", node_id=0, host="127.0.0.1", port=9000, error_code=0)]))
+        h.clock.advance(ns=max(timeout_ns, 1_000_000))
+        return poll(timeout_ns, now_ns)
+
+    h.net.poll = answering
+    result = c.commit_sync(timeout_s=5)
+    assert result.ok and result.offsets == {tp(0): 100}
+    assert len(sent_at) == 2 and sent_at[1] - sent_at[0] >= 100_000_000
