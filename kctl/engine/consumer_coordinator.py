@@ -158,7 +158,9 @@ class ConsumerCoordinator(GroupCoordinator):
         self._offset_fetch_in_flight: frozenset[TopicPartition] | None = None
         self._offset_fetch_retry_ns = 0
         self._prepare_deadline_ns: int | None = None
-        # on_join_prepare's auto-commit: in flight, its answer, when a retriable failure is sent again
+        # on_join_prepare's auto-commit: in flight, its answer, when a retriable failure is sent
+        # again; the rebalance it is for (an answer after its prepare settled is not the next one's)
+        self._prepare_round = 0
         self._prepare_commit_in_flight = False
         self._prepare_commit: CommitResult | None = None
         self._prepare_retry_ns = 0
@@ -193,6 +195,8 @@ class ConsumerCoordinator(GroupCoordinator):
         if self._commits_in_flight and not expired:
             return False        # a listener's commit is answered first
         self._prepare_deadline_ns = None
+        self._prepare_round += 1
+        self._prepare_commit_in_flight = False
         self._prepare_commit = None
         self._prepare_retry_ns = 0
         owned = self.subscriptions.assigned_partitions()
@@ -215,15 +219,14 @@ class ConsumerCoordinator(GroupCoordinator):
         done = self._prepare_commit
         if done is not None and (done.ok or not done.retriable):
             if not done.ok:
-                self._rebalance_commit_failed(done.describe())
-            self._prepare_commit = None
+                self._rebalance_commit_failed(done.offsets, done.describe())
             return True
         if expired:
             why = ("no answer" if self._prepare_commit_in_flight else
                    f"still failing ({done.describe()})" if done is not None else "not sent (no coordinator)")
-            self._rebalance_commit_failed(f"{why} within the rebalance timeout "
-                                          f"(max.poll.interval.ms {self.group.rebalance_timeout_ms} ms)")
-            self._prepare_commit = None
+            self._rebalance_commit_failed(
+                {tp: p.offset for tp, p in self.subscriptions.all_consumed().items()},
+                f"{why} within the rebalance timeout (max.poll.interval.ms {self.group.rebalance_timeout_ms} ms)")
             return True
         if self._prepare_commit_in_flight or now_ns < self._prepare_retry_ns:
             return False
@@ -232,20 +235,25 @@ class ConsumerCoordinator(GroupCoordinator):
             return True
         self._prepare_commit = None
         self._prepare_commit_in_flight = True
-        if not self.commit_async(offsets, now_ns, self._on_prepare_commit):
+        rnd = self._prepare_round
+        if not self.commit_async(offsets, now_ns, lambda r: self._on_prepare_commit(r, rnd)):
             self._prepare_commit_in_flight = False    # no coordinator ready: retriable
             self._prepare_retry_ns = now_ns + self._backoff_ns
             return False
         # A commit that could not be sent (not in a stable generation) is answered at once.
         return self._prepare_commit is not None and self._prepare_auto_commit(now_ns, expired)
 
-    def _on_prepare_commit(self, result: CommitResult) -> None:
+    def _on_prepare_commit(self, result: CommitResult, rnd: int) -> None:
+        if rnd != self._prepare_round:
+            return              # its rebalance went on without it (the rebalance timeout)
         self._prepare_commit_in_flight = False
         self._prepare_commit = result
         if not result.ok:
             self._prepare_retry_ns = result.answered_ns + self._backoff_ns
 
-    def _rebalance_commit_failed(self, why: str) -> None:
+    def _rebalance_commit_failed(self, offsets: Mapping[TopicPartition, int], why: str) -> None:
+        if all(self._last_committed.get(tp) == o for tp, o in offsets.items()):
+            return      # an earlier commit already holds these positions: nothing is read twice
         self.rebalance_commit_failures = self.rebalance_commit_failures.add(why)
         log.warning("group %s: the commit before rebalancing failed: %s; the partitions' next owners "
                     "will read again what was read since the last commit", self.group.group_id, why)

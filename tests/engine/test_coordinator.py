@@ -865,3 +865,39 @@ def test_commit_offset_sync_coordinator_not_available():
     result = c.commit_sync(timeout_s=5)
     assert result.ok and result.offsets == {tp(0): 100}
     assert len(sent_at) == 2 and sent_at[1] - sent_at[0] >= 100_000_000
+
+
+def test_a_failed_commit_before_a_rebalance_is_reported_only_when_offsets_were_behind():
+    """Dropped from the group right after an auto-commit of every position: the commit
+    before the next join cannot be sent (no generation), but nothing would be read twice,
+    so nothing is reported. A late answer to a commit abandoned at the rebalance timeout is
+    not taken for the next rebalance's commit."""
+    h = harness(**REBALANCE)
+    c = h.consumer
+    c.subscribe(["t"])
+    joined(h, (0,))
+    c.seek(tp(0), 4)
+    h.step(ms=5000)
+    answer(h, "OffsetCommit", commit_body)
+    c.coordinator.reset_generation("test: dropped (Heartbeat: UNKNOWN_MEMBER_ID)")
+    h.step()
+    assert h.net.pending("OffsetCommit") == [] and len(h.net.pending("JoinGroup")) == 1
+    assert c.rebalance_commit_failures.count == 0 and ("lost", [0]) in h.events
+
+    h = harness(**REBALANCE)
+    c = rebalancing(h)
+    late = h.net.pending("OffsetCommit")[0]
+    h.clock.advance(ms=30000)
+    c.coordinator.polled(h.clock.now_ns())
+    h.step()
+    assert c.rebalance_commit_failures.count == 1
+    answer(h, "JoinGroup", lambda r: join_response(r, generation=2, members=[member("m1")]))
+    answer(h, "SyncGroup", sync_response([0]))
+    c.seek(tp(0), 6)
+    c.coordinator.request_rejoin("again")
+    h.net.respond(late, commit_body(late, {0: "OFFSET_METADATA_TOO_LARGE"}))
+    h.net.poll(0, h.clock.now_ns())
+    h.step()
+    req = h.net.pending("OffsetCommit")[-1]
+    assert req.body.generation_id_or_member_epoch == 2 and h.net.pending("JoinGroup") == []
+    assert c.rebalance_commit_failures.count == 1
