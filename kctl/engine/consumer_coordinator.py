@@ -16,7 +16,7 @@ How this works
   because the member is no longer in a stable generation, or not answered within the
   rebalance timeout) leaves the group's offsets behind what was read: the partitions'
   next owners read those records again. It is kept in ``rebalance_commit_failures``
-  for the run to report. Eager: every partition is revoked before joining.
+  for the run to report (when the positions were ahead of this member's last commit). Eager: every partition is revoked before joining.
   Cooperative: only partitions of topics no longer subscribed; a member that lost its
   generation loses everything it owned.
 - The leader's ``perform_assignment`` decodes the members' subscriptions, makes sure
@@ -484,7 +484,8 @@ class ConsumerCoordinator(GroupCoordinator):
             group_id=self.group.group_id,
             generation_id_or_member_epoch=gen.generation_id if gen is not None else -1,
             member_id=gen.member_id if gen is not None else "",
-            group_instance_id=self.group.group_instance_id, retention_time_ms=-1,
+            # Assign mode commits as no member at all (Java: generation -1, no instance id).
+            group_instance_id=self.group.group_instance_id if gen is not None else None, retention_time_ms=-1,
             topics=[_OffsetCommit.OffsetCommitRequestTopic(name=t, partitions=p) for t, p in by_topic.items()])
         self._commits_in_flight += 1
         sent = {tp: pos.offset for tp, pos in offsets.items()}

@@ -436,7 +436,9 @@ def test_member_state_table_refuses_a_missing_transition():
 
 
 def test_assign_mode_with_a_group_fetches_committed_offsets_without_joining():
-    h = harness()
+    """... and commits as no member (ConsumerCoordinator.sendOffsetCommitRequest: generation
+    -1, member "", no group.instance.id: kctl sent the static member's id)."""
+    h = harness(**{"group.instance.id": "static-1"})
     c = h.consumer
     c.assign([tp(0)])
     find(h)
@@ -448,7 +450,7 @@ def test_assign_mode_with_a_group_fetches_committed_offsets_without_joining():
     assert c.position(tp(0)) == 5
     c.commit_async({tp(0): 6})
     req = h.net.pending("OffsetCommit")[0]
-    assert (req.body.generation_id_or_member_epoch, req.body.member_id) == (-1, "")
+    assert (req.body.generation_id_or_member_epoch, req.body.member_id, req.body.group_instance_id) == (-1, "", None)
 
 
 def test_close_dynamic_assignment_commits_in_the_revoke_listener_with_the_generation():
