@@ -271,7 +271,9 @@ class ConsumerCoordinator(GroupCoordinator):
     def on_leave_prepare(self, now_ns: int) -> None:
         owned = self.subscriptions.assigned_partitions() if self.subscriptions.has_auto_assigned_partitions else []
         if owned:
-            if self.generation.valid:
+            # Revoked in a stable generation; lost without one or mid-rebalance (Java's
+            # onLeavePrepare: rebalanceInProgress), when they may already be someone else's.
+            if self.generation.valid and self.state is MemberState.STABLE:
                 self._revoke(owned)
             elif self.listener is not None:
                 self.listener.on_partitions_lost(sorted(owned))

@@ -903,3 +903,20 @@ def test_a_failed_commit_before_a_rebalance_is_reported_only_when_offsets_were_b
     req = h.net.pending("OffsetCommit")[-1]
     assert req.body.generation_id_or_member_epoch == 2 and h.net.pending("JoinGroup") == []
     assert c.rebalance_commit_failures.count == 1
+
+
+def test_leave_during_a_rebalance_gives_the_partitions_up_as_lost():
+    """ConsumerCoordinator.onLeavePrepare (testUnsubscribeWithInvalidGeneration's rule):
+    leaving while a rebalance is under way gives the partitions up as lost, not revoked
+    (cooperative: they stay owned while the JoinGroup waits)."""
+    h = harness(**REBALANCE, **{"partition.assignment.strategy": "cooperative-sticky",
+                               "enable.auto.commit": "false"})
+    c = h.consumer
+    c.subscribe(["t"])
+    joined(h, (0, 1))
+    h.events.clear()
+    c.coordinator.request_rejoin("test")
+    h.step()
+    assert c.coordinator.state is MemberState.PREPARING_REBALANCE and c.assignment()
+    c.coordinator.maybe_leave_group("the consumer is being closed", h.clock.now_ns())
+    assert h.events == [("lost", [0, 1])]
