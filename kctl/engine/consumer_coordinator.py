@@ -22,6 +22,10 @@ How this works
 - The leader's ``perform_assignment`` decodes the members' subscriptions, makes sure
   metadata has every subscribed topic's partition count (waiting for a refresh when
   it has not) and runs the assignor the coordinator chose.
+- The leader keeps the partition counts it assigned (Java's assignmentSnapshot) and asks
+  for a rebalance when metadata shows another count for one of the group's topics
+  (partitions added, or the topic gone), so new partitions get an owner; a follower
+  keeps none.
 - ``on_join_complete``: eager takes the new assignment as is. Cooperative revokes
   owned partitions that are no longer assigned and, when it revoked any, asks for
   another rebalance (so their new owners get them), then takes the assignment.
@@ -165,6 +169,9 @@ class ConsumerCoordinator(GroupCoordinator):
         self._prepare_commit: CommitResult | None = None
         self._prepare_retry_ns = 0
         self.rebalance_commit_failures = FailedCommits()
+        # The leader's partition counts at its assignment: (generation id, topic -> count).
+        self._assigned_counts: tuple[int, dict[str, int]] | None = None
+        self._assignment_snapshot: dict[str, int] | None = None
         self.closing = False
         self.last_commit: CommitResult | None = None
 
@@ -297,6 +304,7 @@ class ConsumerCoordinator(GroupCoordinator):
         if any(c is None for c in counts.values()):
             self.metadata.request_update()
             return None
+        self._assigned_counts = (self.generation.generation_id, {t: c for t, c in counts.items() if c})
         result = assignor.assign({t: c for t, c in counts.items() if c}, subs)
         log.info("group %s: leader assigned with %s: %s", self.group.group_id, protocol,
                  {m: len(p) for m, p in result.items()})
@@ -304,6 +312,10 @@ class ConsumerCoordinator(GroupCoordinator):
 
     def on_join_complete(self, generation: Generation, protocol: str, assignment: bytes | None,
                          now_ns: int) -> None:
+        # Only the leader watches for partition changes (Java's onJoinComplete).
+        led = self._assigned_counts
+        self._assignment_snapshot = led[1] if led is not None and led[0] == generation.generation_id else None
+        self._assigned_counts = None
         got = decode_assignment(assignment)
         new = [tp for tp in got.partitions if tp.topic in self.subscriptions.subscription]
         owned = set(self.subscriptions.assigned_partitions())
@@ -325,9 +337,22 @@ class ConsumerCoordinator(GroupCoordinator):
         if self.coordinator is None or self.fatal_error is not None:
             return wake
         wake = min(wake, self._refresh_committed_offsets(now_ns))
+        self._maybe_rejoin_for_metadata()
         if self.group.enable_auto_commit and not self.rejoin_needed_or_pending:
             wake = min(wake, self.maybe_auto_commit(now_ns))
         return wake
+
+    def _maybe_rejoin_for_metadata(self) -> None:
+        snapshot = self._assignment_snapshot
+        if snapshot is None or self.rejoin_needed or not self.needs_join:
+            return
+        changed = {t: (c, self.metadata.partition_count(t)) for t, c in snapshot.items()
+                   if self.metadata.partition_count(t) != c}
+        if changed:
+            self._assignment_snapshot = None
+            self.request_rejoin("cached metadata has changed: " + ", ".join(
+                f"topic {t} has {now if now is not None else 'no'} partitions, not {was}"
+                for t, (was, now) in sorted(changed.items())))
 
     @property
     def rejoin_needed_or_pending(self) -> bool:

@@ -920,3 +920,33 @@ def test_leave_during_a_rebalance_gives_the_partitions_up_as_lost():
     assert c.coordinator.state is MemberState.PREPARING_REBALANCE and c.assignment()
     c.coordinator.maybe_leave_group("the consumer is being closed", h.clock.now_ns())
     assert h.events == [("lost", [0, 1])]
+
+
+def test_metadata_change_triggers_rebalance():
+    """ConsumerCoordinatorTest.testMetadataChangeTriggersRebalance: the leader sees a
+    partition added to a subscribed topic and asks for a rebalance (kctl never did: the new
+    partition had no owner until some other rebalance); a follower does not watch."""
+    h = harness()
+    c = h.consumer
+    c.subscribe(["t"])
+    joined(h, (0, 1, 2, 3))
+    h.step()
+    assert not c.coordinator.rejoin_needed
+    h.partitions = 5
+    c.metadata.request_update()
+    h.step(ms=1000)                            # past the metadata refresh backoff
+    h.answer_metadata()
+    h.step()
+    assert c.coordinator.rejoin_needed
+    assert c.coordinator.rejoin_reason == "cached metadata has changed: topic t has 5 partitions, not 4"
+
+    h = harness()
+    c = h.consumer
+    c.subscribe(["t"])
+    joined(h, (0, 1), leader=False)
+    h.partitions = 5
+    c.metadata.request_update()
+    h.step(ms=1000)                            # past the metadata refresh backoff
+    h.answer_metadata()
+    h.step()
+    assert not c.coordinator.rejoin_needed
