@@ -24,8 +24,7 @@ How this works
   it has not) and runs the assignor the coordinator chose.
 - The leader keeps the partition counts it assigned (Java's assignmentSnapshot) and asks
   for a rebalance when metadata shows another count for one of the group's topics
-  (partitions added, or the topic gone), so new partitions get an owner; a follower
-  keeps none.
+  (partitions added), so new partitions get an owner; a follower keeps none.
 - ``on_join_complete``: eager takes the new assignment as is. Cooperative revokes
   owned partitions that are no longer assigned and, when it revoked any, asks for
   another rebalance (so their new owners get them), then takes the assignment.
@@ -346,13 +345,14 @@ class ConsumerCoordinator(GroupCoordinator):
         snapshot = self._assignment_snapshot
         if snapshot is None or self.rejoin_needed or not self.needs_join:
             return
-        changed = {t: (c, self.metadata.partition_count(t)) for t, c in snapshot.items()
-                   if self.metadata.partition_count(t) != c}
+        # A topic metadata no longer holds is left alone: kctl's metadata forgets topics no
+        # one uses (another member's), where Java's keeps the group's (a deleted topic: not seen).
+        now = {t: self.metadata.partition_count(t) for t in snapshot}
+        changed = sorted(t for t, c in snapshot.items() if now[t] is not None and now[t] != c)
         if changed:
             self._assignment_snapshot = None
             self.request_rejoin("cached metadata has changed: " + ", ".join(
-                f"topic {t} has {now if now is not None else 'no'} partitions, not {was}"
-                for t, (was, now) in sorted(changed.items())))
+                f"topic {t} has {now[t]} partitions, not {snapshot[t]}" for t in changed))
 
     @property
     def rejoin_needed_or_pending(self) -> bool:
