@@ -107,10 +107,8 @@ class EndOffsetsError(KctlError):
     (``engine/admin.py``'s ``log_end_offsets``): ``offsets`` the partitions answered,
     ``errors`` partition -> why not (no leader, the leader's error, its connection),
     ``topic_error`` why the topic itself is missing from Metadata (then ``errors`` names the
-    partitions asked, or is empty when every partition was). ``retriable``: every reason
-    may pass (``RetriableEndOffsetsError``)."""
-
-    retriable = False
+    partitions asked, or is empty when every partition was). Every reason may pass:
+    ``RetriableEndOffsetsError``."""
 
     def __init__(self, topic: str, offsets: dict[int, int], errors: dict[int, str],
                  topic_error: str = "") -> None:
@@ -135,8 +133,6 @@ class EndOffsetsError(KctlError):
 class RetriableEndOffsetsError(EndOffsetsError, RetriableError):
     """``EndOffsetsError`` whose every reason may pass: asked again after a fresh Metadata,
     as the Java consumer's ``OffsetFetcher`` retries until its timer expires."""
-
-    retriable = True
 
 
 class AuthenticationError(KctlError):

@@ -521,7 +521,8 @@ def verify(bootstrap: str, topic: str, run_id: str,
     log end after the run (and on while some are missing and the log grows).
     ``bootstrap``: any broker's ``host:port`` (the first of a list is used).
     ``retry``: how long a request whose connection broke is asked again over a new one
-    (Metadata, ListOffsets, each Fetch; engine/setup_retry.py)."""
+    (Metadata, ListOffsets, each Fetch), and end offsets whose errors may pass asked again
+    (engine/setup_retry.py)."""
     started = time.monotonic()
     v = Verification(run_id, acked, max_examples=max_examples, since=since)
     ranges = v.ranges

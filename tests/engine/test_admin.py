@@ -9,9 +9,13 @@ Java's cases (OffsetFetcherTest): a ListOffsets per leader (the fetcher groups p
 by leader), testBatchedListOffsetsMetadataErrors (errors are per partition, the others
 still answered), testGetOffsetsForTimesWhenSomeTopicPartitionLeadersNotKnownInitially (a
 partition without a leader is asked after a fresh Metadata names one),
-testGetOffsetsForTimesTimeout / testEndOffsets retried on NOT_LEADER_OR_FOLLOWER,
-LEADER_NOT_AVAILABLE and UNKNOWN_TOPIC_OR_PARTITION until the timer expires, and a
-TOPIC_AUTHORIZATION_FAILED answer raised at once.
+testGetOffsetByTimeWithPartitionsRetryCouldTriggerMetadataUpdate and testGetOffsetsForTimes
+(a retriable error, UNKNOWN_TOPIC_OR_PARTITION among them, asked again after a Metadata
+update), testGetOffsetsForTimesWhenSomeTopicPartitionLeadersDisconnectException (a lost
+connection asked again), testGetOffsetsForTimesTimeout (the timer bounds it), and
+TOPIC_AUTHORIZATION_FAILED raised at once (OffsetFetcherUtils' handling of the answer).
+Unlike Java, an error Kafka does not call retriable is raised at once, not retried
+until the timer expires.
 """
 
 from __future__ import annotations
