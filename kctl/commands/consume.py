@@ -132,9 +132,8 @@ def consume(
     short = short_of_num_records(plan, outcome)
     if short:
         print(short)   # stdout, before the last two lines, as perf-test's WARNING
-    for n, why in sorted(outcome.result.close_commit_errors.items()):
-        err.print(f"WARNING: consumer {n}: the commit on close failed ({why}): the group's committed "
-                  "offsets are behind what was read", highlight=False)
+    for failed in summary.failed_commits:
+        err.print(failed.warning(), highlight=False)
     header, values = perf_test_lines(summary, outcome.result.perf_test_times())
     print(header)
     print(values, flush=True)

@@ -460,11 +460,13 @@ class ConsumerWorker:
         # By schedule, the recorder holds measured records only: those read during a
         # warm-up interval (whose figures are left out) go with the first measured one.
         keep = self._e2e_from is not None and self._interval_warmup and not final
+        rebalance_failed = self.consumer.rebalance_commit_failures
         self.reports.put(ConsumerInterval(
             consumer=self.spec.consumer, start_wall_ns=self._interval_start, end_wall_ns=now_wall,
             histograms={} if keep else self.e2e.encode_interval(), metrics=self.consumer.metrics.snapshot(),
             partitions=self._progress() if progress is None else progress, matched=self.matched, warmup=self._interval_warmup, final=final,
             close_commit_error=(self.consumer.close_commit_error or "") if final else "",
+            rebalance_commit_failures=rebalance_failed.count, rebalance_commit_error=rebalance_failed.last_error,
             caught_up=bool(self.caught_up_wall_ns), caught_up_wall_ns=self.caught_up_wall_ns,
             first_record_wall_ns=self.first_record_wall_ns,
             seen=dict(self.seen) if final and self.spec.verify else None,

@@ -344,3 +344,25 @@ def test_a_duration_stop_sends_no_empty_interval_after_the_last_one(monkeypatch)
     intervals = [((m.start_wall_ns - start) / S, (m.end_wall_ns - start) / S, m.final)
                  for m in sent if hasattr(m, "final")]
     assert intervals == [(0.0, 1.0, False), (1.0, 2.0, True)]
+
+
+def test_a_failed_commit_before_a_rebalance_is_said_in_the_reports():
+    """enable.auto.commit=true, a rebalance mid-run: the commit before it (Java's
+    onJoinPrepare) answered ILLEGAL_GENERATION left the group's offsets behind what was
+    read. Every report after it carries the count and the reason (kctl consume's WARNING
+    and the summary's failed_commits), not only commit_failures."""
+    from tests.engine.test_coordinator import commit_body, joined
+
+    w, h = _group_worker(**{"enable.auto.commit": "true"})
+    joined(h, (0,))
+    h.consumer.seek(TopicPartition("t", 0), 7)
+    h.consumer.coordinator.request_rejoin("group is rebalancing (Heartbeat: REBALANCE_IN_PROGRESS)")
+    h.step()
+    req = h.net.pending("OffsetCommit")[0]
+    h.net.respond(req, commit_body(req, {0: "ILLEGAL_GENERATION"}))
+    h.net.poll(0, h.clock.now_ns())
+    h.step()
+    assert len(h.net.pending("JoinGroup")) == 1
+    w._report(final=False)
+    report = w.reports.get_nowait()
+    assert (report.rebalance_commit_failures, report.rebalance_commit_error) == (1, "t-0 ILLEGAL_GENERATION")
