@@ -93,7 +93,8 @@ def inspect(
                                     help="throttle_time_ms put into Produce/Fetch responses."),
     inject_error: str = typer.Option(None, "--inject-error",
                                      help="NAME[@API,...][:RATE] Kafka error put into responses: Produce "
-                                          "(default) and Fetch each partition at RATE; FindCoordinator, "
+                                          "(default), Fetch and ListOffsets each partition at RATE; "
+                                          "FindCoordinator, "
                                           "InitProducerId, AddPartitionsToTxn, EndTxn each response at "
                                           "RATE (all its error codes), e.g. NOT_LEADER_OR_FOLLOWER:0.01, "
                                           "CONCURRENT_TRANSACTIONS@EndTxn:0.5; FindCoordinator/transaction "

@@ -5,7 +5,7 @@ How this works
 A ``FaultPlan`` says what to do to responses on their way back to a client:
 delay them (a fixed time or a uniform range), put a ``throttle_time_ms`` into
 Produce and Fetch responses, rewrite partition error codes in Produce (and
-optionally Fetch) responses at a rate, or the error codes of the transaction
+optionally Fetch or ListOffsets) responses at a rate, or the error codes of the transaction
 coordinator's answers (FindCoordinator, InitProducerId, AddPartitionsToTxn, EndTxn)
 at a rate per response, cut the connection part-way through a
 response at a rate, deliver responses in tiny TCP writes, or never answer at
@@ -86,6 +86,7 @@ from kctl.protocol.records import decode_batches
 
 PRODUCE: Final = schema.API_BY_NAME["Produce"].api_key
 FETCH: Final = schema.API_BY_NAME["Fetch"].api_key
+LIST_OFFSETS: Final = schema.API_BY_NAME["ListOffsets"].api_key
 FIND_COORDINATOR: Final = schema.API_BY_NAME["FindCoordinator"].api_key
 INIT_PRODUCER_ID: Final = schema.API_BY_NAME["InitProducerId"].api_key
 ADD_PARTITIONS_TO_TXN: Final = schema.API_BY_NAME["AddPartitionsToTxn"].api_key
@@ -112,7 +113,7 @@ def _api_keys(names: frozenset[str] | tuple[str, ...] | None) -> frozenset[int] 
 #: The APIs whose answers ``ErrorRewrite`` can rewrite: the data path (each partition
 #: at ``rate``) and the transaction coordinator's (each response at ``rate``, all of its
 #: error codes; ``rewrite_coordinator_errors``).
-PARTITION_ERROR_APIS: Final = ("Produce", "Fetch")
+PARTITION_ERROR_APIS: Final = ("Produce", "Fetch", "ListOffsets")
 COORDINATOR_ERROR_APIS: Final = ("FindCoordinator", "InitProducerId", "AddPartitionsToTxn", "EndTxn")
 ERROR_APIS: Final = PARTITION_ERROR_APIS + COORDINATOR_ERROR_APIS
 #: FindCoordinator's ``key_type`` (Kafka's ``CoordinatorType``; v0 requests have none and
@@ -123,7 +124,7 @@ COORDINATOR_KEY_TYPES: Final = {"group": 0, "transaction": 1, "share": 2}
 @dataclass(frozen=True, slots=True)
 class ErrorRewrite:
     """Rewrite error codes to ``error`` (a Kafka error name) in the responses of
-    ``apis`` (``ERROR_APIS``): in Produce and Fetch each partition with probability
+    ``apis`` (``ERROR_APIS``): in Produce, Fetch and ListOffsets each partition with probability
     ``rate``; in FindCoordinator, InitProducerId, AddPartitionsToTxn and EndTxn each
     response with probability ``rate`` (every error code it carries). At most ``limit``
     responses are touched when ``limit`` is set. ``key_type`` (``COORDINATOR_KEY_TYPES``):
@@ -301,7 +302,7 @@ class FaultDecision:
     segment_bytes   at most this many bytes per write (0: no limit)
     swallow         never deliver it (blackhole)
     throttle_ms     the throttle_time_ms injected (0: none)
-    errors_injected error codes rewritten (partitions of Produce/Fetch, coordinator entries)
+    errors_injected error codes rewritten (partitions of Produce/Fetch/ListOffsets, coordinator entries)
     forged          success entries added for lost batches (0: none)
     """
 
@@ -382,12 +383,13 @@ def inject_throttle(body: Any, throttle_ms: int) -> bool:
 
 def rewrite_partition_errors(body: Any, api_key: int, error_code: int, rate: float,
                              rng: random.Random) -> int:
-    """Sets ``error_code`` on each partition of a Produce or Fetch response with
-    probability ``rate``; returns how many partitions were rewritten.
+    """Sets ``error_code`` on each partition of a Produce, Fetch or ListOffsets response
+    with probability ``rate``; returns how many partitions were rewritten.
 
     Produce partitions also get ``base_offset = -1`` (and no log append time), as a
     broker answers for a failed partition; Fetch partitions lose their records and
-    get high watermark -1.
+    get high watermark -1; ListOffsets partitions get offset and timestamp -1 (v0: no
+    offsets).
     """
     n = 0
     if api_key == PRODUCE:
@@ -405,6 +407,14 @@ def rewrite_partition_errors(body: Any, api_key: int, error_code: int, rate: flo
                     p.error_code = error_code
                     p.high_watermark = -1
                     p.records = None
+                    n += 1
+    elif api_key == LIST_OFFSETS:
+        for topic in body.topics:
+            for p in topic.partitions:
+                if rate >= 1.0 or rng.random() < rate:
+                    p.error_code = error_code
+                    p.offset, p.timestamp, p.leader_epoch = -1, -1, -1
+                    p.old_style_offsets = []
                     n += 1
     else:
         n = rewrite_coordinator_errors(body, api_key, error_code, rate, rng)
