@@ -138,6 +138,12 @@ class TransactionAbortableError(KctlError):
     producer can then go on with a new one (Java's abortable errors)."""
 
 
+class TransactionTimeoutError(KctlError):
+    """A transactional call did not complete within its time (Java's TimeoutException
+    from commitTransaction / abortTransaction): the commit or abort is still under way,
+    and asking for it again goes on waiting for the same one."""
+
+
 class Producer:
     def __init__(self, config: ProducerConfig, *, clock: Clock | None = None,
                  on_batch_done: Callable[[ProducerBatch], None] | None = None,
@@ -704,18 +710,19 @@ class Producer:
             raise KctlError("this producer is not transactional: set transactional.id")
         return self.transactions
 
-    def _run_until(self, result: TransactionResult, timeout_s: float | None, what: str) -> None:
+    def _run_until(self, result: TransactionResult, timeout_s: float | None, what: str,
+                   deadline_ns: int | None = None) -> None:
         """Runs the loop until the coordinator has answered ``result`` (max.block.ms by
-        default, as Java); raises on its error: ``ProducerFatalError`` for a fatal one,
-        ``TransactionAbortableError`` when the transaction must be aborted."""
-        limit_ns = int((self.config.max_block_ms / 1000 if timeout_s is None else timeout_s) * 1e9)
-        deadline = self.clock.now_ns() + limit_ns
+        default, as Java; ``deadline_ns`` when given); raises on its error:
+        ``ProducerFatalError`` for a fatal one, ``TransactionAbortableError`` when the
+        transaction must be aborted, ``TransactionTimeoutError`` when time ran out."""
+        if deadline_ns is None:
+            deadline_ns = self.clock.now_ns() + self._limit_ns(timeout_s)
         while not result.done:
             now = self.clock.now_ns()
-            if now >= deadline:
-                raise KctlError(f"{what}: no answer from the transaction coordinator within "
-                                f"{limit_ns // 1_000_000} ms (max.block.ms)")
-            self._step(min(deadline - now, 10 * NS_PER_MS))
+            if now >= deadline_ns:
+                raise TransactionTimeoutError(self._timeout_message(what, timeout_s))
+            self._step(min(deadline_ns - now, 10 * NS_PER_MS))
         if result.error is not None:
             txn = self._txn()
             if txn.has_fatal_error:
@@ -729,6 +736,15 @@ class Producer:
                                 f"{txn.transactional_id!r} (init_transactions may be called again "
                                 "once it is authorized)")
             raise TransactionAbortableError(f"{what}: {result.error}")
+
+    def _limit_ns(self, timeout_s: float | None) -> int:
+        return int((self.config.max_block_ms / 1000 if timeout_s is None else timeout_s) * 1e9)
+
+    def _timeout_message(self, what: str, timeout_s: float | None) -> str:
+        if timeout_s is None:
+            return (f"{what}: no answer from the transaction coordinator within "
+                    f"{self.config.max_block_ms} ms (max.block.ms)")
+        return f"{what}: not complete within {timeout_s * 1000:g} ms"
 
     def init_transactions(self, timeout_s: float | None = None) -> None:
         """Finds the transaction coordinator and gets the producer id for
@@ -751,8 +767,14 @@ class Producer:
             # the application aborts, as after a failed commit.
             raise TransactionAbortableError(f"commit_transaction: {txn.explain(txn.last_error or '')}")
         result = txn.begin_commit()
-        self.flush(timeout_s)
-        self._run_until(result, timeout_s, "commit_transaction")
+        # One deadline for both halves (Java's commitTransaction blocks max.block.ms in all).
+        deadline = self.clock.now_ns() + self._limit_ns(timeout_s)
+        if not self.flush(max(0, deadline - self.clock.now_ns()) / 1e9):
+            limit = (f"{self.config.max_block_ms} ms (max.block.ms)" if timeout_s is None
+                     else f"{timeout_s * 1000:g} ms")
+            raise TransactionTimeoutError(f"commit_transaction: records of the transaction still "
+                                          f"have no answer from the broker after {limit}")
+        self._run_until(result, timeout_s, "commit_transaction", deadline)
 
     def abort_transaction(self, timeout_s: float | None = None) -> None:
         """Fails what was never sent, waits for what was, then aborts (EndTxn); bumps the

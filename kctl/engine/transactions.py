@@ -267,6 +267,7 @@ class Transactions:
         self.coordinator_can_bump = False         # its InitProducerId takes id and epoch (v3+)
         self.epoch_bump_required = False
         self.transaction_started = False          # a partition joined (EndTxn needed)
+        self.commit_sent = False                  # this transaction's EndTxn(commit) went out
         self.new_partitions: set[TopicPartition] = set()
         self.pending_partitions: set[TopicPartition] = set()
         self.partitions: set[TopicPartition] = set()
@@ -378,10 +379,12 @@ class Transactions:
 
     def close(self) -> None:
         """The producer closes: records acknowledged in a transaction that did not end
-        are counted. One whose commit had no answer may have committed or not: abandoned
-        (``TRANSACTION_END_UNKNOWN``); any other can no longer commit (the coordinator
-        aborts it at ``transaction.timeout.ms``): failed ``TRANSACTION_NOT_COMMITTED``."""
-        if self.state is _T.COMMITTING_TRANSACTION:
+        are counted. One whose EndTxn(commit) went out with no answer may have committed
+        or not: abandoned (``TRANSACTION_END_UNKNOWN``); any other, a commit whose EndTxn
+        never went out (its records still had no answer) included, can no longer commit
+        (the coordinator aborts it at ``transaction.timeout.ms``): failed
+        ``TRANSACTION_NOT_COMMITTED``."""
+        if self.state is _T.COMMITTING_TRANSACTION and self.commit_sent:
             self.pending_acks.count_abandoned(self.metrics, TRANSACTION_END_UNKNOWN)
         else:
             self.pending_acks.count_failed(self.metrics, TRANSACTION_NOT_COMMITTED)
@@ -543,6 +546,8 @@ class Transactions:
     def on_sent(self, req: TxnRequest, now_ns: int) -> None:
         self.in_flight = req
         req.sent_ns = now_ns
+        if req.is_end_txn and req.committed:
+            self.commit_sent = True
 
     def on_disconnect(self, req: TxnRequest, now_ns: int) -> None:
         self.in_flight = None
@@ -722,6 +727,7 @@ class Transactions:
         self.last_error = None
         self.epoch_bump_required = False
         self.transaction_started = False
+        self.commit_sent = False
         self.new_partitions.clear()
         self.pending_partitions.clear()
         self.partitions.clear()

@@ -66,13 +66,14 @@ import time
 import traceback
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
+from collections.abc import Callable
 from typing import Any
 
 from kctl.config import ProducerConfig
 from kctl.engine.batch import AppendSlice, BatchState, ProducerBatch, TopicPartition
 from kctl.engine.bulk import RecordPool, RecordShape
 from kctl.engine.clock import SystemClock
-from kctl.engine.producer import Producer, TransactionAbortableError
+from kctl.engine.producer import Producer, TransactionAbortableError, TransactionTimeoutError
 from kctl.errors import KctlError
 from kctl.load.payload import KeySpec, PayloadPool
 from kctl.load.priority import short_slice
@@ -324,6 +325,7 @@ class Worker:
         self._txn_acks: list[_HeldAck] = []     # acknowledged in the open transaction
         self.commit_latency = new_histogram()   # µs, this interval's commits
         self.last_done_wall_ns = 0              # the latest batch completion (acked or failed)
+        self._stop_seen_ns: int | None = None   # when this worker first saw the stop (its grace runs)
         self.first_measured_done_wall_ns = 0    # the first acknowledgement of a measured record
 
     def _set_start(self, start_wall_ns: int) -> None:
@@ -426,7 +428,10 @@ class Worker:
                 if sched.over(self.seq, now):
                     break
                 if txn_ns and now - self.txn_started_ns >= txn_ns:
-                    self._end_transaction(None)
+                    if not self._end_transaction(None):
+                        break       # stopped, and the stop grace ran out before the end
+                    if self.stop.is_set():
+                        break       # stopped while it ended: no new transaction
                     self._begin_transaction()
                     now = self.clock.now_ns()
                 due = sched.due(now)
@@ -448,7 +453,8 @@ class Worker:
                     except TransactionAbortableError:
                         # The open transaction failed (a batch of it did): abort it and go on
                         # in a new one; the slice was not taken and goes again.
-                        self._abort_transaction(None)
+                        if not self._abort_transaction(None) or self.stop.is_set():
+                            break
                         self._begin_transaction()
                         continue
                     self.seq = seq + k
@@ -527,25 +533,65 @@ class Worker:
         self._txn_mark = self.acked.mark()
         self._txn_open = True
 
-    def _end_transaction(self, timeout_s: float | None) -> None:
+    def _end_transaction(self, timeout_s: float | None) -> bool:
         """Commits the open transaction (its records flushed first) and records how long
-        that took; an abortable error aborts it instead (counted by the engine)."""
+        that took; an abortable error aborts it instead (counted by the engine). The wait
+        is bounded as ``_await_end`` says; False: a stop's grace ran out first, the
+        transaction is left open (``_finish`` closes the producer, which counts it)."""
         p = self.producer
         t0 = self.clock.now_ns()
         try:
-            p.commit_transaction(timeout_s)
+            if not self._await_end(p.commit_transaction, timeout_s, "commit_transaction"):
+                return False
         except TransactionAbortableError:
-            self._abort_transaction(timeout_s)
-            return
+            return self._abort_transaction(timeout_s)
         self._txn_open = False
         self.commit_latency.record_value(max(1, (self.clock.now_ns() - t0) // 1000))
         for ack in self._txn_acks:
             self._count_ack(ack, ack.acked_ns, ack.acked_wall_ns)
         self._txn_acks.clear()
+        return True
 
-    def _abort_transaction(self, timeout_s: float | None) -> None:
-        self.producer.abort_transaction(timeout_s)
+    def _abort_transaction(self, timeout_s: float | None) -> bool:
+        if not self._await_end(self.producer.abort_transaction, timeout_s, "abort_transaction"):
+            return False
         self._drop_transaction()
+        return True
+
+    def _await_end(self, call: Callable[[float], None], timeout_s: float | None, what: str) -> bool:
+        """Runs ``call`` (the producer's commit_transaction or abort_transaction, which go
+        on with the same commit or abort when asked again after a timeout, as Java's) in
+        turns of ``FINISH_STOP_CHECK_S``, so that a stop is seen while it waits: within
+        ``timeout_s`` (max.block.ms when None, as Java's commitTransaction blocks), and once
+        a stop is under way within what is left of the stop grace, kctl's promise for a
+        stop. False: the stop grace ran out first. Without a stop, a timeout raises."""
+        limit_s = self.config.max_block_ms / 1000 if timeout_s is None else timeout_s
+        deadline = self.clock.now_ns() + int(limit_s * 1e9)
+        while True:
+            left_s = (deadline - self.clock.now_ns()) / 1e9
+            if self.stop.is_set():
+                left_s = min(left_s, self._grace_left_s())
+            try:
+                call(max(0.0, min(left_s, FINISH_STOP_CHECK_S)))
+                return True
+            except TransactionTimeoutError:
+                if self.stop.is_set() and self._grace_left_s() <= 0:
+                    return False
+                if self.clock.now_ns() >= deadline:
+                    if self.stop.is_set():
+                        return False
+                    raise TransactionTimeoutError(
+                        f"{what}: the transaction did not end within {limit_s * 1000:g} ms"
+                        + (" (max.block.ms)" if timeout_s is None else "")) from None
+
+    def _grace_left_s(self) -> float:
+        """What is left of the stop grace, which runs from when this worker first saw the
+        stop: every wait after a stop (the transaction's end, the last verdicts) shares it,
+        so the final report goes out within the grace, before the parent's kill."""
+        now = self.clock.now_ns()
+        if self._stop_seen_ns is None:
+            self._stop_seen_ns = now
+        return max(0.0, (self._stop_seen_ns + int(self.spec.stop_grace_s * 1e9) - now) / 1e9)
 
     def _drop_transaction(self) -> None:
         """The open transaction will never commit: its records are in no acknowledged
@@ -563,7 +609,9 @@ class Worker:
         (``self.unsent``) are abandoned too, under ``UNSENT_AT_STOP``."""
         p = self.producer
         grace = self.spec.stop_grace_s
-        if failed or self.stop.is_set():
+        if self.stop.is_set():
+            done = p.flush(self._grace_left_s())
+        elif failed:
             done = p.flush(grace)
         else:
             # The schedule ended on its own: every verdict is awaited, but a stop that comes
@@ -574,10 +622,19 @@ class Worker:
             while not done and not self.stop.is_set():
                 done = p.flush(FINISH_STOP_CHECK_S)
             if not done:
-                done = p.flush(grace)
+                done = p.flush(self._grace_left_s())
         txn = p.transactions
+        late: KctlError | None = None
         if done and not failed and txn is not None and txn.in_transaction:
-            self._end_transaction(grace)
+            # Within the stop grace once stopped (_await_end), else max.block.ms as Java's.
+            try:
+                done = self._end_transaction(self._grace_left_s() if self.stop.is_set() else None)
+            except KctlError as error:      # fenced, timed out: reported, then raised
+                late, done = error, False
+        if txn is not None and txn.is_completing:
+            # A commit or abort the stop grace cut short: close counts its records (failed
+            # TRANSACTION_NOT_COMMITTED, or abandoned when its EndTxn(commit) went out).
+            done = False
         if txn is not None and txn.has_fatal_error and self._txn_open:
             # A fatal error left the transaction open: it never commits, so its records are
             # not expected (the engine counts them failed, TRANSACTION_NOT_COMMITTED).
@@ -594,7 +651,9 @@ class Worker:
         gc.unfreeze()
         # A failing worker's last report is not final: its WorkerFailed follows and ends it
         # (the parent stops listening to a worker at its final report).
-        self._report(final=not failed)
+        self._report(final=not failed and late is None)
+        if late is not None:
+            raise late
 
     def _report(self, *, final: bool) -> None:
         now_wall = self.clock.wall_ns()
