@@ -8,7 +8,7 @@ import pytest
 
 from kctl.engine.transactions import TransactionState
 
-from .sender_harness import Harness
+from .sender_harness import EndTxnResponse, Harness
 
 TXN = {"transactional.id": "txn", "linger.ms": "0", "retry.backoff.ms": "10",
        "retry.backoff.max.ms": "10"}
@@ -565,3 +565,63 @@ def test_commit_of_a_transaction_a_failed_batch_made_abortable_raises_the_aborta
     h.answer_end_txn()
     h.answer_init(producer_id=42, epoch=1)
     assert txn.state is TransactionState.READY
+
+
+def _time_passes_while_waiting(h):
+    """The fake network answers nothing by itself: a loop turn's wait lets the clock run."""
+    poll = h.net.poll
+
+    def waiting(timeout_ns, now_ns):
+        h.clock.advance(ns=max(timeout_ns, 1000))
+        return poll(timeout_ns, h.clock.now_ns())
+    h.net.poll = waiting
+
+
+def test_commit_transaction_times_out_and_a_second_call_goes_on_with_the_same_commit():
+    """TransactionManagerTest.testRetryCommitTransactionAfterTimeout (KafkaProducer's
+    commitTransaction may be called again after its TimeoutException): the commit's flush
+    and EndTxn share one deadline; the second call waits for the same EndTxn, sends none
+    again, and completes when it is answered."""
+    from kctl.engine.producer import TransactionTimeoutError
+
+    h, txn = transactional()
+    begin_and_send(h, txn, 2)
+    _time_passes_while_waiting(h)
+    t0 = h.clock.now_ns()
+    with pytest.raises(TransactionTimeoutError, match="still have no answer"):
+        h.producer.commit_transaction(0.2)
+    assert 0.2e9 <= h.clock.now_ns() - t0 < 0.3e9, "the flush is bounded by the commit's time"
+    assert not h.net.requests("EndTxn") and txn.state is TransactionState.COMMITTING_TRANSACTION
+    h.respond(h.produce_requests()[-1], base_offset=0)
+    t0 = h.clock.now_ns()
+    with pytest.raises(TransactionTimeoutError, match="commit_transaction"):
+        h.producer.commit_transaction(0.2)   # flushed; EndTxn sent, no answer within the rest
+    assert h.clock.now_ns() - t0 < 0.3e9, "one deadline for the flush and the EndTxn"
+    (end,) = h.net.pending("EndTxn")
+    h.net.respond(end, EndTxnResponse(throttle_time_ms=0, error_code=0))
+    h.producer.commit_transaction(0.2)
+    assert len(h.net.requests("EndTxn")) == 1 and txn.state is TransactionState.READY
+    assert h.producer.metrics.records_acked == 2
+
+
+def test_closing_while_a_commit_waits_for_its_records_fails_them_not_committed():
+    """kctl's accounting: the producer closes in a commit whose EndTxn never went out (a
+    record of the transaction still had no answer): the transaction cannot have committed
+    (the coordinator aborts it at transaction.timeout.ms), so what the broker acknowledged
+    in it counts failed TRANSACTION_NOT_COMMITTED, not abandoned as a commit of unknown end."""
+    h, txn = transactional()
+    begin_and_send(h, txn, 2)
+    (first,) = h.produce_requests()
+    h.respond(first, base_offset=0)
+    h.step()
+    h.send(3, partition=0)
+    h.step()
+    assert len(h.net.pending("Produce")) == 3, "sent, unanswered (a request each, linger.ms=0)"
+    txn.begin_commit()
+    h.step(ms=5)
+    assert not h.net.requests("EndTxn")
+    h.producer.close(0, abandon_reason="stopped")
+    m = h.producer.metrics
+    assert (m.records_acked, m.records_failed, m.records_abandoned) == (0, 2, 3)
+    assert m.failed_by_error == {"TRANSACTION_NOT_COMMITTED": 2}
+    assert m.abandoned_by_reason == {"stopped": 3}
