@@ -437,3 +437,40 @@ def test_inspect_inject_error_aborted_transactions_leave_the_summary_consistent(
     assert c.failed_by_error.get("TRANSACTION_ABORTED", 0) > 0 and c.acked > 0
     check_acked_figures_agree(s, hlog)
     check_accounted_and_read_back(doc, s)
+
+
+def test_a_stop_during_a_stalled_commit_ends_within_the_stop_grace(broker, tmp_path):
+    """Produce, AddPartitionsToTxn and EndTxn answers held 60 s mid-run, then SIGTERM while
+    the worker waits to commit: the wait ends within the stop grace (not max.block.ms, not
+    the parent's kill), the worker reports every verdict; the stalled transaction's records
+    the broker acknowledged count failed TRANSACTION_NOT_COMMITTED (its EndTxn never went
+    out), or abandoned when its EndTxn had, none acked; --verify expects exactly the
+    committed records, which read back."""
+    out = tmp_path / "s.json"
+    responses = ProduceResponses()
+    stall = FaultPlan(delay_ms=60_000, delay_apis=("Produce", "AddPartitionsToTxn", "EndTxn"))
+
+    with InspectorProxy([broker.bootstrap], on_frame=responses) as proxy:
+        def stall_then_wait(proc):
+            time.sleep(1.0)                   # a few transactions commit
+            proxy.set_faults(stall)
+            time.sleep(2.0)                   # the worker is waiting for its commit
+        started = time.monotonic()
+        _, status, err, stop_unix_ms = run_and_stop(
+            produce_args(proxy.bootstrap, out, "--rate", "1000", "--duration", "30s",
+                         "--transaction-duration-ms", "500"),
+            responses, signal.SIGTERM, stall_then_wait)
+        after_stop_s = time.time_ns() / 1e9 - stop_unix_ms / 1000
+        proxy.set_faults(None)
+    assert time.monotonic() - started < 40
+    assert status == 130, err
+    assert "no verdict in the summary" not in err and "Traceback" not in err, err
+    assert after_stop_s < 5 + 3.5, f"{after_stop_s:.1f} s after the stop (grace 5 s)"
+    doc, s = read_summary(out)
+    c, t = s.counts, s.transactions
+    assert t is not None and t.committed >= 1
+    stalled = (c.failed_by_error.get("TRANSACTION_NOT_COMMITTED", 0)
+               + c.abandoned_by_reason.get("producer closed before the transaction's end was known", 0))
+    assert stalled > 0, c
+    check_accounted_and_read_back(doc, s)
+    check_acked_figures_agree(s)
