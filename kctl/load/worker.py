@@ -428,10 +428,13 @@ class Worker:
                 if sched.over(self.seq, now):
                     break
                 if txn_ns and now - self.txn_started_ns >= txn_ns:
-                    if not self._end_transaction(None):
-                        break       # stopped, and the stop grace ran out before the end
-                    if self.stop.is_set():
-                        break       # stopped while it ended: no new transaction
+                    ended = self._end_transaction(None)
+                    if not ended or self.stop.is_set():
+                        # Stopped while the transaction ended (the grace may have run out
+                        # first): no new one. The records due while it waited, up to the
+                        # stop, were scheduled too (abandoned, never handed over).
+                        turn_ns = self._stop_turn_ns()
+                        break
                     self._begin_transaction()
                     now = self.clock.now_ns()
                 due = sched.due(now)
@@ -454,6 +457,7 @@ class Worker:
                         # The open transaction failed (a batch of it did): abort it and go on
                         # in a new one; the slice was not taken and goes again.
                         if not self._abort_transaction(None) or self.stop.is_set():
+                            turn_ns = self._stop_turn_ns()
                             break
                         self._begin_transaction()
                         continue
@@ -492,8 +496,9 @@ class Worker:
         except KctlError as error:
             # A fatal producer error (fenced, not authorized, ...) ends the schedule as a
             # stop does: every record still gets its verdict, and the last report (with
-            # the complete counts) goes out before the error fails the worker.
-            self.unsent = sched.unsent_at_stop(self.seq, turn_ns)
+            # the complete counts) goes out before the error fails the worker. Records due
+            # until the error (a commit can wait max.block.ms) count, as at a stop.
+            self.unsent = sched.unsent_at_stop(self.seq, self.clock.now_ns())
             try:
                 self._finish(failed=True)
             except KctlError as late:
@@ -583,6 +588,10 @@ class Worker:
                     raise TransactionTimeoutError(
                         f"{what}: the transaction did not end within {limit_s * 1000:g} ms"
                         + (" (max.block.ms)" if timeout_s is None else "")) from None
+
+    def _stop_turn_ns(self) -> int:
+        """The time this worker saw the stop: its last turn, for the records due by then."""
+        return self._stop_seen_ns if self._stop_seen_ns is not None else self.clock.now_ns()
 
     def _grace_left_s(self) -> float:
         """What is left of the stop grace, which runs from when this worker first saw the

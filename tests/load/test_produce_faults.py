@@ -472,5 +472,9 @@ def test_a_stop_during_a_stalled_commit_ends_within_the_stop_grace(broker, tmp_p
     stalled = (c.failed_by_error.get("TRANSACTION_NOT_COMMITTED", 0)
                + c.abandoned_by_reason.get("producer closed before the transaction's end was known", 0))
     assert stalled > 0, c
+    # The records due while the worker waited for its commit, up to the stop, were
+    # scheduled too: abandoned, never handed over (the schedule's rate over the run).
+    assert c.abandoned_by_reason.get("run stopped: due, never handed to the producer", 0) > 500, c
+    assert c.scheduled >= 1000 * (stop_unix_ms - doc["run"]["start_unix_ms"]) / 1000 - 200, c
     check_accounted_and_read_back(doc, s)
     check_acked_figures_agree(s)
