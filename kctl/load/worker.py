@@ -65,8 +65,8 @@ import random
 import time
 import traceback
 from collections import Counter, defaultdict
-from dataclasses import dataclass, field
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any
 
 from kctl.config import ProducerConfig
