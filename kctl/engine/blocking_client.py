@@ -20,7 +20,7 @@ import struct
 import time
 from typing import Any
 
-from kctl.config import PLAINTEXT_SECURITY, SecurityConfig
+from kctl.config import PLAINTEXT_SECURITY, NetworkConfig, SecurityConfig
 from kctl.engine.connection import open_blocking
 from kctl.engine.handshake import ClientHandshake
 from kctl.errors import BrokerUnavailableError, BrokerUnreachableError, RemoteProtocolError
@@ -41,6 +41,12 @@ def parse_address(address: str, default_port: int = 9092) -> tuple[str, int]:
         return host, int(port)
     except ValueError:
         raise BrokerUnavailableError(f"bad broker address {address!r}: port is not a number") from None
+
+
+def setup_timeout_s(network: NetworkConfig) -> float:
+    """A first connection attempt's setup bound: ``socket.connection.setup.timeout.ms``
+    (at most ``.max.ms``, as Java's first attempt), in seconds."""
+    return min(network.socket_connection_setup_timeout_ms, network.socket_connection_setup_timeout_max_ms) / 1000
 
 
 def api_key_of(body: Any) -> int:
