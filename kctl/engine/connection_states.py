@@ -155,6 +155,12 @@ class ClusterConnectionStates:
         s = self._nodes.get(node)
         return None if s is None else s.last_error
 
+    def unready_nodes(self) -> list[int]:
+        """Nodes being connected, or whose last connection failed (with a reason)."""
+        return [n for n, s in self._nodes.items()
+                if s.state is not ConnectionState.READY
+                and (s.state is not ConnectionState.DISCONNECTED or s.last_error is not None)]
+
     def nodes_with_connection_setup_timeout(self, now_ns: int) -> list[int]:
         return [n for n in self._connecting
                 if now_ns - self._nodes[n].last_connect_attempt_ns

@@ -347,6 +347,11 @@ class NetworkClient:
         """Disconnected and still inside its reconnect backoff."""
         return self._states.is_blacked_out(node, now_ns)
 
+    def unready_nodes(self) -> list[int]:
+        """Nodes being connected (TCP, TLS, ApiVersions, SASL) or whose last connection
+        failed: what a caller waiting on the cluster names when it gives up."""
+        return self._states.unready_nodes()
+
     def connection_error(self, node: int) -> str | None:
         """Why the node's last connection ended (``None`` once it is READY again)."""
         return self._states.last_error(node)
