@@ -240,3 +240,12 @@ def test_a_directory_of_ca_files_is_read(tls, tmp_path):
     (tmp_path / "README").write_text("not a certificate\n")
     with BlockingClient(f"localhost:{tls.port}", security=tls.security(**{"ssl.ca.location": str(tmp_path)})) as c:
         assert c.versions is not None
+
+
+def test_plaintext_against_the_tls_listener_says_the_broker_may_expect_tls(tls):
+    from kctl.errors import KctlError
+    with pytest.raises(KctlError) as info:
+        BlockingClient(f"localhost:{tls.port}", timeout_s=5).connect()
+    text = str(info.value)
+    assert "\n" not in text and f"localhost:{tls.port}" in text
+    assert "TLS" in text and "security.protocol" in text, text
