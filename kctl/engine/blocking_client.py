@@ -226,8 +226,9 @@ class BlockingClient:
                 self.close()
                 if self._setup_deadline is not None:
                     raise BrokerUnavailableError(
-                        f"broker {self.address} did not answer ApiVersions within {self.setup_timeout_s:g} s "
-                        f"of connecting (socket.connection.setup.timeout.ms){self._setup_hint()}") from None
+                        f"broker {self.address} did not answer within {self.setup_timeout_s:g} s of "
+                        "connecting (socket.connection.setup.timeout.ms bounds TCP, TLS, ApiVersions "
+                        f"and SASL){self._setup_hint()}") from None
                 raise BrokerUnavailableError(
                     f"broker {self.address} did not answer within {self.timeout_s:g} s") from None
             except ssl.SSLError as e:

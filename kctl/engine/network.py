@@ -641,7 +641,8 @@ class NetworkClient:
         try:
             wanted = conn.channel.handshake_step()
         except (ssl.SSLError, ssl.CertificateError) as e:
-            self._auth_failed(conn, now_ns, responses, tls_failure(conn.address, e, security=self.config.security))
+            self._auth_failed(conn, now_ns, responses,
+                              tls_failure(conn.address, e, security=self.config.security))
             return
         except OSError as e:
             self._disconnect(conn, now_ns, responses,
@@ -716,7 +717,8 @@ class NetworkClient:
         try:
             n = channel.write()
         except ssl.SSLError as e:
-            self._auth_failed(conn, now_ns, responses, tls_failure(conn.address, e, security=self.config.security))
+            self._auth_failed(conn, now_ns, responses,
+                              tls_failure(conn.address, e, security=self.config.security))
             return
         except OSError as e:
             self._disconnect(conn, now_ns, responses,
@@ -757,7 +759,8 @@ class NetworkClient:
                              f"broker {conn.address} broke the framing: {e}", error=e)
             return
         if result.tls_error is not None:
-            self._auth_failed(conn, now_ns, responses, tls_failure(conn.address, result.tls_error, security=self.config.security))
+            self._auth_failed(conn, now_ns, responses,
+                              tls_failure(conn.address, result.tls_error, security=self.config.security))
         elif result.tls_closed:
             self._disconnect(conn, now_ns, responses, f"broker {conn.address} closed the TLS connection")
         elif result.error is not None:
