@@ -248,9 +248,10 @@ def tls_failure(address: str, error: BaseException, *, security: SecurityConfig 
                       "the certificate lists, or set ssl.endpoint.identification.algorithm= (empty) "
                       "to skip the host name check")
         elif error.verify_code == 10:
-            when = f" on {probed.not_after}" if probed and probed.not_after else ""
-            reason = (f"its certificate expired{when} (notAfter); the broker needs a renewed "
-                      "certificate (ssl.ca.location does not change this)")
+            when = (f"expired on {probed.not_after} (its notAfter)" if probed and probed.not_after
+                    else "has expired (past its notAfter date)")
+            reason = (f"its certificate {when}; the broker needs a renewed certificate "
+                      "(ssl.ca.location does not change this)")
         elif error.verify_code == 9:
             when = f" before {probed.not_before}" if probed and probed.not_before else ""
             reason = (f"its certificate is not valid yet{when} (notBefore); check the broker's "
