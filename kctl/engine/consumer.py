@@ -36,7 +36,7 @@ from kctl.engine.batch import TopicPartition
 from kctl.engine.clock import NS_PER_MS, Clock, SystemClock
 from kctl.engine.consumer_coordinator import (
     CommitResult, ConsumerCoordinator, RebalanceListener, describe_commit_errors)
-from kctl.engine.consumer_metrics import ConsumerMetrics
+from kctl.engine.consumer_metrics import ConsumerMetrics, ConsumerMetricsSnapshot
 from kctl.engine.fetcher import ConsumedBatch, Fetcher
 from kctl.engine.metadata import Metadata, MetadataUpdate
 from kctl.engine.metadata_updater import MetadataUpdater
@@ -309,6 +309,10 @@ class Consumer:
             self._step(deadline - now)
         self._run_until(lambda: bool(results), max(0.0, (deadline - self.clock.now_ns()) / 1e9), "commit")
         return results[0]
+
+    def metrics_snapshot(self) -> ConsumerMetricsSnapshot:
+        """The counters, with the network client's SASL re-authentications."""
+        return self.metrics.snapshot(reauthentications=self.network.metrics.reauthentications_total)
 
     # -- closing ---------------------------------------------------------------------------------
     def close(self, timeout_s: float = 30.0) -> None:

@@ -424,7 +424,7 @@ class ConsumerWorker:
         keep = self._e2e_from is not None and self._interval_warmup and not final
         self.reports.put(ConsumerInterval(
             consumer=self.spec.consumer, start_wall_ns=self._interval_start, end_wall_ns=now_wall,
-            histograms={} if keep else self.e2e.encode_interval(), metrics=self.consumer.metrics.snapshot(),
+            histograms={} if keep else self.e2e.encode_interval(), metrics=self.consumer.metrics_snapshot(),
             partitions=self._progress() if progress is None else progress, matched=self.matched, warmup=self._interval_warmup, final=final,
             close_commit_error=(self.consumer.close_commit_error or "") if final else "",
             caught_up=bool(self.caught_up_wall_ns), caught_up_wall_ns=self.caught_up_wall_ns,
