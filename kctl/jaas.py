@@ -72,7 +72,8 @@ class _Tokenizer:
         self.pos += 1
         return ch
 
-    def _unread(self, ch: str | None) -> None:
+    def _unread(self) -> None:
+        """Steps back over the character last read (an end of text too)."""
         self.pos -= 1
 
     def next(self) -> int:
@@ -88,7 +89,7 @@ class _Tokenizer:
                 start = self.pos - 1
                 while (nxt := self._read()) is not None and _is_word(nxt):
                     pass
-                self._unread(nxt)
+                self._unread()
                 self.sval = self.text[start:self.pos]
                 self.ttype = _WORD
                 return _WORD
@@ -112,7 +113,7 @@ class _Tokenizer:
     def _skip_line(self) -> None:
         while (ch := self._read()) is not None and ch not in "\r\n":
             pass
-        self._unread(ch)
+        self._unread()
 
     def _skip_block_comment(self) -> bool:
         prev = None
@@ -149,7 +150,7 @@ class _Tokenizer:
             out.append("\uffff" if c is None else _ESCAPES.get(c, c))   # Java: (char) -1 at the end
             d = self._read()
         if d is not None and d != quote:
-            self._unread(d)        # a line end closes the string and is read again
+            self._unread()        # a line end closes the string and is read again
         return "".join(out)
 
 

@@ -138,3 +138,66 @@ def test_any_text_is_an_entry_or_one_clear_line(text):
         assert "\n" not in str(e)
         return
     assert module and all(isinstance(k, str) and isinstance(v, str) for k, v in options.items())
+
+
+# -- oracle: the JDK's own StreamTokenizer, where a JDK is installed ---------------------------
+
+def _hex(text: str) -> str:
+    return "".join(f"{ord(c):04x}" for c in text)
+
+
+def _near_entries(rng, n: int) -> list[str]:
+    """Entries as users write them, and broken ones: blanks and comments between tokens,
+    bare and quoted values with escapes, unclosed quotes, missing ';', two entries."""
+    chars = list('ab =;"\'/\\*\n\r\t x1') + ["\x85", "\x80", "\xa0", "\u0131", "\x00", "07", "4"]
+
+    def value() -> str:
+        if rng.random() < 0.3:
+            return "".join(rng.choice(chars + ["a", "b"]) for _ in range(rng.randint(0, 6)))
+        q = rng.choice(['"', "'"])
+        body = "".join(rng.choice(chars + ["\\n", "\\t", "\\101", "\\400", "\\7x", "\\\\", "\\" + q, "é"])
+                       for _ in range(rng.randint(0, 6)))
+        return q + body + (q if rng.random() < 0.9 else "")
+
+    out = []
+    for _ in range(n):
+        def sep() -> str:
+            return rng.choice([" ", "  ", "\n", "\t", " /* c */ ", " // c\n", "\r\n", ""])
+        parts = [rng.choice([PLAIN, "x", '"q m"', "a/b"]),
+                 rng.choice(["required", "Optional", "requisite", "req", "requıred"])]
+        parts += [rng.choice(["username", "password", "k", '"k k"']) + sep() + "=" + sep() + value()
+                  for _ in range(rng.randint(0, 3))]
+        text = sep().join(parts) + sep() + (";" if rng.random() < 0.9 else "") + sep()
+        out.append(text + text if rng.random() < 0.1 else text)
+    return out
+
+
+def test_reads_what_javas_stream_tokenizer_reads(tmp_path):
+    """Differential: 3000 near-entries through the JDK's StreamTokenizer set up as JaasConfig
+    sets it up (tests/engine/java/JaasOracle.java) and through kctl; same verdict, same
+    module and options."""
+    import random
+    import shutil
+    import subprocess
+    from pathlib import Path
+
+    if shutil.which("javac") is None or shutil.which("java") is None:
+        pytest.skip("no JDK: the Java oracle cannot run")
+    source = Path(__file__).parent / "java" / "JaasOracle.java"
+    subprocess.run(["javac", "-d", str(tmp_path), str(source)], check=True, timeout=120)
+    texts = _near_entries(random.Random(368), 3000)
+    java = subprocess.run(["java", "-cp", str(tmp_path), "JaasOracle"], check=True, timeout=120,
+                          input="".join(_hex(t) + "\n" for t in texts), capture_output=True,
+                          text=True).stdout.splitlines()
+    assert len(java) == len(texts)
+    valid = 0
+    for text, verdict in zip(texts, java):
+        try:
+            module, options = parse_jaas_config(text)
+        except ConfigError:
+            assert verdict.startswith("ERR"), (text, verdict)
+            continue
+        valid += 1
+        assert verdict == "OK " + " ".join(
+            [_hex(module)] + [f"{_hex(k)}:{_hex(v)}" for k, v in sorted(options.items())]), text
+    assert valid > 300      # the sample holds valid entries, not only broken ones
