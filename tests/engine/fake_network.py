@@ -126,7 +126,7 @@ class FakeNetwork:
             return sum(len(v) for v in self.in_flight.values())
         return len(self.in_flight[node])
 
-    def close_all(self):
+    def close_all(self, linger_s=0.0):
         pass
 
     # -- scripting -----------------------------------------------------------------
