@@ -67,6 +67,7 @@ from typing import Any
 
 from kctl.cipher_suites import JDK17_CIPHER_SUITES, TLS13_CIPHER_SUITES
 from kctl.errors import ConfigError
+from kctl.jaas import parse_jaas_config
 from kctl.java_properties import JAVA_ONLY_PROPERTIES, PRODUCER, JavaOnlySettings
 
 INT_MAX = 2**31 - 1
@@ -534,23 +535,6 @@ def _parse_endpoint_algorithm(value: Any) -> str:
     raise _Invalid("")
 
 
-_JAAS_MODULE = re.compile(r"^\s*([\w.$]+)\s+(required|requisite|sufficient|optional)\b(.*?);?\s*$", re.S)
-_JAAS_OPTION = re.compile(r'(\w+)\s*=\s*(?:"((?:[^"\\]|\\.)*)"|(\S+?))(?=\s|;|$)')
-
-
-def parse_jaas_config(text: str) -> tuple[str, dict[str, str]]:
-    """``sasl.jaas.config`` (``...PlainLoginModule required username="u" password="p";``)
-    into (login module class, options). Raises ``ConfigError`` without echoing the text."""
-    m = _JAAS_MODULE.match(text)
-    if not m:
-        raise ConfigError("sasl.jaas.config is not a JAAS entry such as "
-                          "'org.apache.kafka.common.security.plain.PlainLoginModule required "
-                          'username="alice" password="...";\'')
-    options = {k: (q if q is not None else b).replace('\\"', '"')
-               for k, q, b in _JAAS_OPTION.findall(m.group(3))}
-    return m.group(1), options
-
-
 def _parse_servers(value: Any) -> tuple[BrokerAddress, ...]:
     if isinstance(value, (tuple, list)):
         items = [str(v) for v in value]
@@ -657,7 +641,8 @@ PROPERTIES: tuple[PropertySpec, ...] = (
                  "a password, or @file", doc=f"Secret; default: ${SASL_PASSWORD_ENV}."),
     PropertySpec("sasl.jaas.config", "sasl_jaas_config", None, _parse_secret,
                  "a PlainLoginModule or ScramLoginModule JAAS entry with username and password, or @file",
-                 doc="Secret; sasl.username/sasl.password take precedence."),
+                 doc="Secret; one login module, read as the Java client reads it (bare or quoted values); "
+                     "sasl.username/sasl.password take precedence."),
     _int_spec("socket.connection.setup.timeout.ms", 10000, 0, LONG_MAX, "ms"),
     _int_spec("socket.connection.setup.timeout.max.ms", 30000, 0, LONG_MAX, "ms"),
     _int_spec("send.buffer.bytes", 131072, -1, INT_MAX, "bytes", "-1 uses the OS default."),

@@ -111,13 +111,17 @@ class RebalanceProtocol(str, enum.Enum):
     COOPERATIVE = "cooperative"
 
 
-#: Assignor protocol names and the Java classes that name them in partition.assignment.strategy.
+#: The Java classes partition.assignment.strategy names, and the protocol name each
+#: assignor joins with (its ``name()``). Java loads the class by its exact name.
 ASSIGNOR_CLASSES: dict[str, str] = {
     "org.apache.kafka.clients.consumer.RangeAssignor": "range",
     "org.apache.kafka.clients.consumer.RoundRobinAssignor": "roundrobin",
     "org.apache.kafka.clients.consumer.CooperativeStickyAssignor": "cooperative-sticky",
 }
+#: librdkafka's spelling of the same property: the protocol names, compared exactly (strcmp).
 ASSIGNORS = ("range", "roundrobin", "cooperative-sticky")
+_ASSIGNOR_CLASS_OF = {name: cls for cls, name in ASSIGNOR_CLASSES.items()}
+_STICKY_CLASS = "org.apache.kafka.clients.consumer.StickyAssignor"
 #: Which rebalance protocols each assignor supports (Java's ``supportedProtocols``).
 ASSIGNOR_PROTOCOLS: dict[str, tuple[RebalanceProtocol, ...]] = {
     "range": (RebalanceProtocol.EAGER,),
@@ -177,25 +181,40 @@ def _parse_isolation(value: Any) -> IsolationLevel:
 
 
 def _parse_assignors(value: Any) -> tuple[str, ...]:
-    items = value if isinstance(value, (tuple, list)) else str(value).split(",")
+    """Java's list (ConfigDef LIST: split on commas, each element trimmed, an empty element
+    kept) of class names, each loaded by its exact name (getAssignorInstances); librdkafka's
+    protocol names, exactly, are taken too. Two entries naming one assignor are refused, as
+    Java refuses two assignors with one name()."""
+    if isinstance(value, (tuple, list)):
+        items = [str(v).strip() for v in value]
+    else:
+        text = str(value).strip()
+        items = [i.strip() for i in text.split(",")] if text else []
+    if not items:
+        raise _Invalid("it names no assignor; the Java consumer needs at least one to join a group "
+                       f"(choices: {_ASSIGNOR_CHOICES})")
     out: list[str] = []
     for item in items:
-        name = str(item).strip()
-        if not name:
-            continue
-        name = ASSIGNOR_CLASSES.get(name, name).lower()
-        if name in ("sticky", "org.apache.kafka.clients.consumer.stickyassignor"):
+        if item in (_STICKY_CLASS, "sticky"):
             raise _Invalid("the eager StickyAssignor keeps its state in Java's StickyAssignorUserData, "
-                           "which kctl does not write; use cooperative-sticky")
-        if name not in ASSIGNORS:
-            raise _Invalid(f"unknown assignor {item!r}: kctl runs range, roundrobin and "
-                           "cooperative-sticky (or their Java class names); custom assignor "
-                           "classes are Java code, which kctl cannot run")
-        if name not in out:
-            out.append(name)
-    if not out:
-        raise _Invalid("")
+                           "which kctl does not write; use org.apache.kafka.clients.consumer."
+                           "CooperativeStickyAssignor")
+        name = ASSIGNOR_CLASSES.get(item, item if item in ASSIGNORS else None)
+        if name is None:
+            near = [c for c in (*ASSIGNOR_CLASSES, *ASSIGNORS) if c.lower() == item.lower()]
+            why = (f"names are case-sensitive (Java loads the class by its exact name, librdkafka "
+                   f"compares exactly): write {near[0]!r}" if near else
+                   "an empty element, from a stray comma" if not item else
+                   "custom assignor classes are Java code, which kctl cannot run")
+            raise _Invalid(f"unknown assignor {item!r}: {why}; choices: {_ASSIGNOR_CHOICES}")
+        if name in out:
+            raise _Invalid(f"assignor {name!r} is named twice (Java refuses one assignor name used by two "
+                           "entries)")
+        out.append(name)
     return tuple(out)
+
+
+_ASSIGNOR_CHOICES = ", ".join(ASSIGNOR_CLASSES) + " (or librdkafka's " + ", ".join(ASSIGNORS) + ")"
 
 
 def _non_empty(why: str) -> Callable[[Any], str | None]:
@@ -263,8 +282,10 @@ CONSUMER_PROPERTIES: tuple[PropertySpec, ...] = (
                  _parse_isolation, "read_uncommitted or read_committed"),
     PropertySpec("partition.assignment.strategy", "partition_assignment_strategy",
                  ("range", "cooperative-sticky"), _parse_assignors,
-                 "a comma-separated list of range, roundrobin, cooperative-sticky "
-                 "(or the Java classes)"),
+                 "a comma-separated list of Java assignor classes "
+                 "(org.apache.kafka.clients.consumer.RangeAssignor, RoundRobinAssignor, "
+                 "CooperativeStickyAssignor) or librdkafka's names (range, roundrobin, "
+                 "cooperative-sticky)"),
     _bool_spec("check.crcs", True),
     _bool_spec("allow.auto.create.topics", True),
     _bool_spec("exclude.internal.topics", True,
@@ -509,6 +530,8 @@ class ConsumerConfig:
                 out[spec.name] = value.to_text()
             elif isinstance(value, IsolationLevel):
                 out[spec.name] = value.text
+            elif spec.name == "partition.assignment.strategy":   # the classes, as Java writes the list
+                out[spec.name] = ",".join(_ASSIGNOR_CLASS_OF[a] for a in value)
             else:
                 out[spec.name] = spec.to_text(value)
         return redact_properties(out)

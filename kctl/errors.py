@@ -83,6 +83,58 @@ class BrokerUnreachableError(BrokerUnavailableError):
     """No connection could be opened to a broker (refused, no route, DNS)."""
 
 
+class RetriableError(KctlError):
+    """Asked again a little later, it may pass (Kafka's ``RetriableException``): a leader
+    that moved, an election under way, a leader's connection that broke. The caller
+    chooses how long to keep asking (``engine/setup_retry.py``, bounded by a timeout)."""
+
+
+class RetriesExhaustedError(KctlError):
+    """A step kept failing with errors that may pass until its bound ran out (the Java
+    clients' ``TimeoutException`` of a call bounded by ``max.block.ms`` or
+    ``default.api.timeout.ms``); ``last`` is the last attempt's error, ``attempts`` how many
+    were made, ``bound`` the bound by its Kafka name (``default.api.timeout.ms=60000 ms``)."""
+
+    def __init__(self, what: str, last: KctlError, attempts: int, bound: str) -> None:
+        self.last = last
+        self.attempts = attempts
+        self.bound = bound
+        super().__init__(f"{what}: {last} (asked {attempts} time(s) for {bound})")
+
+
+class EndOffsetsError(KctlError):
+    """One ListOffsets round left some partitions of ``topic`` without an end offset
+    (``engine/admin.py``'s ``log_end_offsets``): ``offsets`` the partitions answered,
+    ``errors`` partition -> why not (no leader, the leader's error, its connection),
+    ``topic_error`` why the topic itself is missing from Metadata (then ``errors`` names the
+    partitions asked, or is empty when every partition was). Every reason may pass:
+    ``RetriableEndOffsetsError``."""
+
+    def __init__(self, topic: str, offsets: dict[int, int], errors: dict[int, str],
+                 topic_error: str = "") -> None:
+        self.topic = topic
+        self.offsets = offsets
+        self.errors = errors
+        self.topic_error = topic_error
+        super().__init__(f"end offsets of {topic!r} unknown ({self.describe_errors()})")
+
+    def describe_errors(self) -> str:
+        """The reasons, grouped: ``NOT_LEADER_OR_FOLLOWER from broker 2 (host:port):
+        partition(s) 1, 3; no leader (LEADER_NOT_AVAILABLE): partition(s) 4``."""
+        by_reason: dict[str, list[int]] = {}
+        for partition, why in sorted(self.errors.items()):
+            by_reason.setdefault(why, []).append(partition)
+        parts = [f"{why}: partition(s) {', '.join(map(str, ps))}" for why, ps in by_reason.items()]
+        if self.topic_error and not self.errors:
+            parts.append(f"topic {self.topic!r}: {self.topic_error}")
+        return "; ".join(parts)
+
+
+class RetriableEndOffsetsError(EndOffsetsError, RetriableError):
+    """``EndOffsetsError`` whose every reason may pass: asked again after a fresh Metadata,
+    as the Java consumer's ``OffsetFetcher`` retries until its timer expires."""
+
+
 class AuthenticationError(KctlError):
     """The broker refused kctl's SASL credentials, or TLS could not be established
     (an untrusted or mismatched certificate): retrying with the same settings cannot help."""

@@ -40,7 +40,7 @@ def consume(
     warmup: Optional[str] = typer.Option(None, "--warmup", help="A time excluded from the results (5s), the start of --duration (so shorter than it): its records are not counted, and the summary's rates and the perf-test line cover only the time after it (start.time = the warm-up's end, rebalance.time.ms the rejoining after it)."),
     interval: str = typer.Option("1s", "--interval", help="Time between interval reports."),
     verify: bool = typer.Option(False, "--verify", help="Check what was read: against the backlog's acknowledgements with --backlog, else each producer worker's sequence numbers (lost, duplicated, reordered), expected only where the read covers them in every partition: a partial read (--from an offset, --num-records) checks what it read."),
-    backlog: Optional[int] = typer.Option(None, "--backlog", help="Write N records first (kctl produce's load path), then measure how long the consumers take to read them all (OMB's backlog test)."),
+    backlog: Optional[int] = typer.Option(None, "--backlog", help="Write N records first (kctl produce's load path), then time the consumers reading all of them: from their common start (joined, at their positions, no Fetch before it) to the last partition's end. Unlike OMB's backlog test, nothing is written during the drain (OMB's producers keep writing, and it ends at backlogDrainRatio)."),
     record_size: int = typer.Option(100, "--record-size", help="Value size of --backlog records."),
     partitions: int = typer.Option(6, "--partitions", help="Partitions of a topic --backlog creates."),
     clock_peer: Optional[str] = typer.Option(None, "--clock-peer", help="host:port of 'kctl produce --clock-server' on the producers' host: measure and report the clock offset for e2e."),
@@ -113,6 +113,11 @@ def consume(
               f"{e.count} records, {e.negative or 0} negative (min {e.min_ms or 0.0:.3f} ms)")
     if not out.is_terminal and summary.clock is not None and summary.clock.samples:
         print(clock_text(summary.clock))   # --clock-peer's offset, beside the figures (the terminal's table has it)
+    c = summary.counts
+    if not out.is_terminal and (summary.run.mode == "group" or c.rebalances or c.commits or c.commit_failures):
+        # the terminal's table has them; for a script, one line (consumers summed, as the JSON)
+        print(f"group: {c.rebalances} rebalance(s) (joins completed, summed over the consumers), "
+              f"{c.commits} commit(s), {c.commit_failures} failed")
     if summary.backlog is not None:
         b = summary.backlog
         print(f"backlog: {b.records} records {'drained' if b.drained else 'NOT drained'} in {b.drain_s:.3f} s "
@@ -127,9 +132,8 @@ def consume(
     short = short_of_num_records(plan, outcome)
     if short:
         print(short)   # stdout, before the last two lines, as perf-test's WARNING
-    for n, why in sorted(outcome.result.close_commit_errors.items()):
-        err.print(f"WARNING: consumer {n}: the commit on close failed ({why}): the group's committed "
-                  "offsets are behind what was read", highlight=False)
+    for failed in summary.failed_commits:
+        err.print(failed.warning(), highlight=False)
     header, values = perf_test_lines(summary, outcome.result.perf_test_times())
     print(header)
     print(values, flush=True)

@@ -104,10 +104,12 @@ def inspect(
                                     help="throttle_time_ms put into Produce/Fetch responses."),
     inject_error: str = typer.Option(None, "--inject-error",
                                      help="NAME[@API,...][:RATE] Kafka error put into responses: Produce "
-                                          "(default) and Fetch each partition at RATE; FindCoordinator, "
+                                          "(default), Fetch and ListOffsets each partition at RATE; "
+                                          "FindCoordinator, "
                                           "InitProducerId, AddPartitionsToTxn, EndTxn each response at "
                                           "RATE (all its error codes), e.g. NOT_LEADER_OR_FOLLOWER:0.01, "
-                                          "CONCURRENT_TRANSACTIONS@EndTxn:0.5."),
+                                          "CONCURRENT_TRANSACTIONS@EndTxn:0.5; FindCoordinator/transaction "
+                                          "(or /group, /share) hits only lookups of that key type."),
     drop_rate: float = typer.Option(0.0, "--drop-rate", min=0.0, max=1.0,
                                     help="Probability of cutting a connection mid-response."),
     tiny_segments: int = typer.Option(0, "--tiny-segments", min=0,
@@ -291,11 +293,19 @@ def summary_json(s: StatsSnapshot) -> dict:
                         "throttled": a.throttled, "throttle_ms_max": a.throttle_ms_max}
                  for name, a in sorted(s.apis.items())},
         "codecs": dict(sorted(s.codecs.items())),
-        "errors": dict(sorted(s.errors.items())),
+        "errors": dict(sorted(s.errors_by_name.items())),
+        "errors_by_api": _errors_by_api(s),
         "faults": dict(sorted(s.faults.items())),
         "lost_processors": [{"processor": x.processor, "pid": x.pid, "exitcode": x.exitcode,
                              "connections": [c.id for c in x.connections]} for x in s.lost],
     }
+
+
+def _errors_by_api(s: StatsSnapshot) -> dict[str, dict[str, int]]:
+    out: dict[str, dict[str, int]] = {}
+    for (api, name), n in sorted(s.errors.items()):
+        out.setdefault(api, {})[name] = n
+    return out
 
 
 def _run(proxy: InspectorProxy, show: str, lines: queue.SimpleQueue, duration: float | None,

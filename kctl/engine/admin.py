@@ -15,9 +15,10 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
 from kctl.engine.blocking_client import BlockingClient
-from kctl.errors import BrokerError, KctlError
+from kctl.errors import (BrokerError, BrokerUnavailableError, EndOffsetsError, KctlError,
+                         RetriableEndOffsetsError)
 from kctl.protocol import messages, requests
-from kctl.protocol.error_codes import broker_error, error_for
+from kctl.protocol.error_codes import ERRORS_BY_NAME, broker_error, error_for
 from kctl.protocol.records import RecordBatch, decode_batches
 
 TOPIC_ALREADY_EXISTS = 36
@@ -198,94 +199,57 @@ def fetch(client: BlockingClient, topic: str, partition: int, offset: int, *,
     return FetchedPartition(raw.high_watermark, raw.log_start_offset, tuple(batches))
 
 
-@dataclass(frozen=True, slots=True)
-class LogEndOffsets:
-    """Partitions' log end offsets as their leaders answered ListOffsets (latest), and for
-    each partition without one, why (no leader, the leader's error, its connection)."""
-
-    offsets: dict[int, int]     # partition -> log end offset (read_committed: last stable offset)
-    errors: dict[int, str]      # partition -> why its end offset is unknown
-    #: the partitions of ``errors`` whose error may pass (retriable, no leader, a connection)
-    passing: frozenset[int] = frozenset()
-
-    @property
-    def may_pass(self) -> bool:
-        """Some end offsets are unknown, and every reason may pass if asked again later."""
-        return bool(self.errors) and self.passing >= self.errors.keys()
-
-    def describe_errors(self) -> str:
-        """The errors grouped by reason: ``NOT_LEADER_OR_FOLLOWER from broker 2 (host:port):
-        partition(s) 1, 3; no leader (LEADER_NOT_AVAILABLE): partition(s) 4``."""
-        by_reason: dict[str, list[int]] = {}
-        for partition, why in sorted(self.errors.items()):
-            by_reason.setdefault(why, []).append(partition)
-        return "; ".join(f"{why}: partition(s) {', '.join(map(str, ps))}" for why, ps in by_reason.items())
-
-
-#: A failed ListOffsets round is asked again once, after a fresh Metadata (a leader that
-#: moved, an election under way), as the Java client's OffsetFetcher refreshes and retries.
-LIST_OFFSETS_ATTEMPTS = 2
-#: The pause before that second round (the Java client's retry.backoff.ms default).
-LIST_OFFSETS_BACKOFF_S = 0.1
-
-
 def log_end_offsets(client: BlockingClient, topic: str, partitions: Iterable[int] | None = None, *,
                     client_for: Callable[[str], BlockingClient],
                     isolation_level: int = requests.READ_UNCOMMITTED,
-                    metadata: ClusterMetadata | None = None) -> LogEndOffsets:
-    """Each partition's log end offset (every partition of ``topic`` when ``partitions`` is
-    None), asked of its leader: Metadata from ``client`` (any broker; ``metadata`` when the
-    caller has it already), the partitions grouped by leader, one ListOffsets (latest, with
-    the leader epoch Metadata gave) per leader at the version that leader offers, over a
+                    metadata: ClusterMetadata | None = None) -> dict[int, int]:
+    """One round: each partition's log end offset (every partition of ``topic`` when
+    ``partitions`` is None; read_committed: the last stable offset), asked once of its
+    leader. Metadata from ``client`` (any broker; ``metadata`` when the caller has it
+    already, fresh), the partitions grouped by leader, one ListOffsets (latest, with the
+    leader epoch Metadata gave) per leader at the version that leader offers, over a
     connection from ``client_for(address)`` (not yet connected; closed here), or ``client``
-    itself when the leader is at its address. A partition the answer leaves without an offset
-    is in ``errors`` with the reason; those whose error may pass (retriable, no leader, a
-    connection that failed) are asked once more after a fresh Metadata. Raises ``KctlError``
-    only when the topic itself is unknown or in error."""
+    itself when the leader is at its address.
+
+    Returns partition -> end offset when every partition answered. Otherwise raises
+    ``EndOffsetsError`` naming each partition left without one and why (the others'
+    offsets in it): ``RetriableEndOffsetsError`` when every reason may pass (a retriable
+    error such as NOT_LEADER_OR_FOLLOWER, LEADER_NOT_AVAILABLE or UNKNOWN_TOPIC_OR_PARTITION,
+    no leader yet, a leader's connection that failed), so that the caller asks again after
+    a fresh Metadata for as long as its own timeout allows, as the Java consumer's
+    ``endOffsets(partitions, timeout)`` does; nothing here asks twice. The bootstrap
+    connection breaking raises ``BrokerUnavailableError`` from ``client``."""
     md = metadata if metadata is not None else fetch_metadata(client, [topic])
-    info = _listed_topic(md, topic, client.address)
-    pending = sorted(set(partitions)) if partitions is not None else [p.partition for p in info.partitions]
-    offsets: dict[int, int] = {}
-    failed: dict[int, tuple[str, bool]] = {}       # partition -> (why, worth asking again)
-    conns: dict[str, BlockingClient] = {client.address: client}
-    try:
-        for attempt in range(LIST_OFFSETS_ATTEMPTS):
-            if attempt:
-                time.sleep(LIST_OFFSETS_BACKOFF_S)
-                try:
-                    md = fetch_metadata(client, [topic])
-                    info = _listed_topic(md, topic, client.address)
-                except (KctlError, OSError):
-                    break       # the first round's reasons stand
-            for partition, answer in _ask_leaders(md, info, pending, client, conns, client_for,
-                                                      isolation_level).items():
-                if isinstance(answer, int):
-                    offsets[partition] = answer
-                    failed.pop(partition, None)
-                else:
-                    failed[partition] = answer
-            pending = sorted(p for p, (_, again) in failed.items() if again)
-            if not pending:
-                break
-    finally:
-        for address, conn in conns.items():
-            if conn is not client:
-                conn.close()
-    return LogEndOffsets(dict(sorted(offsets.items())), {p: why for p, (why, _) in sorted(failed.items())},
-                         frozenset(p for p, (_, again) in failed.items() if again))
-
-
-def _listed_topic(md: ClusterMetadata, topic: str, address: str) -> TopicInfo:
+    asked = sorted(set(partitions)) if partitions is not None else None
     info = md.topics.get(topic)
     if info is None or info.error:
-        raise KctlError(f"topic {topic!r} on {address}: {info.error if info else 'not in the Metadata answer'}")
-    return info
+        why = info.error if info is not None and info.error else "not in the Metadata answer"
+        # Java: a topic Metadata does not (yet) name has no leaders: retried until the timeout
+        retriable = info is None or (info.error in ERRORS_BY_NAME and ERRORS_BY_NAME[info.error].retriable)
+        kind = RetriableEndOffsetsError if retriable else EndOffsetsError
+        raise kind(topic, {}, {p: f"topic {why} (Metadata from {client.address})" for p in asked or ()},
+                   f"{why} (Metadata from {client.address})")
+    pending = asked if asked is not None else [p.partition for p in info.partitions]
+    conns: dict[str, BlockingClient] = {client.address: client}
+    try:
+        answers = _ask_leaders(md, info, pending, client, conns, client_for, isolation_level)
+    finally:
+        for conn in conns.values():
+            if conn is not client:
+                conn.close()
+    offsets = {p: a for p, a in sorted(answers.items()) if isinstance(a, int)}
+    failed = {p: a for p, a in sorted(answers.items()) if not isinstance(a, int)}
+    if not failed:
+        return offsets
+    errors = {p: why for p, (why, _) in failed.items()}
+    kind = RetriableEndOffsetsError if all(again for _, again in failed.values()) else EndOffsetsError
+    raise kind(topic, offsets, errors)
 
 
 def _ask_leaders(md: ClusterMetadata, info: TopicInfo, partitions: Sequence[int], bootstrap: BlockingClient,
                  conns: dict[str, BlockingClient], client_for: Callable[[str], BlockingClient],
                  isolation_level: int) -> dict[int, int | tuple[str, bool]]:
-    """One round: per partition its end offset, or (why not, worth asking again)."""
+    """Each leader asked once: per partition its end offset, or (why not, whether that may pass)."""
     brokers = {b.node_id: b for b in md.brokers}
     known = {p.partition: p for p in info.partitions}
     out: dict[int, int | tuple[str, bool]] = {}
@@ -309,10 +273,13 @@ def _ask_leaders(md: ClusterMetadata, info: TopicInfo, partitions: Sequence[int]
                 conn.connect()
             answers = _list_latest(conn, info.name, metas, isolation_level)
         except (KctlError, OSError) as e:
-            conns.pop(address, None)       # a later round connects again
+            conns.pop(address, None)
             if conn is not None and conn is not bootstrap:
                 conn.close()               # the caller's client stays the caller's to close
-            out.update({m.partition: (f"leader {node} at {address}: {e}", True) for m in metas})
+            # a connection that failed may pass (the leader restarting, moving); TLS, SASL,
+            # no version in common or a protocol error would fail the same way again
+            again = isinstance(e, (BrokerUnavailableError, OSError))
+            out.update({m.partition: (f"leader {node} at {address}: {e}", again) for m in metas})
             continue
         for m in metas:
             answer = answers.get(m.partition, ("left out of the answer", True))
@@ -382,7 +349,7 @@ def read_partition(client: BlockingClient, topic: str, partition: int, *, start:
 
 
 __all__ = [
-    "BrokerError", "BrokerInfo", "ClusterMetadata", "FetchedPartition", "LogEndOffsets", "PartitionInfo",
+    "BrokerError", "BrokerInfo", "ClusterMetadata", "FetchedPartition", "PartitionInfo",
     "BrokerApis", "ProduceResult", "RawFetch", "TopicInfo", "cluster_overview", "create_topics",
     "fetch", "fetch_metadata", "fetch_raw", "log_end_offsets", "produce", "topic_id",
     "read_partition",

@@ -31,12 +31,12 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from kctl.consumer_config import ConsumerConfig
-from kctl.engine.backoff import Random
+from kctl.engine.backoff import RETRY_BACKOFF_EXP_BASE, RETRY_BACKOFF_JITTER, ExponentialBackoff, Random
 from kctl.engine.batch import TopicPartition
 from kctl.engine.clock import NS_PER_MS, Clock, SystemClock
 from kctl.engine.consumer_coordinator import (
-    CommitResult, ConsumerCoordinator, RebalanceListener, describe_commit_errors)
-from kctl.engine.consumer_metrics import ConsumerMetrics
+    CommitResult, ConsumerCoordinator, FailedCommits, RebalanceListener)
+from kctl.engine.consumer_metrics import ConsumerMetrics, ConsumerMetricsSnapshot
 from kctl.engine.fetcher import ConsumedBatch, Fetcher
 from kctl.engine.metadata import Metadata, MetadataUpdate
 from kctl.engine.metadata_updater import MetadataUpdater
@@ -98,6 +98,7 @@ class Consumer:
                                                 listener=listener)
                             if group is not None else None)
         self.metadata_updater = MetadataUpdater(self.metadata, self.network, self._on_metadata_update)
+        self._random = random
         self._closed = False
         self.close_commit_error: str | None = None   # why close()'s commit failed (None: it did not)
         self._next_wake_ns = now
@@ -291,24 +292,48 @@ class Consumer:
 
     def commit_sync(self, offsets: Mapping[TopicPartition, int] | None = None,
                     timeout_s: float | None = None) -> CommitResult:
-        """Commits (the consumed positions by default) and runs the loop until answered."""
+        """Commits (the consumed positions by default) and runs the loop until answered; a
+        retriable failure is sent again after retry.backoff.ms (growing to
+        retry.backoff.max.ms) while the timeout lasts (Java's commitOffsetsSync), then its
+        last failure is the result."""
         c = self._need_group()
         positions = (self.subscriptions.all_consumed() if offsets is None
                      else {tp: FetchPosition(o) for tp, o in offsets.items()})
         if not positions:
             return CommitResult({})
-        results: list[CommitResult] = []
         limit = self.config.default_api_timeout_ms / 1000 if timeout_s is None else timeout_s
         deadline = self.clock.now_ns() + int(limit * 1e9)
-        while not results:
-            now = self.clock.now_ns()
-            if c.coordinator is not None and c.commit_async(positions, now, results.append):
-                break
-            if now >= deadline:
-                raise KctlError(f"commit did not complete within {limit:g} s (no coordinator)")
-            self._step(deadline - now)
-        self._run_until(lambda: bool(results), max(0.0, (deadline - self.clock.now_ns()) / 1e9), "commit")
-        return results[0]
+        g = c.group
+        backoff = ExponentialBackoff(g.retry_backoff_ms, RETRY_BACKOFF_EXP_BASE, g.retry_backoff_max_ms,
+                                     RETRY_BACKOFF_JITTER, self._random)
+        attempts = 0
+        while True:
+            results: list[CommitResult] = []
+            while not results:
+                now = self.clock.now_ns()
+                if c.coordinator is not None and c.commit_async(positions, now, results.append):
+                    break
+                if now >= deadline:
+                    raise KctlError(f"commit did not complete within {limit:g} s (no coordinator)")
+                self._step(deadline - now)
+            self._run_until(lambda: bool(results), max(0.0, (deadline - self.clock.now_ns()) / 1e9), "commit")
+            result = results[0]
+            retry_at = self.clock.now_ns() + backoff.backoff_ns(attempts)
+            attempts += 1
+            if result.ok or not result.retriable or retry_at >= deadline:
+                return result
+            while self.clock.now_ns() < retry_at:
+                self._step(retry_at - self.clock.now_ns())
+
+    @property
+    def rebalance_commit_failures(self) -> FailedCommits:
+        """The commits before a rebalance (``enable.auto.commit``) that failed for good:
+        the group's offsets were left behind what was read (ConsumerCoordinator's doc)."""
+        return self.coordinator.rebalance_commit_failures if self.coordinator is not None else FailedCommits()
+
+    def metrics_snapshot(self) -> ConsumerMetricsSnapshot:
+        """The counters, with the network client's SASL re-authentications."""
+        return self.metrics.snapshot(reauthentications=self.network.metrics.reauthentications_total)
 
     # -- closing ---------------------------------------------------------------------------------
     def close(self, timeout_s: float = 30.0) -> None:
@@ -323,7 +348,7 @@ class Consumer:
                     try:
                         result = self.commit_sync(timeout_s=timeout_s)
                         if not result.ok:
-                            self.close_commit_error = describe_commit_errors(result.errors)
+                            self.close_commit_error = result.describe()
                     except KctlError as e:
                         self.close_commit_error = str(e)
                     if self.close_commit_error:

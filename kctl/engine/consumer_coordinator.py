@@ -7,14 +7,24 @@ How this works
   in order), each carrying the subscription (topics, owned partitions, generation,
   ``client.rack``). The rebalance protocol is cooperative when every assignor supports
   it (cooperative-sticky alone), else eager.
-- ``on_join_prepare``: with ``enable.auto.commit``, commits the consumed positions and
-  holds the JoinGroup back until the commit (and any commit still in flight) answered,
-  up to the rebalance timeout (Java's ``maybeAutoCommitOffsetsSync``). Eager: every
-  partition is revoked before joining. Cooperative: only partitions of topics no
-  longer subscribed; a member that lost its generation loses everything it owned.
+- ``on_join_prepare`` (once per rebalance): with ``enable.auto.commit``, commits the
+  consumed positions and holds the JoinGroup back until that commit (and any commit
+  still in flight) is answered (eager: the partitions are pending revocation meanwhile,
+  neither fetched nor handed out, so nothing is read past the commit); a retriable failure is sent again after
+  ``retry.backoff.ms``; all of it within the rebalance timeout (Java's onJoinPrepare).
+  A commit that fails for good there (answered with a non-retriable error, not sent
+  because the member is no longer in a stable generation, or not answered within the
+  rebalance timeout) leaves the group's offsets behind what was read: the partitions'
+  next owners read those records again. It is kept in ``rebalance_commit_failures``
+  for the run to report (when the positions were ahead of this member's last commit). Eager: every partition is revoked before joining.
+  Cooperative: only partitions of topics no longer subscribed; a member that lost its
+  generation loses everything it owned.
 - The leader's ``perform_assignment`` decodes the members' subscriptions, makes sure
   metadata has every subscribed topic's partition count (waiting for a refresh when
   it has not) and runs the assignor the coordinator chose.
+- The leader keeps the partition counts it assigned (Java's assignmentSnapshot) and asks
+  for a rebalance when metadata shows another count for one of the group's topics
+  (partitions added), so new partitions get an owner; a follower keeps none.
 - ``on_join_complete``: eager takes the new assignment as is. Cooperative revokes
   owned partitions that are no longer assigned and, when it revoked any, asks for
   another rebalance (so their new owners get them), then takes the assignment.
@@ -24,13 +34,19 @@ How this works
   OffsetFetch (``require_stable`` with read_committed, KIP-447); a partition with no
   committed offset resets by ``auto.offset.reset``. Without a group they reset directly.
 - Commits: ``commit_async(offsets)`` sends OffsetCommit with the generation and member
-  id (or -1 and "" when not in a generation: assign mode). ``enable.auto.commit``
+  id (assign mode: -1 and ""). A subscribed member commits only in a stable generation
+  (Java's ``generationIfStable``): otherwise the commit fails at once without a request,
+  REBALANCE_IN_PROGRESS while joining or syncing, NOT_IN_GROUP without a generation
+  (Java's RebalanceInProgressException / CommitFailedException). ``enable.auto.commit``
   commits every consumed position every ``auto.commit.interval.ms``, changed or not
-  (Java's ``allConsumed()``: the same commit load as a Java consumer, idle included);
-  a retriable failure tries again after ``retry.backoff.ms``. A commit answered
-  ILLEGAL_GENERATION / UNKNOWN_MEMBER_ID drops the generation (Java's
-  CommitFailedException); REBALANCE_IN_PROGRESS asks for a rejoin; NOT_COORDINATOR
-  drops the coordinator; all three count as failed commits.
+  (Java's ``allConsumed()``: the same commit load as a Java consumer, idle included),
+  and not while a rebalance is wanted or under way (Java's poll does not get to it
+  then; ``on_join_prepare`` commits instead); a retriable failure tries again after
+  ``retry.backoff.ms``, any other failure waits for the next interval. A commit
+  answered ILLEGAL_GENERATION / UNKNOWN_MEMBER_ID drops the generation it was sent with
+  (Java's CommitFailedException; not a newer one); REBALANCE_IN_PROGRESS asks for a
+  rejoin; NOT_COORDINATOR drops the coordinator; answered failures count in
+  ``commit_failures``.
 """
 
 from __future__ import annotations
@@ -55,7 +71,7 @@ from kctl.errors import KctlError
 from kctl.protocol import messages, schema
 from kctl.protocol.error_codes import error_for
 
-__all__ = ["CommitResult", "ConsumerCoordinator", "RebalanceListener", "describe_commit_errors"]
+__all__ = ["CommitResult", "ConsumerCoordinator", "FailedCommits", "RebalanceListener", "describe_commit_errors"]
 
 log = logging.getLogger(__name__)
 
@@ -70,6 +86,11 @@ _BY_TOPIC_ID_VERSION = 10
 _COMMIT_RETRIABLE = frozenset({"COORDINATOR_LOAD_IN_PROGRESS", "UNKNOWN_TOPIC_OR_PARTITION",
                                "COORDINATOR_NOT_AVAILABLE", "NOT_COORDINATOR", "REQUEST_TIMED_OUT",
                                "NETWORK_EXCEPTION"})
+#: A subscribed member's commit outside a stable generation fails without a request (Java's
+#: sendOffsetCommitRequest): rebalancing (RebalanceInProgressException), or no generation at
+#: all (CommitFailedException: the member was dropped from the group). Neither is retriable.
+NOT_STABLE_REBALANCING = "REBALANCE_IN_PROGRESS"
+NOT_STABLE_NO_GENERATION = "NOT_IN_GROUP"
 
 
 class RebalanceListener(Protocol):
@@ -86,10 +107,35 @@ class CommitResult:
     offsets: dict[TopicPartition, int]
     errors: dict[TopicPartition, str] = field(default_factory=dict)
     answered_ns: int = field(default=0, compare=False)   # monotonic ns the answer (or failure) came
+    sent: bool = True        # False: failed without a request (not in a stable generation)
 
     @property
     def ok(self) -> bool:
         return not self.errors
+
+    @property
+    def retriable(self) -> bool:
+        """Failed with an error Java retries (a commit sent again may succeed)."""
+        return bool(set(self.errors.values()) & _COMMIT_RETRIABLE)
+
+    def describe(self) -> str:
+        """Why it failed, in one phrase (module doc)."""
+        if not self.sent:
+            return ("not sent: the member was rebalancing (REBALANCE_IN_PROGRESS)"
+                    if NOT_STABLE_REBALANCING in self.errors.values() else
+                    "not sent: the member was not in the group (its generation was reset)")
+        return describe_commit_errors(self.errors)
+
+
+@dataclass(frozen=True, slots=True)
+class FailedCommits:
+    """Commits of one kind that failed for good: how many, and why the last one did."""
+
+    count: int = 0
+    last_error: str = ""
+
+    def add(self, error: str) -> FailedCommits:
+        return FailedCommits(self.count + 1, error)
 
 
 def describe_commit_errors(errors: Mapping[TopicPartition, str]) -> str:
@@ -115,6 +161,16 @@ class ConsumerCoordinator(GroupCoordinator):
         self._offset_fetch_in_flight: frozenset[TopicPartition] | None = None
         self._offset_fetch_retry_ns = 0
         self._prepare_deadline_ns: int | None = None
+        # on_join_prepare's auto-commit: in flight, its answer, when a retriable failure is sent
+        # again; the rebalance it is for (an answer after its prepare settled is not the next one's)
+        self._prepare_round = 0
+        self._prepare_commit_in_flight = False
+        self._prepare_commit: CommitResult | None = None
+        self._prepare_retry_ns = 0
+        self.rebalance_commit_failures = FailedCommits()
+        # The leader's partition counts at its assignment: (generation id, topic -> count).
+        self._assigned_counts: tuple[int, dict[str, int]] | None = None
+        self._assignment_snapshot: dict[str, int] | None = None
         self.closing = False
         self.last_commit: CommitResult | None = None
 
@@ -135,11 +191,20 @@ class ConsumerCoordinator(GroupCoordinator):
     def on_join_prepare(self, generation: Generation, now_ns: int) -> bool:
         if self._prepare_deadline_ns is None:
             self._prepare_deadline_ns = now_ns + self.group.rebalance_timeout_ms * NS_PER_MS
-            if self.group.enable_auto_commit and generation.valid:
-                self.maybe_auto_commit(now_ns, force=True)
-        if self._commits_in_flight and now_ns < self._prepare_deadline_ns:
-            return False        # a commit (auto, or a listener's) is answered first
+            if self.group.enable_auto_commit and self.protocol is RebalanceProtocol.EAGER:
+                # Java's maybeMarkPartitionsPendingRevocation: while the commit is in flight
+                # nothing more is fetched or handed out, so no record is read past it.
+                self.subscriptions.mark_pending_revocation(self.subscriptions.assigned_partitions())
+        expired = now_ns >= self._prepare_deadline_ns
+        if self.group.enable_auto_commit and not self._prepare_auto_commit(now_ns, expired):
+            return False        # its answer (or its retry) first
+        if self._commits_in_flight and not expired:
+            return False        # a listener's commit is answered first
         self._prepare_deadline_ns = None
+        self._prepare_round += 1
+        self._prepare_commit_in_flight = False
+        self._prepare_commit = None
+        self._prepare_retry_ns = 0
         owned = self.subscriptions.assigned_partitions()
         if not generation.valid and owned:
             # We were dropped from the group: what we owned may already be someone else's.
@@ -154,6 +219,51 @@ class ConsumerCoordinator(GroupCoordinator):
                 self.subscriptions.assign_from_subscribed([tp for tp in owned if tp not in gone])
         return True
 
+    def _prepare_auto_commit(self, now_ns: int, expired: bool) -> bool:
+        """Java's onJoinPrepare commit: True once it is settled (committed, failed for good,
+        nothing to commit, or the rebalance timeout passed); False to hold the join back."""
+        done = self._prepare_commit
+        if done is not None and (done.ok or not done.retriable):
+            if not done.ok:
+                self._rebalance_commit_failed(done.offsets, done.describe())
+            return True
+        if expired:
+            why = ("no answer" if self._prepare_commit_in_flight else
+                   f"still failing ({done.describe()})" if done is not None else "not sent (no coordinator)")
+            self._rebalance_commit_failed(
+                {tp: p.offset for tp, p in self.subscriptions.all_consumed().items()},
+                f"{why} within the rebalance timeout (max.poll.interval.ms {self.group.rebalance_timeout_ms} ms)")
+            return True
+        if self._prepare_commit_in_flight or now_ns < self._prepare_retry_ns:
+            return False
+        offsets = self.subscriptions.all_consumed()
+        if not offsets:
+            return True
+        self._prepare_commit = None
+        self._prepare_commit_in_flight = True
+        rnd = self._prepare_round
+        if not self.commit_async(offsets, now_ns, lambda r: self._on_prepare_commit(r, rnd)):
+            self._prepare_commit_in_flight = False    # no coordinator ready: retriable
+            self._prepare_retry_ns = now_ns + self._backoff_ns
+            return False
+        # A commit that could not be sent (not in a stable generation) is answered at once.
+        return self._prepare_commit is not None and self._prepare_auto_commit(now_ns, expired)
+
+    def _on_prepare_commit(self, result: CommitResult, rnd: int) -> None:
+        if rnd != self._prepare_round:
+            return              # its rebalance went on without it (the rebalance timeout)
+        self._prepare_commit_in_flight = False
+        self._prepare_commit = result
+        if not result.ok:
+            self._prepare_retry_ns = result.answered_ns + self._backoff_ns
+
+    def _rebalance_commit_failed(self, offsets: Mapping[TopicPartition, int], why: str) -> None:
+        if all(self._last_committed.get(tp) == o for tp, o in offsets.items()):
+            return      # an earlier commit already holds these positions: nothing is read twice
+        self.rebalance_commit_failures = self.rebalance_commit_failures.add(why)
+        log.warning("group %s: the commit before rebalancing failed: %s; the partitions' next owners "
+                    "will read again what was read since the last commit", self.group.group_id, why)
+
     def _revoke(self, partitions: list[TopicPartition]) -> None:
         if self.listener is not None and partitions:
             positions = {tp: p for tp, p in self.subscriptions.all_consumed().items() if tp in partitions}
@@ -167,7 +277,9 @@ class ConsumerCoordinator(GroupCoordinator):
     def on_leave_prepare(self, now_ns: int) -> None:
         owned = self.subscriptions.assigned_partitions() if self.subscriptions.has_auto_assigned_partitions else []
         if owned:
-            if self.generation.valid:
+            # Revoked in a stable generation; lost without one or mid-rebalance (Java's
+            # onLeavePrepare: rebalanceInProgress), when they may already be someone else's.
+            if self.generation.valid and self.state is MemberState.STABLE:
                 self._revoke(owned)
             elif self.listener is not None:
                 self.listener.on_partitions_lost(sorted(owned))
@@ -191,6 +303,7 @@ class ConsumerCoordinator(GroupCoordinator):
         if any(c is None for c in counts.values()):
             self.metadata.request_update()
             return None
+        self._assigned_counts = (self.generation.generation_id, {t: c for t, c in counts.items() if c})
         result = assignor.assign({t: c for t, c in counts.items() if c}, subs)
         log.info("group %s: leader assigned with %s: %s", self.group.group_id, protocol,
                  {m: len(p) for m, p in result.items()})
@@ -198,6 +311,10 @@ class ConsumerCoordinator(GroupCoordinator):
 
     def on_join_complete(self, generation: Generation, protocol: str, assignment: bytes | None,
                          now_ns: int) -> None:
+        # Only the leader watches for partition changes (Java's onJoinComplete).
+        led = self._assigned_counts
+        self._assignment_snapshot = led[1] if led is not None and led[0] == generation.generation_id else None
+        self._assigned_counts = None
         got = decode_assignment(assignment)
         new = [tp for tp in got.partitions if tp.topic in self.subscriptions.subscription]
         owned = set(self.subscriptions.assigned_partitions())
@@ -219,9 +336,29 @@ class ConsumerCoordinator(GroupCoordinator):
         if self.coordinator is None or self.fatal_error is not None:
             return wake
         wake = min(wake, self._refresh_committed_offsets(now_ns))
-        if self.group.enable_auto_commit:
+        self._maybe_rejoin_for_metadata()
+        if self.group.enable_auto_commit and not self.rejoin_needed_or_pending:
             wake = min(wake, self.maybe_auto_commit(now_ns))
         return wake
+
+    def _maybe_rejoin_for_metadata(self) -> None:
+        snapshot = self._assignment_snapshot
+        if snapshot is None or self.rejoin_needed or not self.needs_join:
+            return
+        # A topic metadata no longer holds is left alone: kctl's metadata forgets topics no
+        # one uses (another member's), where Java's keeps the group's (a deleted topic: not seen).
+        now = {t: self.metadata.partition_count(t) for t in snapshot}
+        changed = sorted(t for t, c in snapshot.items() if now[t] is not None and now[t] != c)
+        if changed:
+            self._assignment_snapshot = None
+            self.request_rejoin("cached metadata has changed: " + ", ".join(
+                f"topic {t} has {now[t]} partitions, not {snapshot[t]}" for t in changed))
+
+    @property
+    def rejoin_needed_or_pending(self) -> bool:
+        """A subscribed member that wants a rebalance or is in one (Java's
+        rejoinNeededOrPending): its poll does not auto-commit (on_join_prepare does)."""
+        return self.needs_join and (self.rejoin_needed or self.state is not MemberState.STABLE)
 
     @property
     def in_stable_group(self) -> bool:
@@ -312,24 +449,25 @@ class ConsumerCoordinator(GroupCoordinator):
         subs.reset_initializing_positions(uncommitted)
 
     # -- OffsetCommit --------------------------------------------------------------------------------
-    def maybe_auto_commit(self, now_ns: int, *, force: bool = False) -> int:
-        """Every ``auto.commit.interval.ms`` (or now, ``force``), one OffsetCommit of every
-        consumed position, changed or not, idle or not (Java's autoCommitOffsetsAsync commits
+    def maybe_auto_commit(self, now_ns: int) -> int:
+        """Every ``auto.commit.interval.ms``, one OffsetCommit of every consumed position,
+        changed or not, idle or not (Java's autoCommitOffsetsAsync commits
         ``subscriptions.allConsumed()``); nothing only when no partition has a position. A
-        retriable failure, or no coordinator to send to, tries again after retry.backoff.ms."""
-        interval = self.group.auto_commit_interval_ms * NS_PER_MS
-        if not force and now_ns < self._next_auto_commit_ns:
+        retriable failure, or no coordinator to send to, tries again after retry.backoff.ms;
+        any other failure at the next interval."""
+        if now_ns < self._next_auto_commit_ns:
             return self._next_auto_commit_ns
-        self._next_auto_commit_ns = now_ns + interval
+        self._next_auto_commit_ns = now_ns + self.group.auto_commit_interval_ms * NS_PER_MS
         offsets = self.subscriptions.all_consumed()
-        if offsets and (not self.needs_join or self.generation.valid):
-            if not self.commit_async(offsets, now_ns, self._on_auto_commit):
-                self._next_auto_commit_ns = now_ns + self._backoff_ns
+        if offsets and not self.commit_async(offsets, now_ns, self._on_auto_commit):
+            self._next_auto_commit_ns = now_ns + self._backoff_ns
         return self._next_auto_commit_ns
 
     def _on_auto_commit(self, result: CommitResult) -> None:
-        if set(result.errors.values()) & _COMMIT_RETRIABLE:
+        if result.retriable:
             self._next_auto_commit_ns = result.answered_ns + self._backoff_ns
+        elif not result.ok:
+            log.info("group %s: auto-commit failed: %s", self.group.group_id, result.describe())
 
     @property
     def commits_in_flight(self) -> int:
@@ -337,9 +475,21 @@ class ConsumerCoordinator(GroupCoordinator):
 
     def commit_async(self, offsets: Mapping[TopicPartition, FetchPosition], now_ns: int,
                      callback: Callable[[CommitResult], None] | None = None) -> bool:
-        """Sends one OffsetCommit; False (nothing sent) when the coordinator is not ready."""
+        """Sends one OffsetCommit; False (nothing sent) when the coordinator is not ready.
+        A subscribed member outside a stable generation sends nothing: ``callback`` hears
+        at once that the commit failed (module doc)."""
         node = self.coordinator
         if not offsets:
+            return True
+        subscribed = self.subscriptions.has_auto_assigned_partitions
+        if subscribed and self.state is not MemberState.STABLE:
+            why = NOT_STABLE_REBALANCING if self.generation.valid or self.state in (
+                MemberState.PREPARING_REBALANCE, MemberState.COMPLETING_REBALANCE) else NOT_STABLE_NO_GENERATION
+            log.info("group %s: commit not sent: %s", self.group.group_id,
+                     "the member is rebalancing" if why == NOT_STABLE_REBALANCING else "the member is not in the group")
+            if callback is not None:
+                callback(CommitResult({tp: p.offset for tp, p in offsets.items()},
+                                      {tp: why for tp in offsets}, now_ns, sent=False))
             return True
         if node is None or not self.network.ready(node, now_ns):
             return False
@@ -350,7 +500,7 @@ class ConsumerCoordinator(GroupCoordinator):
         version = min(version, _BY_TOPIC_ID_VERSION - 1)
         # A subscribed member commits with its generation even while closing (its revoke
         # listener's commit comes before LeaveGroup, as in Java); assign mode with -1 and "".
-        gen = self.generation if self.subscriptions.has_auto_assigned_partitions else None
+        gen = self.generation if subscribed else None
         by_topic: dict[str, list] = {}
         for tp, pos in sorted(offsets.items()):
             by_topic.setdefault(tp.topic, []).append(_OffsetCommit.OffsetCommitRequestPartition(
@@ -361,15 +511,16 @@ class ConsumerCoordinator(GroupCoordinator):
             group_id=self.group.group_id,
             generation_id_or_member_epoch=gen.generation_id if gen is not None else -1,
             member_id=gen.member_id if gen is not None else "",
-            group_instance_id=self.group.group_instance_id, retention_time_ms=-1,
+            # Assign mode commits as no member at all (Java: generation -1, no instance id).
+            group_instance_id=self.group.group_instance_id if gen is not None else None, retention_time_ms=-1,
             topics=[_OffsetCommit.OffsetCommitRequestTopic(name=t, partitions=p) for t, p in by_topic.items()])
         self._commits_in_flight += 1
         sent = {tp: pos.offset for tp, pos in offsets.items()}
         self.network.send(ClientRequest(node, OFFSET_COMMIT, body, api_version=version, created_ns=now_ns,
-                                        callback=lambda r: self._on_commit(r, sent, callback)), now_ns)
+                                        callback=lambda r: self._on_commit(r, sent, gen, callback)), now_ns)
         return True
 
-    def _on_commit(self, resp: ClientResponse, sent: dict[TopicPartition, int],
+    def _on_commit(self, resp: ClientResponse, sent: dict[TopicPartition, int], gen: Generation | None,
                    callback: Callable[[CommitResult], None] | None) -> None:
         self._commits_in_flight -= 1
         now = resp.received_ns
@@ -394,8 +545,11 @@ class ConsumerCoordinator(GroupCoordinator):
             if names & {"ILLEGAL_GENERATION", "UNKNOWN_MEMBER_ID", "FENCED_INSTANCE_ID"}:
                 if "FENCED_INSTANCE_ID" in names:
                     self._fail("FENCED_INSTANCE_ID", "OffsetCommit")
-                elif self.needs_join:
-                    self.reset_generation("OffsetCommit: the member is no longer in this generation")
+                elif self.needs_join and gen == self.generation:
+                    # Only the generation it was sent with (Java's generationUnchanged): a newer
+                    # one stays. ILLEGAL_GENERATION keeps the member id, the member may still be valid.
+                    self.reset_generation("OffsetCommit: the member is no longer in this generation",
+                                          keep_member_id="UNKNOWN_MEMBER_ID" not in names)
             elif "REBALANCE_IN_PROGRESS" in names:
                 self.request_rejoin("OffsetCommit: REBALANCE_IN_PROGRESS")
             elif names & {"NOT_COORDINATOR", "COORDINATOR_NOT_AVAILABLE"}:

@@ -135,7 +135,7 @@ class GroupCoordinator:
         self._join_in_flight = False
         self._join_retry_ns = 0
         self._heartbeat_in_flight = False
-        self._join_prepared = False
+        self._join_prepared = False     # on_join_prepare ran for the rebalance under way
         self._pending_sync: tuple | None = None    # (generation, join answer) awaiting an assignment
         self.fatal_error: KctlError | None = None
         self.joins = 0                              # completed joins (generations taken)
@@ -181,6 +181,7 @@ class GroupCoordinator:
         self.generation = NO_GENERATION
         if not keep_member_id:
             self.member_id = ""
+        self._join_prepared = False     # what was prepared for belongs to the lost generation
         if self.state is not MemberState.UNJOINED:
             self._transition(MemberState.UNJOINED)
         self._pending_sync = None
@@ -327,11 +328,16 @@ class GroupCoordinator:
         name = error_for(body.error_code).name if body.error_code else None
         if body.throttle_time_ms:
             self.network.throttle(resp.node, body.throttle_time_ms, now)
+        if name is None and body.protocol_type is not None and body.protocol_type != self.protocol_type:
+            # v7+ names the group's protocol type (Java's isProtocolTypeInconsistent): fatal.
+            self.fatal_error = KctlError(f"group {self.group.group_id!r}: JoinGroup answered protocol type "
+                                         f"{body.protocol_type!r}, not {self.protocol_type!r} "
+                                         "(INCONSISTENT_GROUP_PROTOCOL)")
+            return
         if name is None:
             self.member_id = body.member_id
             gen = Generation(body.generation_id, body.member_id, body.protocol_name)
             self.generation = gen
-            self._join_prepared = False
             self._transition(MemberState.COMPLETING_REBALANCE)
             self.heartbeat.reset_timeouts(now)
             self._pending_sync = (gen, body)
@@ -399,7 +405,8 @@ class GroupCoordinator:
             if name == "REBALANCE_IN_PROGRESS":
                 self.request_rejoin("SyncGroup: REBALANCE_IN_PROGRESS")
             elif name in ("UNKNOWN_MEMBER_ID", "ILLEGAL_GENERATION"):
-                self.reset_generation(f"SyncGroup: {name}")
+                # ILLEGAL_GENERATION keeps the member id: the member may still be valid (Java).
+                self.reset_generation(f"SyncGroup: {name}", keep_member_id=name == "ILLEGAL_GENERATION")
             elif name in _COORDINATOR_ERRORS:
                 self.mark_coordinator_unknown(f"SyncGroup: {name}", now)
                 self.request_rejoin(f"SyncGroup: {name}")
@@ -408,7 +415,18 @@ class GroupCoordinator:
             else:
                 self.request_rejoin(f"SyncGroup: {name}")
             return
+        inconsistent = next((f"protocol {got!r}, not {want!r}" for got, want in (
+            (body.protocol_type, self.protocol_type), (body.protocol_name, gen.protocol_name))
+            if got is not None and got != want), None)
+        if inconsistent is not None:
+            # v5+ names the protocol type and assignor (Java's SyncGroupResponseHandler): fatal.
+            self.fatal_error = KctlError(f"group {self.group.group_id!r}: SyncGroup answered {inconsistent} "
+                                         "(INCONSISTENT_GROUP_PROTOCOL)")
+            return
         self._transition(MemberState.STABLE)
+        # Prepared once per rebalance (Java's needsJoinPrepare): a JoinGroup or SyncGroup
+        # that failed is sent again without a second prepare (no second commit or revoke).
+        self._join_prepared = False
         self.heartbeat.reset_timeouts(now)
         self.joins += 1
         self.metrics.rebalances += 1
@@ -458,8 +476,9 @@ class GroupCoordinator:
                 self.request_rejoin("group is rebalancing (Heartbeat: REBALANCE_IN_PROGRESS)")
         elif name in ("ILLEGAL_GENERATION", "UNKNOWN_MEMBER_ID"):
             if resp.request.user == self.generation:
-                self.on_leave_prepare(now)
-                self.reset_generation(f"Heartbeat: {name}")
+                # As Java: the partitions are lost (not revoked) when the next join is
+                # prepared without a generation; ILLEGAL_GENERATION keeps the member id.
+                self.reset_generation(f"Heartbeat: {name}", keep_member_id=name == "ILLEGAL_GENERATION")
         elif name in _COORDINATOR_ERRORS:
             hb.failed(now)
             self.mark_coordinator_unknown(f"Heartbeat: {name}", now)

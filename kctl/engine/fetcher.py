@@ -294,6 +294,9 @@ class Fetcher:
         left = max_records
         while left > 0 and self.completed:
             cf = self.completed[0]
+            if self.subscriptions.is_pending_revocation(cf.tp):
+                self._drop(cf)      # Java: "no longer fetchable", not handed out
+                continue
             if not cf.initialized:
                 if not self._initialize(cf, now_ns):
                     self._drop(cf)

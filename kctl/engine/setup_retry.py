@@ -17,11 +17,21 @@ each step reads the cluster afresh first (``ensure_topic`` asks Metadata before 
 creates a topic, and CreateTopics answered TOPIC_ALREADY_EXISTS is success: the topic
 an earlier attempt created before its answer was lost is there).
 
+A step that raises a ``RetriableError`` (its answer may change if asked again: end
+offsets while a leader moves, ``admin.log_end_offsets``) is run again too, after the
+same backoff and over the same connection while it holds; a step asks the cluster
+afresh each time (Metadata first), as the Java consumer's ``endOffsets`` refreshes its
+metadata between rounds. When the bound runs out on such an error, ``call`` raises
+``RetriesExhaustedError`` with that last error (``last``: a caller can still use what
+it did answer). This is the one place the patience of a set-up step is chosen: the
+steps themselves ask once.
+
 A broker that cannot be reached at all on the first attempt (connection refused, no
 route: ``BrokerUnreachableError``) fails at once: a wrong address is reported in a
 second, not after ``max.block.ms``; once a connection was made, a refused reconnect is
-retried like a broken connection (the broker may be restarting). Errors other than a broken connection (a broker's error code, TLS,
-a protocol error) are not retried here. Time is passed in (``now_ns``, ``sleep_ns``).
+retried like a broken connection (the broker may be restarting). Other errors (a
+broker's error code the step does not call retriable, TLS, a protocol error) are not
+retried here. Time is passed in (``now_ns``, ``sleep_ns``).
 """
 
 from __future__ import annotations
@@ -33,7 +43,7 @@ from typing import TypeVar
 
 from kctl.engine.backoff import ExponentialBackoff, Random
 from kctl.engine.blocking_client import BlockingClient
-from kctl.errors import BrokerUnavailableError, BrokerUnreachableError
+from kctl.errors import BrokerUnavailableError, BrokerUnreachableError, RetriableError, RetriesExhaustedError
 
 __all__ = ["SetupRetry", "call"]
 
@@ -61,8 +71,9 @@ def call(client: BlockingClient, step: Callable[[BlockingClient], T], retry: Set
          now_ns: Callable[[], int] = time.monotonic_ns,
          sleep_ns: Callable[[int], None] = lambda ns: time.sleep(ns / 1e9),
          random: Random | None = None) -> T:
-    """``step(client)``, run again over a new connection while the connection breaks, for
-    at most ``retry.timeout_ms``. ``what`` names the step in the final error."""
+    """``step(client)``, run again (over a new connection when the connection broke) while
+    it fails in a way that may pass, for at most ``retry.timeout_ms``. ``what`` names the
+    step in the final error."""
     deadline = now_ns() + retry.timeout_ms * 1_000_000
     backoff = ExponentialBackoff(retry.retry_backoff_ms, 2, retry.retry_backoff_max_ms, 0.2, random)
     attempts = 0
@@ -83,4 +94,10 @@ def call(client: BlockingClient, step: Callable[[BlockingClient], T], retry: Set
                 raise BrokerUnavailableError(
                     f"{what}: {e} (asked {attempts} time(s), over a new connection each time, "
                     f"for {retry.timeout_name}={retry.timeout_ms} ms)") from None
-            sleep_ns(wait)
+        except RetriableError as e:
+            attempts += 1
+            wait = backoff.backoff_ns(attempts - 1)
+            if now_ns() + wait >= deadline:
+                raise RetriesExhaustedError(what, e, attempts,
+                                            f"{retry.timeout_name}={retry.timeout_ms} ms") from None
+        sleep_ns(wait)

@@ -97,7 +97,7 @@ class PartitionState:
 
     __slots__ = ("tp", "state", "position", "high_watermark", "last_stable_offset",
                  "log_start_offset", "paused", "reset", "next_reset_ns", "preferred_replica",
-                 "preferred_replica_expiry_ns", "end_offset_at_start")
+                 "preferred_replica_expiry_ns", "end_offset_at_start", "pending_revocation")
 
     def __init__(self, tp: TopicPartition) -> None:
         self.tp = tp
@@ -112,6 +112,9 @@ class PartitionState:
         self.preferred_replica = -1
         self.preferred_replica_expiry_ns = 0
         self.end_offset_at_start = -1    # for lag and backlog figures, when asked for
+        # Java's pendingRevocation: an eager rebalance's commit is in flight; no Fetch for it
+        # and nothing handed out, so the position stays at what is being committed.
+        self.pending_revocation = False
 
     def transition(self, to: FetchState) -> None:
         if to not in TRANSITIONS[self.state]:
@@ -170,6 +173,8 @@ class SubscriptionState:
     def _replace(self, parts: list[TopicPartition]) -> None:
         old = self._assigned
         self._assigned = {tp: old.get(tp) or PartitionState(tp) for tp in parts}
+        for s in self._assigned.values():
+            s.pending_revocation = False
         if set(old) != set(self._assigned):
             self.assignment_version += 1
 
@@ -200,9 +205,19 @@ class SubscriptionState:
         return list(self._assigned.values())
 
     def fetchable_partitions(self) -> list[PartitionState]:
-        """Partitions a Fetch may ask for now: FETCHING with a position, not paused."""
+        """Partitions a Fetch may ask for now: FETCHING with a position, not paused, not
+        pending revocation."""
         return [s for s in self._assigned.values()
-                if s.state is FetchState.FETCHING and not s.paused and s.position is not None]
+                if s.state is FetchState.FETCHING and not s.paused and not s.pending_revocation
+                and s.position is not None]
+
+    def mark_pending_revocation(self, partitions: Iterable[TopicPartition]) -> None:
+        for tp in partitions:
+            self.state(tp).pending_revocation = True
+
+    def is_pending_revocation(self, tp: TopicPartition) -> bool:
+        s = self._assigned.get(tp)
+        return s is not None and s.pending_revocation
 
     def initializing_partitions(self) -> list[TopicPartition]:
         return [tp for tp, s in self._assigned.items() if s.state is FetchState.INITIALIZING]

@@ -43,7 +43,7 @@ from kctl.engine import admin, setup_retry
 from kctl.engine.batch import TopicPartition
 from kctl.engine.blocking_client import BlockingClient, setup_timeout_s
 from kctl.engine.setup_retry import SetupRetry
-from kctl.errors import ConfigError, KctlError
+from kctl.errors import ConfigError, EndOffsetsError, KctlError, RetriesExhaustedError
 from kctl.load.clock_sync import SAME_HOST
 from kctl.load.consume_run import ConsumeResult, ConsumeRun, ConsumeSpec
 from kctl.load.consume_verify import ReadExtent, verify_against_acks, verify_sequences
@@ -316,7 +316,8 @@ def execute(plan: ConsumePlan, *, on_event: Callable[[str], None] = lambda _m: N
                      "it stops when the run ends")
         config = plan.config.with_properties({"bootstrap.servers": bootstrap})
         # The topic check is asked again over a new connection while the connection breaks,
-        # for at most default.api.timeout.ms (as the Java consumer's partitionsFor).
+        # for at most default.api.timeout.ms (as the Java consumer's partitionsFor); so are
+        # the final end offsets while their errors may pass (as its endOffsets).
         retry = SetupRetry(config.default_api_timeout_ms, "default.api.timeout.ms",
                            min(config.retry_backoff_ms, config.retry_backoff_max_ms), config.retry_backoff_max_ms)
         with closing(BlockingClient(bootstrap.split(",")[0], client_id="kctl-consume-admin",
@@ -367,7 +368,7 @@ def execute(plan: ConsumePlan, *, on_event: Callable[[str], None] = lambda _m: N
                                    client_for=lambda address: BlockingClient(
                                        address, client_id="kctl-consume-admin", security=config.security,
                                        setup_timeout_s=setup_timeout_s(config.network)),
-                                   isolation_level=int(config.isolation_level), on_event=on_event)
+                                   isolation_level=int(config.isolation_level), retry=retry, on_event=on_event)
         if backlog is not None:
             done = stats.caught_up_at()
             drain_s = (done - stats.start_wall_ns) / 1e9 if done else summary.run.duration_s
@@ -386,29 +387,46 @@ def execute(plan: ConsumePlan, *, on_event: Callable[[str], None] = lambda _m: N
 
 
 def _with_final_ends(summary: ConsumeSummary, *, bootstrap: str, client_for: Callable[[str], BlockingClient],
-                     isolation_level: int, on_event: Callable[[str], None]) -> ConsumeSummary:
+                     isolation_level: int, retry: SetupRetry, on_event: Callable[[str], None],
+                     now_ns: Callable[[], int] = time.monotonic_ns,
+                     sleep_ns: Callable[[int], None] = lambda ns: time.sleep(ns / 1e9)) -> ConsumeSummary:
     """The final lag over every partition: the end offsets of partitions the consumers
     never fetched (a run that stopped before reaching them) asked after the run of each
     partition's leader (``admin.log_end_offsets``: Metadata from ``bootstrap``, ListOffsets
-    per leader). A partition whose end offset stays unknown (no leader, the leader's error,
-    Metadata or the connection failing) is said in one warning line and left out of the
-    final lag, which is then partial (``lag_unknown``), never a lag of 0."""
+    per leader), asked again while the errors may pass (a leader moving, an election, a
+    connection) for at most ``retry`` (``default.api.timeout.ms``, as the Java consumer's
+    ``endOffsets``). A partition whose end offset stays unknown (no leader, the leader's
+    error, Metadata or the connection failing) is said in one warning line and left out of
+    the final lag, which is then partial (``lag_unknown``), never a lag of 0."""
     unknown = [p.partition for p in summary.partitions if p.end_offset < 0]
     ends: dict[int, int] = {}
     if unknown and summary.partitions:
         topic = summary.partitions[0].topic
+        listed = ", ".join(map(str, unknown))
+        failed: EndOffsetsError | None = None
+        tried = ""
         try:
-            with client_for(bootstrap) as client:
-                got = admin.log_end_offsets(client, topic, unknown, client_for=client_for,
-                                            isolation_level=isolation_level)
-        except (KctlError, OSError) as e:
-            on_event(f"warning: could not ask the end offsets of partition(s) {', '.join(map(str, unknown))} "
-                     f"never fetched: {e}; the final lag leaves them out")
-        else:
-            ends = got.offsets
-            if got.errors:
-                on_event(f"warning: the end offset of partition(s) {', '.join(map(str, sorted(got.errors)))} "
-                         f"never fetched is unknown ({got.describe_errors()}); the final lag leaves them out")
+            with closing(client_for(bootstrap)) as client:
+                ends = setup_retry.call(
+                    client, lambda c: admin.log_end_offsets(c, topic, unknown, client_for=client_for,
+                                                            isolation_level=isolation_level),
+                    retry, what=f"the end offsets of partition(s) {listed} never fetched",
+                    now_ns=now_ns, sleep_ns=sleep_ns)
+        except EndOffsetsError as e:                    # an error that does not pass: at once
+            failed = e
+        except RetriesExhaustedError as e:              # errors that may pass, for the whole bound
+            if isinstance(e.last, EndOffsetsError):
+                failed, tried = e.last, f"; asked {e.attempts} time(s) for {e.bound}"
+            else:
+                on_event(f"warning: {e}; the final lag leaves them out")
+        except (KctlError, OSError) as e:               # Metadata, the bootstrap connection
+            on_event(f"warning: could not ask the end offsets of partition(s) {listed} never fetched: {e}; "
+                     "the final lag leaves them out")
+        if failed is not None:
+            ends = failed.offsets
+            left = ", ".join(map(str, sorted(set(unknown) - ends.keys())))
+            on_event(f"warning: the end offset of partition(s) {left} never fetched is unknown "
+                     f"({failed.describe_errors()}{tried}); the final lag leaves them out")
     return summary.with_end_offsets(ends)
 
 

@@ -81,7 +81,6 @@ class ConsumeResult:
     rejoin_ns: int = 0            # the longest time one consumer spent rejoining after the
                                   # measured start (the start, past any warm-up)
     warmup_ns: int = 0            # --warmup
-    close_commit_errors: dict[int, str] = field(default_factory=dict)   # consumer -> its failed closing commit
 
     def perf_test_times(self) -> PerfTestTimes:
         """kafka-consumer-perf-test's clock for this run: its start taken before the
@@ -127,7 +126,6 @@ class ConsumeRun:
         self._thread: threading.Thread | None = None
         self._seen: dict[int, list[SeenRun]] = {}
         self._failures: dict[int, str] = {}
-        self._close_commit_errors: dict[int, str] = {}
         self._finished: set[int] = set()
         self._clocks: list[ClockOffset] = []
         self._early: list[Any] = []
@@ -226,8 +224,6 @@ class ConsumeRun:
             self._stop.set()
         elif isinstance(msg, ConsumerInterval) and msg.final:
             self._finished.add(msg.consumer)
-            if msg.close_commit_error:
-                self._close_commit_errors[msg.consumer] = msg.close_commit_error
             if msg.seen:
                 for p, runs in msg.seen.items():
                     self._seen.setdefault(p, []).extend(runs)
@@ -293,7 +289,7 @@ class ConsumeRun:
             self._own_hlog.close()
         return ConsumeResult(summary, self._seen, dict(self._failures), interrupted, self.stats,
                              self._setup_wall_ns, max(self._rejoin_ns.values(), default=0),
-                             int(self.spec.warmup_s * 1e9), dict(self._close_commit_errors))
+                             int(self.spec.warmup_s * 1e9))
 
     def _join(self) -> None:
         self._stop.set()

@@ -10,6 +10,15 @@ Once it stands at its start (positions known, or the first assignment received) 
 says ``ConsumerReady`` (with its clock offset to the producer's host when asked to
 measure one) and waits for the run's common start.
 
+No Fetch goes out before the common start: every partition is paused from the moment it
+is assigned (``hold``: assign mode at ``assign()``, group mode in the rebalance listener,
+so a partition assigned while waiting stays paused too) and resumed at the start
+(``release``), as OMB pauses its consumers until the timer starts and resumes them
+(Java's ``pause()``/``resume()``; a Java consumer fetches only inside ``poll()``). While
+waiting, the consumer is still stepped: positions are found (ListOffsets, OffsetFetch),
+the group is joined, heartbeats keep it a member. The garbage collector's collect and
+freeze also run before the start, so the first interval begins at the common start.
+
 The loop: ``Consumer.poll_batches`` hands out batches; per batch, one unpack of the
 identities' columns gives the records' run tags, producer workers, sequences and
 intended send times; e2e is recorded (stats/e2e.py) for the run's records (for every
@@ -42,6 +51,7 @@ import queue
 import struct
 import time
 import traceback
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -131,6 +141,7 @@ class _Listener:
     def on_partitions_assigned(self, partitions) -> None:
         self.worker.assigned_once = True
         self.worker.gain(partitions)
+        self.worker.hold(partitions)
 
     def on_partitions_lost(self, partitions) -> None:
         self.worker.lose(partitions)
@@ -171,6 +182,7 @@ class ConsumerWorker:
         self.rejoin_ns = 0                # after the measured start (the start, past any warm-up):
                                           # every partition revoked until assigned
         self._rejoin_from = 0             # monotonic ns the consumer last lost every partition
+        self.holding = True               # before the common start: assigned partitions are paused
 
     # -- rebalance time (kafka-consumer-perf-test's rebalance listener) -------------------------
     def lose(self, partitions) -> None:
@@ -188,6 +200,18 @@ class ConsumerWorker:
         self._rejoin_from = 0
         self.owned.update(partitions)
 
+    # -- no Fetch before the start (module doc) ----------------------------------------------
+    def hold(self, partitions) -> None:
+        """Pauses ``partitions`` while the run has not started (Java's ``pause()``)."""
+        if self.holding:
+            self.consumer.subscriptions.pause(partitions)
+
+    def release(self) -> None:
+        """The common start: every assigned partition is fetched from now on (``resume()``)."""
+        self.holding = False
+        c = self.consumer
+        c.subscriptions.resume(c.assignment())
+
     # -- set-up ------------------------------------------------------------------------------
     def _position(self) -> None:
         spec, c = self.spec, self.consumer
@@ -197,6 +221,7 @@ class ConsumerWorker:
             return
         tps = [TopicPartition(topic, p) for p in spec.partitions]
         c.assign(tps)
+        self.hold(tps)
         st = spec.start
         if st.kind == "beginning":
             c.seek_to_beginning(tps)
@@ -384,30 +409,32 @@ class ConsumerWorker:
     # -- the loop ------------------------------------------------------------------------------
     def run(self, gate: Any = None) -> None:
         spec = self.spec
+        c = self.consumer
         self.setup()
         start_wall = None
         if gate is not None:
+            # Stepped while the others get ready: heartbeats, rebalances (partitions stay paused).
             start_wall = gate.wait(spec.consumer, self.reports, self.stop, ready=ConsumerReady(
-                spec.consumer, self.clock_offset, self.setup_wall_ns))
+                spec.consumer, self.clock_offset, self.setup_wall_ns), step=lambda: c.step(POLL_S))
             if start_wall is None:
                 self._finish()
                 return
         else:
             self.reports.put(ConsumerReady(spec.consumer, self.clock_offset, self.setup_wall_ns))
-        c = self.consumer
         now_mono, now_wall = self.clock.now_ns(), self.clock.wall_ns()
         self._start_mono = now_mono + ((start_wall - now_wall) if start_wall else 0)
         if spec.e2e_by_schedule and start_wall and (spec.warmup_ns or spec.warmup_records):
             # as the producers split (worker.py): only with a warm-up
             self._e2e_from = start_wall + spec.warmup_ns
-        while self.clock.now_ns() < self._start_mono and not self.stop.is_set():
-            c.step(min(POLL_S, max(0.0, (self._start_mono - self.clock.now_ns()) / 1e9)))
+        # Before the start, not after it: done after, it delayed the first interval by 13-33 ms.
         gc.collect()
         gc.freeze()
-        self._interval_start = self.clock.wall_ns()
+        self.wait_for_start()
+        self._interval_start = start_wall if start_wall is not None else self.clock.wall_ns()
         self._interval_warmup = self._in_warmup()
         self._last_record_mono = self.clock.now_ns()
-        next_report = time.monotonic() + spec.interval_s
+        interval_ns = int(spec.interval_s * 1e9)
+        next_report = self._start_mono + interval_ns
         while not self.stop.is_set():
             for cb in c.poll_batches(POLL_S):
                 self._on_batch(cb)
@@ -417,14 +444,25 @@ class ConsumerWorker:
             now = self.clock.now_ns()
             if not self.caught_up_wall_ns and self.caught_up():
                 self.caught_up_wall_ns = self.clock.wall_ns()
+            over = self._over(now)
             warmup_ended = self._interval_warmup and not self._in_warmup()
-            if warmup_ended or time.monotonic() >= next_report:
+            # A report due as the run ends is the final one (an extra report would leave the
+            # final interval empty); the warm-up's end is reported even then.
+            if warmup_ended or (now >= next_report and not over):
                 self._check_control()
                 self._report(final=False)
-                next_report = (time.monotonic() if warmup_ended else next_report) + spec.interval_s
-            if self._over(now):
+                next_report = (now if warmup_ended else next_report) + interval_ns
+            if over:
                 break
         self._finish()
+
+    def wait_for_start(self) -> None:
+        """Steps the consumer, its partitions paused, until the common start; then
+        resumes them (module doc)."""
+        c = self.consumer
+        while self.clock.now_ns() < self._start_mono and not self.stop.is_set():
+            c.step(min(POLL_S, max(0.0, (self._start_mono - self.clock.now_ns()) / 1e9)))
+        self.release()
 
     def _over(self, now: int) -> bool:
         spec = self.spec
@@ -458,11 +496,13 @@ class ConsumerWorker:
         # By schedule, the recorder holds measured records only: those read during a
         # warm-up interval (whose figures are left out) go with the first measured one.
         keep = self._e2e_from is not None and self._interval_warmup and not final
+        rebalance_failed = self.consumer.rebalance_commit_failures
         self.reports.put(ConsumerInterval(
             consumer=self.spec.consumer, start_wall_ns=self._interval_start, end_wall_ns=now_wall,
-            histograms={} if keep else self.e2e.encode_interval(), metrics=self.consumer.metrics.snapshot(),
+            histograms={} if keep else self.e2e.encode_interval(), metrics=self.consumer.metrics_snapshot(),
             partitions=self._progress() if progress is None else progress, matched=self.matched, warmup=self._interval_warmup, final=final,
             close_commit_error=(self.consumer.close_commit_error or "") if final else "",
+            rebalance_commit_failures=rebalance_failed.count, rebalance_commit_error=rebalance_failed.last_error,
             caught_up=bool(self.caught_up_wall_ns), caught_up_wall_ns=self.caught_up_wall_ns,
             first_record_wall_ns=self.first_record_wall_ns,
             seen=dict(self.seen) if final and self.spec.verify else None,
@@ -478,11 +518,17 @@ class ConsumerGate:
     go: Any
     start_wall_ns: Any
 
-    def wait(self, consumer: int, reports: Any, stop: Any, *, ready: ConsumerReady) -> int | None:
+    def wait(self, consumer: int, reports: Any, stop: Any, *, ready: ConsumerReady,
+             step: Callable[[], None] | None = None) -> int | None:
+        """``step``: run while waiting (the consumer's loop, so it stays in its group)."""
         reports.put(ready)
-        while not self.go.wait(0.05):
+        while not self.go.is_set():
             if stop.is_set():
                 return None
+            if step is not None:
+                step()
+            else:
+                self.go.wait(0.05)
         return int(self.start_wall_ns.value)
 
 

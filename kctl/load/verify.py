@@ -51,7 +51,7 @@ from typing import Any
 from kctl.engine import admin, setup_retry
 from kctl.engine.blocking_client import BlockingClient
 from kctl.engine.setup_retry import SetupRetry
-from kctl.errors import BrokerUnavailableError, KctlError
+from kctl.errors import EndOffsetsError, KctlError, RetriesExhaustedError
 from kctl.protocol import messages, requests
 from kctl.protocol.identity import CONTROL_ABORT, IDENTITY_SIZE, ScannedBatch, run_tag, scan_batches
 from kctl.stats.summary import VerifyResult
@@ -479,29 +479,29 @@ def log_end_offsets(bootstrap: str, topic: str, *, security: Any = None,
                     retry: SetupRetry = SetupRetry()) -> dict[int, int]:
     """Every partition's log end offset, each asked of its leader (``admin.log_end_offsets``):
     where the records acknowledged without an offset start (``verify``'s ``since``), taken
-    before the run. Asked again over a new connection while a connection breaks or an
-    error may pass, for at most ``retry.timeout_ms``. A partition whose end offset is
-    unknown fails it: its records could not be looked for."""
+    before the run. Asked again (after a fresh Metadata; over a new connection when one
+    broke) while the errors may pass, for at most ``retry.timeout_ms``. A partition whose
+    end offset stays unknown fails it: its records could not be looked for."""
     first = bootstrap.split(",")[0].strip()
-    with closing(_admin_client(first, security)) as client:
-        ends = setup_retry.call(client, lambda c: _ends(c, topic, security), retry,
-                                what=f"--verify: the log end offsets of {topic!r} before the run")
-    if ends.errors:
+    try:
+        with closing(_admin_client(first, security)) as client:
+            return setup_retry.call(
+                client, lambda c: admin.log_end_offsets(c, topic, client_for=lambda a: _admin_client(a, security)),
+                retry, what=f"--verify: the log end offsets of {topic!r} before the run")
+    except (EndOffsetsError, RetriesExhaustedError) as e:
         raise KctlError(f"--verify: the log end offset of {topic!r} before the run is unknown "
-                        f"({ends.describe_errors()}): records acknowledged without an offset "
-                        "could not be looked for")
-    return ends.offsets
+                        f"({_reasons(e)}): records acknowledged without an offset "
+                        "could not be looked for") from None
 
 
-def _ends(client: BlockingClient, topic: str, security: Any, partitions: Iterable[int] | None = None,
-          metadata: admin.ClusterMetadata | None = None) -> admin.LogEndOffsets:
-    """``admin.log_end_offsets``; errors that may pass raise ``BrokerUnavailableError`` so
-    that ``setup_retry.call`` asks again (the last answer's reasons in its message)."""
-    ends = admin.log_end_offsets(client, topic, partitions, metadata=metadata,
-                                 client_for=lambda a: _admin_client(a, security))
-    if ends.may_pass:
-        raise BrokerUnavailableError(f"end offsets unknown ({ends.describe_errors()})")
-    return ends
+def _reasons(e: EndOffsetsError | RetriesExhaustedError) -> str:
+    """Why end offsets are unknown: the partitions and their errors, and how long they
+    were asked when the retries ran out."""
+    if isinstance(e, RetriesExhaustedError):
+        if not isinstance(e.last, EndOffsetsError):
+            return str(e)
+        return f"{e.last.describe_errors()}; asked {e.attempts} time(s) for {e.bound}"
+    return e.describe_errors()
 
 
 def _admin_client(address: str, security: Any) -> BlockingClient:
@@ -521,7 +521,8 @@ def verify(bootstrap: str, topic: str, run_id: str,
     log end after the run (and on while some are missing and the log grows).
     ``bootstrap``: any broker's ``host:port`` (the first of a list is used).
     ``retry``: how long a request whose connection broke is asked again over a new one
-    (Metadata, ListOffsets, each Fetch; engine/setup_retry.py)."""
+    (Metadata, ListOffsets, each Fetch), and end offsets whose errors may pass asked again
+    (engine/setup_retry.py)."""
     started = time.monotonic()
     v = Verification(run_id, acked, max_examples=max_examples, since=since)
     ranges = v.ranges
@@ -535,27 +536,30 @@ def verify(bootstrap: str, topic: str, run_id: str,
     if ranges:
         first = bootstrap.split(",")[0].strip()
 
-        def look_up(client: BlockingClient) -> tuple[dict[int, str], Any, int, admin.LogEndOffsets]:
+        def look_up(client: BlockingClient) -> tuple[dict[int, str], Any, int, dict[int, int]]:
             md = admin.fetch_metadata(client, [topic])
             leaders, tid = _leaders(md, topic, client.address)
             version = client.version_for(messages.message_class("FetchRequest")())
             # Where records were acknowledged without an offset: read to each partition's
-            # log end after the run (its leader's answer, from the Metadata just taken).
-            ends = _ends(client, topic, security, sorted(v.unplaced), md) \
-                if v.unplaced else admin.LogEndOffsets({}, {})
+            # log end after the run (its leader's answer, from the Metadata just taken; an
+            # error that may pass asks both again, setup_retry).
+            ends = admin.log_end_offsets(client, topic, sorted(v.unplaced), metadata=md,
+                                         client_for=lambda a: _admin_client(a, security)) \
+                if v.unplaced else {}
             return leaders, tid, version, ends
 
-        with closing(_admin_client(first, security)) as client:
-            leaders, tid, version, ends = setup_retry.call(
-                client, look_up, retry, what=f"--verify: Metadata of {topic!r}")
-        if ends.errors:
+        try:
+            with closing(_admin_client(first, security)) as client:
+                leaders, tid, version, ends = setup_retry.call(
+                    client, look_up, retry, what=f"--verify: Metadata of {topic!r}")
+        except (EndOffsetsError, RetriesExhaustedError) as e:
             raise KctlError(f"--verify: the log end offset of {topic!r} after the run is unknown "
-                            f"({ends.describe_errors()}): the records acknowledged without an offset "
-                            "there cannot be read back to its end")
+                            f"({_reasons(e)}): the records acknowledged without an offset "
+                            "there cannot be read back to its end") from None
         jobs: queue.Queue = queue.Queue()
         for partition, (lo, hi) in sorted(ranges.items()):
             if partition in v.unplaced:
-                jobs.put((partition, lo, ends.offsets[partition], v.acked_in[partition]))
+                jobs.put((partition, lo, ends[partition], v.acked_in[partition]))
             else:
                 jobs.put((partition, lo, hi, None))
         out: queue.Queue = queue.Queue()

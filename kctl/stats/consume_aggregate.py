@@ -37,7 +37,7 @@ from kctl.engine.consumer_metrics import ConsumerMetricsSnapshot
 from kctl.stats.aggregate import closable_round, combine_counters, round_window_ns
 from kctl.stats.consume_report import ClockOffset, ConsumerFailed, ConsumerInterval, PartitionProgress
 from kctl.stats.consume_summary import (
-    ConsumeCounts, ConsumeRates, ConsumeRunInfo, ConsumeSummary, LagPoint, PartitionState)
+    ConsumeCounts, ConsumeRates, ConsumeRunInfo, ConsumeSummary, FailedCommit, LagPoint, PartitionState)
 from kctl.stats.e2e import E2E, E2E_NEGATIVE, merged, new_e2e_histogram, signed_figures
 from kctl.stats.hlog import IntervalLogWriter
 from kctl.stats.latency import LatencyFigures, decode_histogram
@@ -118,6 +118,7 @@ class ConsumeStats:
         self._closed_upto = -1
         self._done: set[int] = set()
         self._failed: dict[int, str] = {}
+        self._failed_commits: dict[tuple[int, str], FailedCommit] = {}   # (consumer, when) -> latest
         self._intervals = 0
         self._timeline: list[LagPoint] = []
         self._lag_max = 0
@@ -154,6 +155,11 @@ class ConsumeStats:
                 self._caught_up.setdefault(c, msg.caught_up_wall_ns)
             if msg.first_record_wall_ns:
                 self._first_record.setdefault(c, msg.first_record_wall_ns)
+            if msg.rebalance_commit_failures:
+                self._failed_commits[c, "rebalance"] = FailedCommit(
+                    c, "rebalance", msg.rebalance_commit_failures, msg.rebalance_commit_error)
+            if msg.close_commit_error:
+                self._failed_commits[c, "close"] = FailedCommit(c, "close", 1, msg.close_commit_error)
             r = max(self._next_round.get(c, 0), self._closed_upto + 1)
             self._next_round[c] = r + 1
             rnd = self._rounds.setdefault(r, _Round())
@@ -308,7 +314,8 @@ class ConsumeStats:
                     foreign=sum(self._foreign.values()), aborted_records_skipped=total.aborted_records_skipped,
                     control_batches=total.control_batches, records_decoded=total.records_decoded,
                     rebalances=total.rebalances, commits=total.commits, commit_failures=total.commit_failures,
-                    offset_resets=total.offset_resets, throttle_time_ms=total.throttle_time_ms),
+                    offset_resets=total.offset_resets, throttle_time_ms=total.throttle_time_ms,
+                    reauthentications=total.reauthentications),
                 rates=ConsumeRates(
                     records_per_s=round(res.records_consumed / span, 3) if span else 0.0,
                     mb_per_s=round(res.key_value_bytes / span / MB, 6) if span else 0.0,
@@ -317,9 +324,11 @@ class ConsumeStats:
                     records_per_fetch=round(res.records_consumed / res.fetch_responses, 3)
                     if res.fetch_responses else 0.0),
                 latency={E2E: signed_figures(self._cumulative.get(E2E), self._cumulative.get(E2E_NEGATIVE))},
-                lag_final=lag, lag_max=self._lag_max, lag_timeline=tuple(self._timeline),
+                lag_final=lag, lag_max=max(self._lag_max, lag), lag_timeline=tuple(self._timeline),
                 partitions=tuple(sorted(parts, key=lambda p: (p.topic, p.partition))),
-                errors_by_name=dict(sorted(total.errors_by_name.items())), clock=self.clock)
+                errors_by_name=dict(sorted(total.errors_by_name.items())), clock=self.clock,
+                failed_commits=tuple(self._failed_commits[k] for k in sorted(
+                    self._failed_commits, key=lambda k: (k[0], k[1] != "rebalance"))))
 
 
 def _iso(wall_ns: int) -> str:

@@ -82,6 +82,8 @@ class ConsumerInterval:
                                              # (every partition revoked until assigned again)
     close_commit_error: str = ""             # final report: why closing left committed offsets behind
                                              # what was read (its commit, the revoke listener's; "": not)
+    rebalance_commit_failures: int = 0       # cumulative: commits before a rebalance that failed for
+    rebalance_commit_error: str = ""         # good (ConsumerCoordinator.on_join_prepare), the last's why
 
     @property
     def duration_ns(self) -> int:

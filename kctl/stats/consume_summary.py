@@ -18,7 +18,7 @@ from kctl.stats.latency import LatencyFigures
 from kctl.stats.summary import VerifyResult, numbers_from_json, numbers_to_json
 
 __all__ = ["BacklogResult", "CONSUME_SCHEMA", "ConsumeCounts", "ConsumeRates", "ConsumeRunInfo",
-           "ConsumeSummary", "LagPoint", "PartitionState"]
+           "ConsumeSummary", "FailedCommit", "LagPoint", "PartitionState"]
 
 CONSUME_SCHEMA = "kctl.consume.summary/1"
 
@@ -76,6 +76,7 @@ class ConsumeCounts:
     commit_failures: int = 0
     offset_resets: int = 0
     throttle_time_ms: int = 0
+    reauthentications: int = 0     # whole run: SASL logins again on open connections (KIP-368)
 
     def to_json(self) -> dict[str, int]:
         return numbers_to_json(self)
@@ -158,6 +159,35 @@ class BacklogResult:
                    float(d.get("produce_s", 0.0)))
 
 
+@dataclass(frozen=True, slots=True)
+class FailedCommit:
+    """A group member's commits that failed for good and left the group's committed offsets
+    behind what it read: ``when`` is ``rebalance`` (the commits before rebalances, ``count``
+    of them) or ``close`` (its closing commit); ``error`` says why (the last one's why)."""
+
+    consumer: int
+    when: str
+    count: int
+    error: str
+
+    def to_json(self) -> dict[str, Any]:
+        return {"consumer": self.consumer, "when": self.when, "count": self.count, "error": self.error}
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> FailedCommit:
+        return cls(int(d["consumer"]), str(d["when"]), int(d.get("count", 1)), str(d.get("error", "")))
+
+    def warning(self) -> str:
+        """The run's one line for it (stderr)."""
+        if self.when == "close":
+            return (f"WARNING: consumer {self.consumer}: the commit on close failed ({self.error}): the group's "
+                    "committed offsets are behind what was read")
+        times = "a commit" if self.count == 1 else f"{self.count} commits"
+        return (f"WARNING: consumer {self.consumer}: {times} before a rebalance failed (last: {self.error}): "
+                "the group's committed offsets were behind what was read, so the partitions' next owners "
+                "read those records again")
+
+
 @dataclass(frozen=True)
 class ConsumeSummary:
     run: ConsumeRunInfo
@@ -176,6 +206,7 @@ class ConsumeSummary:
     schema: str = CONSUME_SCHEMA
     lag_unknown: tuple[int, ...] = ()             # partitions whose final lag is not known
                                                   # (lag_final leaves them out)
+    failed_commits: tuple[FailedCommit, ...] = ()  # group mode: commits that left offsets behind
 
     def with_verify(self, verify: VerifyResult | None) -> ConsumeSummary:
         return replace(self, verify=verify)
@@ -192,7 +223,10 @@ class ConsumeSummary:
             end = p.end_offset if p.end_offset >= 0 else ends.get(p.partition, -1)
             lag = max(0, end - p.position) if end >= 0 and p.position >= 0 else None
             parts.append(replace(p, end_offset=end, lag=lag))
-        return replace(self, partitions=tuple(parts), lag_final=sum(p.lag for p in parts if p.lag is not None),
+        final = sum(p.lag for p in parts if p.lag is not None)
+        # The timeline covers fetched partitions only; the final lag adds the others: the
+        # maximum is over everything reported, the final lag included.
+        return replace(self, partitions=tuple(parts), lag_final=final, lag_max=max(self.lag_max, final),
                        lag_unknown=tuple(sorted(p.partition for p in parts if p.lag is None)))
 
     def to_json(self, *, with_config: bool = True) -> dict[str, Any]:
@@ -210,6 +244,7 @@ class ConsumeSummary:
             "backlog": self.backlog.to_json() if self.backlog is not None else None,
             "partitions": [p.to_json() for p in self.partitions],
             "errors_by_name": dict(sorted(self.errors_by_name.items())),
+            "failed_commits": [f.to_json() for f in self.failed_commits],
         })
         if self.verify is not None:
             out["verify"] = self.verify.to_json()
@@ -234,6 +269,7 @@ class ConsumeSummary:
                 clock=ClockOffset.from_json(d["clock"]) if d.get("clock") else None,
                 backlog=BacklogResult.from_json(d["backlog"]) if d.get("backlog") else None,
                 verify=VerifyResult.from_json(d["verify"]) if d.get("verify") else None,
-                schema=schema, lag_unknown=tuple(int(x) for x in lag.get("unknown_partitions") or ()))
+                schema=schema, lag_unknown=tuple(int(x) for x in lag.get("unknown_partitions") or ()),
+                failed_commits=tuple(FailedCommit.from_json(f) for f in d.get("failed_commits") or ()))
         except (KeyError, TypeError, AttributeError, ValueError) as e:
             raise ValueError(f"malformed kctl consume summary ({type(e).__name__}: {e})") from None

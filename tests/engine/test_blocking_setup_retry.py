@@ -1,7 +1,9 @@
 """setup_retry.call: a set-up step over a BlockingClient asked again over a new connection
 while the connection breaks, bounded by max.block.ms (the Java producer blocks for its
 metadata that long; its admin client retries until default.api.timeout.ms). Stepped with
-a fake clock; the client is a stand-in that records connects and closes."""
+a fake clock; the client is a stand-in that records connects and closes. A step's
+``RetriableError`` (end offsets while a leader moves) is asked again the same way, over
+the same connection, and at the bound ``RetriesExhaustedError`` carries the last one."""
 
 from __future__ import annotations
 
@@ -9,7 +11,8 @@ import pytest
 
 from kctl.engine import setup_retry
 from kctl.engine.setup_retry import SetupRetry
-from kctl.errors import BrokerError, BrokerUnavailableError, BrokerUnreachableError
+from kctl.errors import (BrokerError, BrokerUnavailableError, BrokerUnreachableError, RetriableError,
+                         RetriesExhaustedError)
 
 RETRY = SetupRetry(timeout_ms=1000, timeout_name="max.block.ms", retry_backoff_ms=100,
                    retry_backoff_max_ms=400)
@@ -113,3 +116,31 @@ def test_a_broker_error_is_not_retried():
     with pytest.raises(BrokerError):
         call(client, step, clock)
     assert calls == [1] and clock.slept == [] and client.closes == 0
+
+
+def test_an_error_that_may_pass_is_asked_again_over_the_same_connection():
+    clock, client = Clock(), StandInClient()
+    calls = []
+
+    def step(c):
+        calls.append(c.connected)
+        if len(calls) <= 3:
+            raise RetriableError("end offsets of 't' unknown (no leader: partition(s) 1)")
+        return "ok"
+    assert call(client, step, clock) == "ok"
+    assert calls == [True] * 4 and client.connects == 0 and client.closes == 0
+    assert clock.slept == [100_000_000, 200_000_000, 400_000_000]
+
+
+def test_an_error_that_may_pass_gives_up_at_the_bound_with_the_last_error():
+    clock, client = Clock(), StandInClient()
+    errors = []
+
+    def step(c):
+        errors.append(RetriableError(f"no leader, attempt {len(errors) + 1}"))
+        raise errors[-1]
+    with pytest.raises(RetriesExhaustedError) as e:
+        call(client, step, clock)
+    assert clock.ns == 700_000_000 and len(errors) == 4          # never sleeps past the bound
+    assert e.value.last is errors[-1] and e.value.attempts == 4 and e.value.bound == "max.block.ms=1000 ms"
+    assert str(e.value) == "setting up topic 't': no leader, attempt 4 (asked 4 time(s) for max.block.ms=1000 ms)"

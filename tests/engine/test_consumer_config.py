@@ -1,6 +1,7 @@
 """ConsumerConfig: the Java consumer's names, defaults and rules (ConsumerConfigTest)."""
 
 import pytest
+from hypothesis import assume, given, settings, strategies as st
 
 from kctl.consumer_config import (
     ConsumerConfig, IsolationLevel, OffsetResetStrategy, RebalanceProtocol, describe_consumer_properties)
@@ -108,3 +109,57 @@ def test_pieces_and_description():
     assert c.group.rebalance_timeout_ms == 1234 and c.fetch.max_wait_ms == 500
     assert ("fetch.max.wait.ms", "500", "an integer number of milliseconds in [0, 2147483647]") in \
         describe_consumer_properties()
+
+
+# -- partition.assignment.strategy: Java's class names exactly, or librdkafka's names ---------------
+_CLASSES = {"org.apache.kafka.clients.consumer.RangeAssignor": "range",
+            "org.apache.kafka.clients.consumer.RoundRobinAssignor": "roundrobin",
+            "org.apache.kafka.clients.consumer.CooperativeStickyAssignor": "cooperative-sticky"}
+_SPELLINGS = [*_CLASSES, *_CLASSES.values()]
+
+
+def _strategy(value):
+    return ConsumerConfig.from_properties({"partition.assignment.strategy": value}).partition_assignment_strategy
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.sampled_from(_SPELLINGS), min_size=1, max_size=3), st.sampled_from(["", " ", "  "]))
+def test_assignment_strategy_takes_java_classes_and_librdkafka_names_in_order(names, pad):
+    """ConsumerPartitionAssignor.getAssignorInstances loads each class of the list in order
+    (ConfigDef LIST: trimmed elements); two entries with one assignor name are refused."""
+    protocols = [_CLASSES.get(n, n) for n in names]
+    text = ",".join(pad + n + pad for n in names)
+    if len(set(protocols)) < len(protocols):
+        with pytest.raises(ConfigError, match=r"^invalid value .* 'partition.assignment.strategy': assignor .* named twice"):
+            _strategy(text)
+    else:
+        assert _strategy(text) == tuple(protocols)
+        # Written back as Java writes the list: the classes.
+        c = ConsumerConfig.from_properties({"partition.assignment.strategy": text})
+        assert c.to_properties()["partition.assignment.strategy"] == ",".join(
+            {v: k for k, v in _CLASSES.items()}[p] for p in protocols)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.sampled_from(_SPELLINGS), st.data())
+def test_assignment_strategy_compares_names_exactly(name, data):
+    """Java's class loader is case-sensitive (as librdkafka's strcmp): any other casing is
+    refused with one line naming the property, the spelling to write and the choices."""
+    flips = data.draw(st.lists(st.booleans(), min_size=len(name), max_size=len(name)))
+    changed = "".join(ch.swapcase() if f else ch for ch, f in zip(name, flips))
+    assume(changed != name)
+    with pytest.raises(ConfigError) as e:
+        _strategy(changed)
+    msg = str(e.value)
+    assert "\n" not in msg and "'partition.assignment.strategy'" in msg
+    assert f"write {name!r}" in msg and "org.apache.kafka.clients.consumer.RangeAssignor" in msg
+
+
+def test_assignment_strategy_refusals_say_why():
+    for value, why in [("com.example.Mine", "Java code, which kctl cannot run"),
+                       ("range,", "an empty element"), (",range", "an empty element"),
+                       ("", "names no assignor"),
+                       ("org.apache.kafka.clients.consumer.StickyAssignor", "StickyAssignorUserData"),
+                       ("RangeAssignor", "choices: org.apache.kafka.clients.consumer.RangeAssignor")]:
+        with pytest.raises(ConfigError, match=why):
+            _strategy(value)

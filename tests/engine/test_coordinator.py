@@ -53,9 +53,9 @@ def member(member_id, topics=("t",), owned=(), generation=-1):
         metadata=encode_subscription(Subscription(tuple(topics), tuple(owned), generation)))
 
 
-def sync_response(partitions, error=None):
+def sync_response(partitions, error=None, protocol="range"):
     return SyncGroupResponse(throttle_time_ms=0, error_code=code(error) if error else 0,
-                             protocol_type="consumer", protocol_name="range",
+                             protocol_type="consumer", protocol_name=protocol,
                              assignment=encode_assignment(Assignment(tuple(tp(p) for p in partitions))))
 
 
@@ -370,6 +370,7 @@ def test_commit_with_an_old_generation_resets_it():
     h.net.respond(req, commit_body(req, {0: "ILLEGAL_GENERATION"}))
     h.net.poll(0, h.clock.now_ns())
     assert c.coordinator.generation.generation_id == -1
+    assert c.coordinator.member_id == "m1"   # testCommitOffsetIllegalGenerationShouldResetGenerationId
     assert c.metrics.snapshot().commit_failures == 1
 
 
@@ -411,7 +412,7 @@ def test_cooperative_revokes_only_what_moves_and_rejoins():
     got = {a.member_id: sorted(p.partition for p in decode_assignment(a.assignment).partitions)
            for a in sync.body.assignments}
     assert got == {"m1": [0, 1], "m2": []}
-    h.net.respond(sync, sync_response([0, 1]))
+    h.net.respond(sync, sync_response([0, 1], protocol="cooperative-sticky"))
     h.net.poll(0, h.clock.now_ns())
     assert h.events == [("revoked", [2, 3]), ("assigned", [])]
     assert c.coordinator.rejoin_needed                     # the follow-up round hands 2, 3 on
@@ -435,7 +436,9 @@ def test_member_state_table_refuses_a_missing_transition():
 
 
 def test_assign_mode_with_a_group_fetches_committed_offsets_without_joining():
-    h = harness()
+    """... and commits as no member (ConsumerCoordinator.sendOffsetCommitRequest: generation
+    -1, member "", no group.instance.id: kctl sent the static member's id)."""
+    h = harness(**{"group.instance.id": "static-1"})
     c = h.consumer
     c.assign([tp(0)])
     find(h)
@@ -447,7 +450,7 @@ def test_assign_mode_with_a_group_fetches_committed_offsets_without_joining():
     assert c.position(tp(0)) == 5
     c.commit_async({tp(0): 6})
     req = h.net.pending("OffsetCommit")[0]
-    assert (req.body.generation_id_or_member_epoch, req.body.member_id) == (-1, "")
+    assert (req.body.generation_id_or_member_epoch, req.body.member_id, req.body.group_instance_id) == (-1, "", None)
 
 
 def test_close_dynamic_assignment_commits_in_the_revoke_listener_with_the_generation():
@@ -559,3 +562,391 @@ def test_close_waits_for_the_revoke_listeners_commit_without_a_leave_group():
     assert h.net.requests("LeaveGroup") == []
     assert [a.errors for a in answers] == [{tp(0): "REBALANCE_IN_PROGRESS"}]
     assert c.metrics.snapshot().commit_failures == 1
+
+
+# -- commits and rebalances (ConsumerCoordinatorTest) ---------------------------------------------
+REBALANCE = {"max.poll.interval.ms": "30000", "retry.backoff.ms": "100", "session.timeout.ms": "60000",
+             "heartbeat.interval.ms": "20000", "auto.commit.interval.ms": "5000"}
+
+
+def rebalancing(h, partitions=(0,), offset=4):
+    """Joined with ``partitions`` at ``offset``, then a rebalance asked for: the next step
+    prepares the join (the commit before rebalancing)."""
+    c = h.consumer
+    c.subscribe(["t"])
+    joined(h, partitions)
+    for p in partitions:
+        c.seek(tp(p), offset)
+    c.coordinator.request_rejoin("group is rebalancing (Heartbeat: REBALANCE_IN_PROGRESS)")
+    h.step()
+    return c
+
+
+def test_auto_commit_dynamic_assignment_rebalance():
+    """ConsumerCoordinatorTest.testAutoCommitDynamicAssignmentRebalance and
+    generationIfStable: no auto-commit before the member is in a stable generation, nor
+    while a JoinGroup or SyncGroup is under way (kctl committed with the old generation
+    during a JoinGroup, and with the new one between JoinGroup and SyncGroup)."""
+    h = harness(**REBALANCE, **{"partition.assignment.strategy": "cooperative-sticky"})
+    c = h.consumer
+    c.subscribe(["t"])
+    find(h)
+    h.step(ms=5000)                               # JoinGroup in flight: not joined, no commit
+    assert h.net.pending("OffsetCommit") == []
+    answer(h, "JoinGroup", lambda r: join_response(r, members=[member("m1")], protocol="cooperative-sticky"))
+    h.step(ms=5000)                               # SyncGroup in flight
+    assert h.net.pending("OffsetCommit") == []
+    answer(h, "SyncGroup", sync_response([0, 1], protocol="cooperative-sticky"))
+    c.seek(tp(0), 100)
+    h.step(ms=5000)
+    req = h.net.pending("OffsetCommit")[0]
+    assert req.body.generation_id_or_member_epoch == 1 and req.body.member_id == "m1"
+    h.net.respond(req, commit_body(req))
+    h.net.poll(0, h.clock.now_ns())
+    # Cooperative rebalance: the commit before joining, then the partitions stay owned while
+    # the JoinGroup waits, and no auto-commit goes out with the old generation.
+    c.coordinator.request_rejoin("test")
+    h.step()
+    answer(h, "OffsetCommit", commit_body)
+    h.step()
+    assert len(h.net.pending("JoinGroup")) == 1 and c.assignment()
+    h.step(ms=5000)
+    h.step(ms=5000)
+    assert h.net.pending("OffsetCommit") == []
+
+
+def test_commit_offset_rebalance_in_progress():
+    """ConsumerCoordinatorTest.testCommitOffsetRebalanceInProgress: while rebalancing a
+    commit fails at once, without a request, and is not retriable."""
+    h = harness(**REBALANCE)
+    c = h.consumer
+    c.subscribe(["t"])
+    joined(h, (0,))
+    c.seek(tp(0), 4)
+    c.coordinator.on_join_prepare = lambda gen, now: True
+    c.coordinator.request_rejoin("test")
+    h.step()
+    assert c.coordinator.state is MemberState.PREPARING_REBALANCE
+    results = []
+    assert c.coordinator.commit_async({tp(0): c.subscriptions.all_consumed()[tp(0)]}, h.clock.now_ns(),
+                                      results.append)
+    assert h.net.pending("OffsetCommit") == []
+    [r] = results
+    assert not r.ok and not r.sent and r.errors == {tp(0): "REBALANCE_IN_PROGRESS"}
+    assert r.describe() == "not sent: the member was rebalancing (REBALANCE_IN_PROGRESS)"
+    assert c.metrics.snapshot().commit_failures == 0          # no OffsetCommit was answered
+
+
+def test_on_join_prepare_with_offset_commit_should_success_after_retry():
+    """ConsumerCoordinatorTest.testOnJoinPrepareWithOffsetCommitShouldSuccessAfterRetry: a
+    retriable failure of the commit before joining is sent again after retry.backoff.ms,
+    and the JoinGroup waits for it (kctl joined after the first answer, failed or not)."""
+    h = harness(**REBALANCE)
+    rebalancing(h)
+    req = h.net.pending("OffsetCommit")[0]
+    h.net.respond(req, commit_body(req, {0: "UNKNOWN_TOPIC_OR_PARTITION"}))
+    h.net.poll(0, h.clock.now_ns())
+    h.step(ms=99)
+    assert h.net.pending("OffsetCommit") == [] and h.net.pending("JoinGroup") == []
+    h.step(ms=1)
+    req = h.net.pending("OffsetCommit")[0]
+    assert req.body.generation_id_or_member_epoch == 1
+    assert h.net.pending("JoinGroup") == []
+    h.net.respond(req, commit_body(req))
+    h.net.poll(0, h.clock.now_ns())
+    h.step()
+    assert len(h.net.pending("JoinGroup")) == 1
+    assert h.consumer.rebalance_commit_failures.count == 0
+    assert h.consumer.coordinator.committed() == {tp(0): 4}
+
+
+def test_on_join_prepare_with_offset_commit_should_keep_join_after_non_retryable_exception():
+    """ConsumerCoordinatorTest.testOnJoinPrepareWithOffsetCommitShouldKeepJoinAfterNonRetryableException:
+    the join goes on; the failure is kept for the run's report, not only counted."""
+    h = harness(**REBALANCE)
+    c = rebalancing(h)
+    req = h.net.pending("OffsetCommit")[0]
+    h.net.respond(req, commit_body(req, {0: "UNKNOWN_MEMBER_ID"}))
+    h.net.poll(0, h.clock.now_ns())
+    h.step()
+    assert len(h.net.pending("JoinGroup")) == 1
+    assert h.net.pending("JoinGroup")[0].body.member_id == ""      # UNKNOWN_MEMBER_ID: a new member
+    assert c.rebalance_commit_failures.count == 1
+    assert c.rebalance_commit_failures.last_error == "t-0 UNKNOWN_MEMBER_ID"
+    assert c.metrics.snapshot().commit_failures == 1
+
+
+def test_on_join_prepare_with_offset_commit_should_keep_join_after_rebalance_timeout():
+    """ConsumerCoordinatorTest.testOnJoinPrepareWithOffsetCommitShouldKeepJoinAfterRebalanceTimeout:
+    retriable failures until the rebalance timeout, then the join goes on."""
+    h = harness(**REBALANCE)
+    c = rebalancing(h)
+    for _ in range(3):
+        req = h.net.pending("OffsetCommit")[0]
+        h.net.respond(req, commit_body(req, {0: "COORDINATOR_LOAD_IN_PROGRESS"}))
+        h.net.poll(0, h.clock.now_ns())
+        h.step(ms=100)
+    assert h.net.pending("JoinGroup") == []
+    h.clock.advance(ms=30000)
+    c.coordinator.polled(h.clock.now_ns())      # the application polls on (no poll timeout)
+    h.step()
+    assert len(h.net.pending("JoinGroup")) == 1
+    assert c.rebalance_commit_failures.count == 1
+    assert "no answer within the rebalance timeout (max.poll.interval.ms 30000 ms)" in \
+        c.rebalance_commit_failures.last_error
+
+
+def test_join_prepare_and_commit_with_coordinator_not_available():
+    """ConsumerCoordinatorTest.testJoinPrepareAndCommitWithCoordinatorNotAvailable: retriable,
+    the coordinator is looked up again and the join waits."""
+    h = harness(**REBALANCE)
+    c = rebalancing(h)
+    req = h.net.pending("OffsetCommit")[0]
+    h.net.respond(req, commit_body(req, {0: "COORDINATOR_NOT_AVAILABLE"}))
+    h.net.poll(0, h.clock.now_ns())
+    assert c.coordinator.coordinator is None
+    h.step(ms=100)
+    assert h.net.pending("JoinGroup") == [] and c.rebalance_commit_failures.count == 0
+
+
+def test_join_prepare_commit_without_a_generation_is_not_sent_and_is_reported():
+    """The member was dropped (generation reset) before the commit: Java's
+    sendOffsetCommitRequest fails it at once (CommitFailedException); the positions read
+    since the last commit go to the next owners uncommitted, which the run reports."""
+    h = harness(**REBALANCE)
+    c = h.consumer
+    c.subscribe(["t"])
+    joined(h, (0,))
+    c.seek(tp(0), 4)
+    c.coordinator.reset_generation("test: dropped")
+    h.step()
+    assert h.net.pending("OffsetCommit") == [] and len(h.net.pending("JoinGroup")) == 1
+    assert c.rebalance_commit_failures.count == 1
+    assert c.rebalance_commit_failures.last_error == (
+        "not sent: the member was not in the group (its generation was reset)")
+    assert ("lost", [0]) in h.events
+
+
+def test_a_failed_sync_group_does_not_prepare_again():
+    """AbstractCoordinator's needsJoinPrepare: a SyncGroup answered REBALANCE_IN_PROGRESS
+    joins again without a second onJoinPrepare (kctl committed a second time, with the
+    generation that never became stable). Cooperative: the partitions stay owned throughout."""
+    h = harness(**REBALANCE, **{"partition.assignment.strategy": "cooperative-sticky"})
+    c = rebalancing(h)
+    req = h.net.pending("OffsetCommit")[0]
+    h.net.respond(req, commit_body(req))
+    h.net.poll(0, h.clock.now_ns())
+    h.step()
+    answer(h, "JoinGroup", lambda r: join_response(r, generation=2, protocol="cooperative-sticky",
+                                                   members=[member("m1", owned=[tp(0)], generation=1)]))
+    answer(h, "SyncGroup", SyncGroupResponse(throttle_time_ms=0, error_code=code("REBALANCE_IN_PROGRESS"),
+                                             protocol_type="consumer", protocol_name="range", assignment=b""))
+    h.step()
+    assert h.net.pending("OffsetCommit") == [] and len(h.net.pending("JoinGroup")) == 1
+
+
+def test_commit_answered_for_an_old_generation_keeps_the_new_one():
+    """ConsumerCoordinatorTest's generationUnchanged cases: ILLEGAL_GENERATION for a commit
+    sent with generation 1, answered once generation 2 is stable, does not reset 2."""
+    h = harness(**REBALANCE)
+    c = h.consumer
+    c.subscribe(["t"])
+    joined(h, (0,))
+    c.seek(tp(0), 4)
+    c.commit_async()
+    old = h.net.pending("OffsetCommit")[0]
+    c.coordinator.on_join_prepare = lambda gen, now: True
+    c.coordinator.request_rejoin("test")
+    h.step()
+    answer(h, "JoinGroup", lambda r: join_response(r, generation=2, members=[member("m1")]))
+    answer(h, "SyncGroup", sync_response([0]))
+    h.net.respond(old, commit_body(old, {0: "ILLEGAL_GENERATION"}))
+    h.net.poll(0, h.clock.now_ns())
+    assert c.coordinator.generation.generation_id == 2 and c.coordinator.state is MemberState.STABLE
+
+
+def test_eager_join_prepare_marks_partitions_pending_revocation():
+    """ConsumerCoordinator.maybeMarkPartitionsPendingRevocation (eager, auto-commit): while
+    the commit before the join is in flight no Fetch is sent for the partitions and what
+    is buffered is not handed out, so the position stays at what is committed (kctl handed
+    records out meanwhile: the next owner read them again)."""
+    from .consumer_harness import fetch_body, partition_data, records
+
+    h = harness(**REBALANCE)
+    c = h.consumer
+    c.subscribe(["t"])
+    joined(h, (0,))
+    c.seek(tp(0), 0)
+    h.step()
+    answer(h, "Fetch", lambda r: fetch_body(r, {0: partition_data(0, records(0, 5))}))
+    c.coordinator.request_rejoin("group is rebalancing (Heartbeat: REBALANCE_IN_PROGRESS)")
+    h.step()
+    req = h.net.pending("OffsetCommit")[0]
+    assert req.body.topics[0].partitions[0].committed_offset == 0
+    assert h.collect() == [] and c.position(tp(0)) == 0
+    h.step()
+    assert h.net.pending("Fetch") == []
+    h.net.respond(req, commit_body(req))
+    h.net.poll(0, h.clock.now_ns())
+    h.step()
+    assert len(h.net.pending("JoinGroup")) == 1 and ("revoked", [0]) in h.events
+
+
+def test_illegal_generation():
+    """ConsumerCoordinatorTest.testIllegalGeneration: a Heartbeat answered ILLEGAL_GENERATION
+    resets the generation (the member id kept) and the next join gives the partitions up
+    as lost, not revoked (kctl revoked them with the dropped generation)."""
+    h = harness()
+    h.consumer.subscribe(["t"])
+    joined(h, (0, 1))
+    h.events.clear()
+    h.step(ms=1000)
+    answer(h, "Heartbeat", HeartbeatResponse(throttle_time_ms=0, error_code=code("ILLEGAL_GENERATION")))
+    co = h.consumer.coordinator
+    assert co.generation.generation_id == -1 and co.member_id == "m1" and co.rejoin_needed
+    h.step()
+    assert h.events == [("lost", [0, 1])]
+    assert h.net.pending("JoinGroup")[0].body.member_id == "m1"
+
+
+def test_inconsistent_group_protocol_is_fatal():
+    """AbstractCoordinator's isProtocolTypeInconsistent and SyncGroup's protocol name check:
+    a JoinGroup (v7+) or SyncGroup (v5+) answer naming another protocol type, or a SyncGroup
+    naming another assignor than the JoinGroup chose, is INCONSISTENT_GROUP_PROTOCOL (kctl
+    took the assignment)."""
+    h = harness()
+    h.consumer.subscribe(["t"])
+    find(h)
+    h.step()
+    answer(h, "JoinGroup", lambda r: join_response(r, members=[member("m1")]))
+    answer(h, "SyncGroup", sync_response([0, 1], protocol="roundrobin"))
+    with pytest.raises(KctlError, match="SyncGroup answered protocol 'roundrobin', not 'range' "
+                                        r"\(INCONSISTENT_GROUP_PROTOCOL\)"):
+        h.step()
+    assert h.consumer.assignment() == []
+
+    h = harness()
+    h.consumer.subscribe(["t"])
+    find(h)
+    h.step()
+    join = h.net.pending("JoinGroup")[0]
+    body = join_response(join)
+    body.protocol_type = "connect"
+    h.net.respond(join, body)
+    h.net.poll(0, h.clock.now_ns())
+    with pytest.raises(KctlError, match="JoinGroup answered protocol type 'connect', not 'consumer'"):
+        h.step()
+
+
+def test_commit_offset_sync_coordinator_not_available():
+    """ConsumerCoordinatorTest.testCommitOffsetSyncCoordinatorNotAvailable: commit_sync
+    (and close's commit) sends a commit answered with a retriable error again, after the
+    coordinator is found again and retry.backoff.ms, within its timeout (kctl gave the first
+    failure back: a closing commit failed where Java's succeeded)."""
+    h = harness(**{"retry.backoff.ms": "100", "retry.backoff.max.ms": "100"})
+    c = h.consumer
+    c.assign([tp(0)])
+    find(h)
+    c.seek(tp(0), 100)
+    answers = iter(["COORDINATOR_NOT_AVAILABLE", None])
+    sent_at = []
+    poll = h.net.poll
+
+    def answering(timeout_ns, now_ns):
+        for r in h.net.pending("OffsetCommit"):
+            sent_at.append(h.clock.now_ns())
+            error = next(answers)
+            h.net.respond(r, commit_body(r, {0: error} if error else {}))
+        for r in h.net.pending("FindCoordinator"):
+            h.net.respond(r, FindCoordinatorResponse(throttle_time_ms=0, coordinators=[
+                FindCoordinatorResponse.Coordinator(key="g", node_id=0, host="127.0.0.1", port=9000, error_code=0)]))
+        h.clock.advance(ns=max(timeout_ns, 1_000_000))
+        return poll(timeout_ns, now_ns)
+
+    h.net.poll = answering
+    result = c.commit_sync(timeout_s=5)
+    assert result.ok and result.offsets == {tp(0): 100}
+    assert len(sent_at) == 2 and sent_at[1] - sent_at[0] >= 100_000_000
+
+
+def test_a_failed_commit_before_a_rebalance_is_reported_only_when_offsets_were_behind():
+    """Dropped from the group right after an auto-commit of every position: the commit
+    before the next join cannot be sent (no generation), but nothing would be read twice,
+    so nothing is reported. A late answer to a commit abandoned at the rebalance timeout is
+    not taken for the next rebalance's commit."""
+    h = harness(**REBALANCE)
+    c = h.consumer
+    c.subscribe(["t"])
+    joined(h, (0,))
+    c.seek(tp(0), 4)
+    h.step(ms=5000)
+    answer(h, "OffsetCommit", commit_body)
+    c.coordinator.reset_generation("test: dropped (Heartbeat: UNKNOWN_MEMBER_ID)")
+    h.step()
+    assert h.net.pending("OffsetCommit") == [] and len(h.net.pending("JoinGroup")) == 1
+    assert c.rebalance_commit_failures.count == 0 and ("lost", [0]) in h.events
+
+    h = harness(**REBALANCE)
+    c = rebalancing(h)
+    late = h.net.pending("OffsetCommit")[0]
+    h.clock.advance(ms=30000)
+    c.coordinator.polled(h.clock.now_ns())
+    h.step()
+    assert c.rebalance_commit_failures.count == 1
+    answer(h, "JoinGroup", lambda r: join_response(r, generation=2, members=[member("m1")]))
+    answer(h, "SyncGroup", sync_response([0]))
+    c.seek(tp(0), 6)
+    c.coordinator.request_rejoin("again")
+    h.net.respond(late, commit_body(late, {0: "OFFSET_METADATA_TOO_LARGE"}))
+    h.net.poll(0, h.clock.now_ns())
+    h.step()
+    req = h.net.pending("OffsetCommit")[-1]
+    assert req.body.generation_id_or_member_epoch == 2 and h.net.pending("JoinGroup") == []
+    assert c.rebalance_commit_failures.count == 1
+
+
+def test_leave_during_a_rebalance_gives_the_partitions_up_as_lost():
+    """ConsumerCoordinator.onLeavePrepare (testUnsubscribeWithInvalidGeneration's rule):
+    leaving while a rebalance is under way gives the partitions up as lost, not revoked
+    (cooperative: they stay owned while the JoinGroup waits)."""
+    h = harness(**REBALANCE, **{"partition.assignment.strategy": "cooperative-sticky",
+                               "enable.auto.commit": "false"})
+    c = h.consumer
+    c.subscribe(["t"])
+    joined(h, (0, 1))
+    h.events.clear()
+    c.coordinator.request_rejoin("test")
+    h.step()
+    assert c.coordinator.state is MemberState.PREPARING_REBALANCE and c.assignment()
+    c.coordinator.maybe_leave_group("the consumer is being closed", h.clock.now_ns())
+    assert h.events == [("lost", [0, 1])]
+
+
+def test_metadata_change_triggers_rebalance():
+    """ConsumerCoordinatorTest.testMetadataChangeTriggersRebalance: the leader sees a
+    partition added to a subscribed topic and asks for a rebalance (kctl never did: the new
+    partition had no owner until some other rebalance); a follower does not watch."""
+    h = harness()
+    c = h.consumer
+    c.subscribe(["t"])
+    joined(h, (0, 1, 2, 3))
+    h.step()
+    assert not c.coordinator.rejoin_needed
+    h.partitions = 5
+    c.metadata.request_update()
+    h.step(ms=1000)                            # past the metadata refresh backoff
+    h.answer_metadata()
+    h.step()
+    assert c.coordinator.rejoin_needed
+    assert c.coordinator.rejoin_reason == "cached metadata has changed: topic t has 5 partitions, not 4"
+
+    h = harness()
+    c = h.consumer
+    c.subscribe(["t"])
+    joined(h, (0, 1), leader=False)
+    h.partitions = 5
+    c.metadata.request_update()
+    h.step(ms=1000)                            # past the metadata refresh backoff
+    h.answer_metadata()
+    h.step()
+    assert not c.coordinator.rejoin_needed

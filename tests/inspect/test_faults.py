@@ -11,11 +11,11 @@ from kctl.inspect.faults import (
     encode_request_frame, inject_throttle, offset_count, rewrite_partition_errors,
     rewrite_response_frame, segments,
 )
-from kctl.protocol import messages
+from kctl.protocol import messages, requests
 from kctl.protocol.error_codes import ERRORS_BY_NAME
 from kctl.protocol.records import Compression, Record, build_batch, build_message_set, decode_batches
 
-PRODUCE, FETCH, METADATA = 0, 1, 3
+PRODUCE, FETCH, LIST_OFFSETS, METADATA = 0, 1, 2, 3
 NLOF = ERRORS_BY_NAME["NOT_LEADER_OR_FOLLOWER"].code
 
 
@@ -71,7 +71,7 @@ def test_error_rewrite_parsing_and_validation():
         ErrorRewrite.parse("NOT_LEADER_OR_FOLLOWER:lots")
     with pytest.raises(ConfigError, match="outside 0..1"):
         ErrorRewrite("NOT_LEADER_OR_FOLLOWER", 2.0)
-    with pytest.raises(ConfigError, match="supports Produce, Fetch, FindCoordinator.*not Metadata"):
+    with pytest.raises(ConfigError, match="supports Produce, Fetch, ListOffsets, FindCoordinator.*not Metadata"):
         ErrorRewrite("NOT_LEADER_OR_FOLLOWER", apis=("Metadata",))
 
 
@@ -109,6 +109,25 @@ def test_fetch_partition_errors_rewritten():
     assert rewrite_partition_errors(body, FETCH, NLOF, 1.0, random.Random(0)) == 2
     for p in body.responses[0].partitions:
         assert (p.error_code, p.high_watermark, p.records) == (NLOF, -1, None)
+
+
+@pytest.mark.parametrize("version", [0, 1, 4, 7])
+def test_list_offsets_partition_errors_rewritten(version):
+    # the end offsets a --verify run or a consumer's final lag asks for: an answer as a
+    # broker gives it for a failed partition (no offset), re-encoded at the version asked
+    cls = messages.message_class("ListOffsetsResponse")
+
+    def answered(i):        # v0 names offsets in a list; v1+ one offset; v4+ the leader epoch
+        fields = {"old_style_offsets": [500 + i]} if version == 0 else {"offset": 500 + i}
+        return cls.ListOffsetsPartitionResponse(partition_index=i, error_code=0, **fields,
+                                                **({"leader_epoch": 3} if version >= 4 else {}))
+    body = cls(throttle_time_ms=0, topics=[cls.ListOffsetsTopicResponse(name="t", partitions=[
+        answered(i) for i in range(2)])])
+    frame = messages.encode_response(LIST_OFFSETS, version, 9, body)
+    out = rewrite_response_frame(frame, LIST_OFFSETS, version, error_code=NLOF)
+    got = messages.decode_response(out, LIST_OFFSETS, version).body
+    for p in got.topics[0].partitions:
+        assert p.error_code == NLOF and requests.listed_offset(p) == -1
 
 
 def test_rate_applies_per_partition():

@@ -96,7 +96,7 @@ def test_error_rewrite_then_off_producer_retries(broker):
         snap = proxy.snapshot()
     assert all(h.done and h.error is None for h in handles)
     assert m.errors_by_name.get("NOT_LEADER_OR_FOLLOWER", 0) >= 4 and m.retries >= 4
-    assert snap.errors["NOT_LEADER_OR_FOLLOWER"] >= 4 and snap.faults["errors_injected"] >= 4
+    assert snap.errors[("Produce", "NOT_LEADER_OR_FOLLOWER")] >= 4 and snap.faults["errors_injected"] >= 4
     values = _read_values(broker, topic, 3)
     assert sorted(values) == sorted(f"{topic}-{i}".encode() for i in range(120))   # no duplicates
 
@@ -336,7 +336,7 @@ def test_transactional_produce_retries_end_txn_through_injected_coordinator_erro
     assert s["verify"]["ok"] and t["committed"] >= 5
     ended = t["committed"] + t["aborted"]
     assert snap.faults["errors_injected"] >= 1
-    assert snap.errors["COORDINATOR_LOAD_IN_PROGRESS"] == snap.faults["errors_injected"]
+    assert snap.errors[("EndTxn", "COORDINATOR_LOAD_IN_PROGRESS")] == snap.faults["errors_injected"]
     assert snap.apis["EndTxn"].responses == ended + snap.faults["errors_injected"]
     kept = 0
     commits = 0

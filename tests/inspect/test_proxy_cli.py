@@ -366,7 +366,7 @@ def test_inject_error_api_selector_errors_are_one_line():
     lines = run.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith(
         "kctl: error: --inject-error 'NOT_COORDINATOR@Metadata:0.5': API Metadata is not one of "
-        "Produce, Fetch, FindCoordinator, InitProducerId, AddPartitionsToTxn, EndTxn"), run.stderr
+        "Produce, Fetch, ListOffsets, FindCoordinator, InitProducerId, AddPartitionsToTxn, EndTxn"), run.stderr
 
 
 def test_frame_line_names_topic_ids_from_any_connections_metadata():

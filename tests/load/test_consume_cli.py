@@ -70,7 +70,7 @@ def test_backlog_drained_in_assign_mode_with_e2e_everywhere(broker, tmp_path):
 
 def test_group_of_two_consumers_rebalances_and_reads_everything_once(broker, tmp_path):
     js = tmp_path / "g.json"
-    kctl("consume", "-b", broker.bootstrap, "-t", "backlog-group", "--group", "kctl-test-group",
+    run = kctl("consume", "-b", broker.bootstrap, "-t", "backlog-group", "--group", "kctl-test-group",
          "--backlog", "4000", "--partitions", "4", "--consumers", "2", "--verify", "--quiet",
          "-X", "heartbeat.interval.ms=300", "-X", "partition.assignment.strategy=cooperative-sticky",
          "--json-out", str(js))
@@ -81,6 +81,9 @@ def test_group_of_two_consumers_rebalances_and_reads_everything_once(broker, tmp
     assert s["counts"]["rebalances"] >= 2, s["counts"]
     # Closing commits with the member's generation, then leaves: no UNKNOWN_MEMBER_ID.
     assert s["counts"]["commits"] >= 1 and s["counts"]["commit_failures"] == 0, s["counts"]
+    c = s["counts"]
+    assert (f"group: {c['rebalances']} rebalance(s) (joins completed, summed over the consumers), "
+            f"{c['commits']} commit(s), 0 failed") in run.stdout.splitlines()
     v = s["verify"]
     assert v["expected"] == v["found"] == 4000 and v["lost"] == v["duplicated"] == v["reordered"] == 0
     assert s["backlog"]["drained"] and s["latency"]["e2e"]["count"] == 4000
@@ -89,6 +92,32 @@ def test_group_of_two_consumers_rebalances_and_reads_everything_once(broker, tmp
     # get none, about one run in thirty, so the written counts are the reference.)
     written = {int(p): c["expected"] for p, c in v["partitions"].items() if c["expected"]}
     assert {p["partition"]: p["records"] for p in s["partitions"] if p["records"]} == written
+
+
+def test_no_fetch_on_the_wire_before_the_common_start_and_the_window_opens_there(broker, tmp_path):
+    """Watched through kctl inspect's proxy: a group of two consumers sends its first
+    Fetch after the common start (the run's start), not during the start margin (a
+    quarter of a backlog arrived before it, and the drain rate came out doubled). The
+    measured window opens at the common start, so the summary's rate and the backlog's
+    drain rate agree."""
+    js = tmp_path / "w.json"
+    fetches: list[int] = []
+
+    def on_frame(ev):
+        if ev.api_name == "Fetch" and ev.direction == "request":
+            fetches.append(ev.ts_ns)
+
+    with InspectorProxy([broker.bootstrap], on_frame=on_frame) as proxy:
+        kctl("consume", "-b", proxy.bootstrap, "-t", "backlog-wire", "--group", "kctl-wire-group",
+             "--backlog", "20000", "--partitions", "2", "--consumers", "2", "--quiet",
+             "-X", "heartbeat.interval.ms=300", "--json-out", str(js))
+    s = json.loads(js.read_text())
+    start_ns = s["run"]["start_unix_ms"] * 1_000_000          # floored to the ms: 1 ms of slack
+    assert fetches and min(fetches) >= start_ns, (min(fetches) - start_ns) / 1e6
+    b = s["backlog"]
+    assert b["drained"] and s["counts"]["records"] == 20000
+    assert s["run"]["measured_s"] == pytest.approx(b["drain_s"], abs=0.005)
+    assert s["rates"]["records_per_s"] == pytest.approx(b["records_per_s"], rel=0.02)
 
 
 def test_produce_consume_e2e_in_every_output_and_a_stall_on_the_e2e_clock(broker, tmp_path):

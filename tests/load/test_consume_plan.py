@@ -8,9 +8,9 @@ import dataclasses
 import pytest
 
 from kctl.commands.consume import no_e2e_samples
-from kctl.engine import admin
 from kctl.engine.consumer_metrics import ConsumerMetricsSnapshot
-from kctl.errors import ConfigError, KctlError
+from kctl.engine.setup_retry import SetupRetry
+from kctl.errors import ConfigError, EndOffsetsError, KctlError, RetriableEndOffsetsError
 from kctl.load import consume
 from kctl.load.consume import DEFAULT_IDLE_TIMEOUT_S, ConsumeOptions, past_log_end, prepare
 from kctl.stats.consume_aggregate import ConsumeStats
@@ -75,53 +75,108 @@ def _summary_with(*parts):
     return st.summary()
 
 
-def test_final_lag_asks_the_end_of_partitions_never_fetched(monkeypatch):
-    # partitions 2 and 3 positioned but never fetched: no end offset from a Fetch answer
-    summary = _summary_with((0, 100, 1000), (1, 4000, 4000), (2, 0, -1), (3, 0, -1))
+class _Client:
+    """A stand-in for the bootstrap BlockingClient (setup_retry connects and closes it)."""
+
+    def __init__(self, address):
+        self.address = address
+        self.connected = False
+
+    def connect(self):
+        self.connected = True
+
+    def close(self):
+        self.connected = False
+
+
+class _Clock:
+    def __init__(self):
+        self.ns = 0
+        self.slept = []
+
+    def now(self):
+        return self.ns
+
+    def sleep(self, ns):
+        self.slept.append(ns)
+        self.ns += ns
+
+
+#: default.api.timeout.ms 1000 (60000 by default), retry.backoff.ms 100 up to 400
+_RETRY = SetupRetry(1000, "default.api.timeout.ms", 100, 400)
+_MS = 1_000_000
+
+
+def _final(summary, monkeypatch, *answers, isolation_level=1):
+    """``_with_final_ends`` with ``admin.log_end_offsets`` answering ``answers`` in turn (an
+    exception is raised; the last answer repeats), stepped with a fake clock. Returns the
+    summary, the warnings, what was asked and the clock."""
     asked = []
-    answer = admin.LogEndOffsets({2: 5000, 3: 5500}, {})
 
     def ends(client, topic, partitions, *, client_for, isolation_level):
         asked.append((client.address, topic, tuple(partitions), isolation_level, client_for))
+        answer = answers[min(len(asked), len(answers)) - 1]
+        if isinstance(answer, Exception):
+            raise answer
         return answer
     monkeypatch.setattr(consume.admin, "log_end_offsets", ends)
+    events, clock = [], _Clock()
+    s = consume._with_final_ends(summary, bootstrap="b:9092", client_for=_Client, isolation_level=isolation_level,
+                                 retry=_RETRY, on_event=events.append, now_ns=clock.now, sleep_ns=clock.sleep)
+    return s, events, asked, clock
 
-    class Client:
-        def __init__(self, address):
-            self.address = address
 
-        def __enter__(self):
-            return self
-
-        def __exit__(self, *exc):
-            return False
-
-    def final(isolation_level=1):
-        events = []
-        s = consume._with_final_ends(summary, bootstrap="b:9092", client_for=Client,
-                                     isolation_level=isolation_level, on_event=events.append)
-        return s, events
-    s, events = final()
+def test_final_lag_asks_the_end_of_partitions_never_fetched(monkeypatch):
+    # partitions 2 and 3 positioned but never fetched: no end offset from a Fetch answer
+    summary = _summary_with((0, 100, 1000), (1, 4000, 4000), (2, 0, -1), (3, 0, -1))
+    s, events, asked, clock = _final(summary, monkeypatch, {2: 5000, 3: 5500})
     # Metadata from the bootstrap broker; the leaders are reached through the same factory
-    assert asked == [("b:9092", "t", (2, 3), 1, Client)] and events == []
+    assert asked == [("b:9092", "t", (2, 3), 1, _Client)] and events == [] and clock.slept == []
     assert s.lag_final == 900 + 0 + 5000 + 5500 and s.lag_unknown == ()
     assert [p.lag for p in s.partitions] == [900, 0, 5000, 5500]
 
+
+@pytest.mark.parametrize("failures", [1, 2, 3])
+def test_final_lag_asks_again_while_the_errors_may_pass(monkeypatch, failures):
+    # Java's Consumer.endOffsets(partitions, default.api.timeout.ms): a leader moving is
+    # waited out; each attempt is one round (the engine does not ask twice itself)
+    summary = _summary_with((0, 100, 1000), (2, 0, -1), (3, 0, -1))
+    moving = RetriableEndOffsetsError("t", {2: 5000}, {3: "NOT_LEADER_OR_FOLLOWER from broker 2 (h2:9092)"})
+    s, events, asked, clock = _final(summary, monkeypatch, *[moving] * failures, {2: 5000, 3: 5500})
+    assert len(asked) == failures + 1 and events == []
+    nominal = [100 * _MS, 200 * _MS, 400 * _MS][:failures]       # retry.backoff.ms doubling, 20 % jitter
+    assert len(clock.slept) == failures and all(0.8 * n <= got <= 1.2 * n for got, n in zip(clock.slept, nominal))
+    assert s.lag_final == 900 + 5000 + 5500 and s.lag_unknown == ()
+
+
+def test_final_lag_gives_up_at_default_api_timeout_ms_with_what_was_answered(monkeypatch):
+    summary = _summary_with((0, 100, 1000), (2, 0, -1), (3, 0, -1))
+    moving = RetriableEndOffsetsError("t", {2: 5000}, {3: "NOT_LEADER_OR_FOLLOWER from broker 2 (h2:9092)"})
+    s, events, asked, clock = _final(summary, monkeypatch, moving)
+    assert len(asked) >= 3 and clock.ns < 1000 * _MS                # the bound is kept
+    assert s.lag_unknown == (3,) and s.lag_final == 900 + 5000 and s.partitions[2].lag is None
+    assert events == ["warning: the end offset of partition(s) 3 never fetched is unknown "
+                      f"(NOT_LEADER_OR_FOLLOWER from broker 2 (h2:9092): partition(s) 3; asked {len(asked)} time(s) "
+                      "for default.api.timeout.ms=1000 ms); the final lag leaves them out"]
+
+
+def test_final_lag_says_an_error_that_will_not_pass_at_once(monkeypatch):
     # a leader's error for one partition: that one is said and left out, never a lag of 0
-    answer = admin.LogEndOffsets({2: 5000}, {3: "NOT_LEADER_OR_FOLLOWER from broker 2 (h2:9092)"})
-    s, events = final()
+    summary = _summary_with((0, 100, 1000), (1, 4000, 4000), (2, 0, -1), (3, 0, -1))
+    denied = EndOffsetsError("t", {2: 5000}, {3: "TOPIC_AUTHORIZATION_FAILED from broker 2 (h2:9092)"})
+    s, events, asked, clock = _final(summary, monkeypatch, denied)
+    assert len(asked) == 1 and clock.slept == []
     assert s.lag_unknown == (3,) and s.lag_final == 900 + 5000 and s.partitions[3].lag is None
     assert s.to_json()["lag"]["unknown_partitions"] == [3]
     assert events == ["warning: the end offset of partition(s) 3 never fetched is unknown "
-                      "(NOT_LEADER_OR_FOLLOWER from broker 2 (h2:9092): partition(s) 3); "
+                      "(TOPIC_AUTHORIZATION_FAILED from broker 2 (h2:9092): partition(s) 3); "
                       "the final lag leaves them out"]
 
-    # Metadata failing (the topic gone, the bootstrap broker down): the lag is partial
-    # and names the partitions, it is not a smaller sum
-    def fail(*a, **k):
-        raise KctlError("topic 't' on b:9092: UNKNOWN_TOPIC_OR_PARTITION")
-    monkeypatch.setattr(consume.admin, "log_end_offsets", fail)
-    s, events = final(isolation_level=0)
+    # Metadata failing otherwise (a broker error, the bootstrap broker unreachable): the lag
+    # is partial and names the partitions, it is not a smaller sum
+    s, events, asked, clock = _final(summary, monkeypatch, KctlError("topic 't' on b:9092: INVALID_TOPIC"),
+                                     isolation_level=0)
+    assert len(asked) == 1 and asked[0][3] == 0
     assert s.lag_unknown == (2, 3) and s.lag_final == 900
     assert s.to_json()["lag"]["unknown_partitions"] == [2, 3]
     assert len(events) == 1 and "partition(s) 2, 3" in events[0]

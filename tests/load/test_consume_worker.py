@@ -257,3 +257,112 @@ def test_a_failed_closing_commit_is_said_in_the_final_report():
     final = w.reports.get_nowait()
     assert final.close_commit_error == "t-0 REBALANCE_IN_PROGRESS"
     assert (final.metrics.commits, final.metrics.commit_failures) == (0, 1)
+
+
+def _fetched(h) -> list[int]:
+    """The partitions of the Fetches sent so far (each request's partitions, in order)."""
+    return [p.partition for r in h.net.requests("Fetch") for t in r.body.topics for p in t.partitions]
+
+
+def test_no_fetch_before_the_common_start_in_assign_mode():
+    """OMB pauses its consumers until the timer starts (a Java consumer fetches only in
+    poll()): the worker's wait for the start stepped the consumer, which fetched, so a
+    quarter of a backlog arrived before the measured window opened. Partitions are
+    paused from assign() on and resumed at the start."""
+    from tests.engine.consumer_harness import ConsumerHarness
+
+    h = ConsumerHarness(partitions=2)
+    h.ready()
+    w = ConsumerWorker(ConsumeWorkerSpec(0, h.config, "t", (0, 1), StartPosition("offsets", offsets={0: 5, 1: 7})),
+                       queue.Queue(), threading.Event())
+    w.consumer, w.clock = h.consumer, h.clock
+    w._position()
+    assert w._ready()                                    # at its start: positions known
+    w._start_mono = h.clock.now_ns() + 200_000_000       # START_MARGIN_S ahead
+    for _ in range(5):
+        h.step(ms=10)
+        h.consumer.step(0)
+    assert _fetched(h) == []
+    h.clock.advance(ms=200)
+    w.wait_for_start()
+    h.step()
+    assert sorted(_fetched(h)) == [0, 1]
+    assert not any(s.paused for s in h.consumer.subscriptions.states())
+
+
+def test_no_fetch_before_the_common_start_in_a_group_and_heartbeats_go_on():
+    """Group mode: partitions assigned while waiting (the first assignment, and a
+    rebalance's) are paused in the listener; heartbeats keep the member in its group."""
+    from tests.engine.test_coordinator import answer, join_response, joined, offset_fetch_body, sync_response
+    from tests.engine.consumer_harness import HeartbeatResponse, code
+
+    w, h = _group_worker(**{"enable.auto.commit": "false"})
+    w.clock = h.clock
+    joined(h, (0, 1))
+    h.step()
+    answer(h, "OffsetFetch", lambda r: offset_fetch_body(r, {0: 3, 1: 4}))
+    assert w._ready()
+    w._start_mono = h.clock.now_ns() + 5 * S
+    h.step(ms=1000)                                      # heartbeat.interval.ms
+    hb = h.net.pending("Heartbeat")[0]
+    assert _fetched(h) == []
+    h.net.respond(hb, HeartbeatResponse(throttle_time_ms=0, error_code=code("REBALANCE_IN_PROGRESS")))
+    h.net.poll(0, h.clock.now_ns())
+    h.step()
+    answer(h, "JoinGroup", lambda r: join_response(r, generation=2, members=[]))
+    answer(h, "SyncGroup", sync_response((0, 1, 2)))
+    h.step()
+    answer(h, "OffsetFetch", lambda r: offset_fetch_body(r, {0: 3, 1: 4, 2: 5}))
+    for _ in range(3):
+        h.step(ms=10)
+    assert _fetched(h) == []
+    h.clock.advance(5 * S)
+    w.wait_for_start()
+    h.step()
+    assert sorted(_fetched(h)) == [0, 1, 2]
+
+
+def test_a_duration_stop_sends_no_empty_interval_after_the_last_one(monkeypatch):
+    """--duration 2s --interval 1s: two intervals, [0, 1) and [1, 2]. The loop reported
+    at 2 s and then stopped, so the final report covered nothing and the plain output
+    printed a second line with the same t=."""
+    import kctl.load.consume_worker as cw
+
+    w, clock, reports = _worker(duration_ns=2 * S, interval_s=1.0)
+
+    def poll_batches(timeout_s):
+        clock.advance(50_000_000)                  # POLL_S, nothing read
+        return []
+
+    monkeypatch.setattr(w, "setup", lambda: None)
+    monkeypatch.setattr(w.consumer, "poll_batches", poll_batches)
+    monkeypatch.setattr(w.consumer, "close", lambda timeout_s=30.0: None)
+    monkeypatch.setattr(cw.time, "monotonic", lambda: clock.now_ns() / 1e9)   # one clock for the old loop too
+    start = clock.wall_ns()
+    w.run()
+    sent = [reports.get_nowait() for _ in range(reports.qsize())]
+    intervals = [((m.start_wall_ns - start) / S, (m.end_wall_ns - start) / S, m.final)
+                 for m in sent if hasattr(m, "final")]
+    assert intervals == [(0.0, 1.0, False), (1.0, 2.0, True)]
+
+
+def test_a_failed_commit_before_a_rebalance_is_said_in_the_reports():
+    """enable.auto.commit=true, a rebalance mid-run: the commit before it (Java's
+    onJoinPrepare) answered ILLEGAL_GENERATION left the group's offsets behind what was
+    read. Every report after it carries the count and the reason (kctl consume's WARNING
+    and the summary's failed_commits), not only commit_failures."""
+    from tests.engine.test_coordinator import commit_body, joined
+
+    w, h = _group_worker(**{"enable.auto.commit": "true"})
+    joined(h, (0,))
+    h.consumer.seek(TopicPartition("t", 0), 7)
+    h.consumer.coordinator.request_rejoin("group is rebalancing (Heartbeat: REBALANCE_IN_PROGRESS)")
+    h.step()
+    req = h.net.pending("OffsetCommit")[0]
+    h.net.respond(req, commit_body(req, {0: "ILLEGAL_GENERATION"}))
+    h.net.poll(0, h.clock.now_ns())
+    h.step()
+    assert len(h.net.pending("JoinGroup")) == 1
+    w._report(final=False)
+    report = w.reports.get_nowait()
+    assert (report.rebalance_commit_failures, report.rebalance_commit_error) == (1, "t-0 ILLEGAL_GENERATION")

@@ -2,7 +2,9 @@
 the embedded broker: records acknowledged without an offset (a retry the broker answered
 DUPLICATE_SEQUENCE_NUMBER) are found; per-partition figures count acknowledged records;
 a verify read whose connection breaks reconnects; one that cannot read keeps the run's
-summary and JSON."""
+summary and JSON; the log end offsets are asked again (one round each time, on a fresh
+Metadata) while the leader's error may pass, within max.block.ms, and an error that will
+not pass fails at once."""
 
 from __future__ import annotations
 
@@ -96,3 +98,48 @@ def test_a_failed_verify_read_keeps_the_summary_and_json(broker, tmp_path):
     doc = json.loads(out.read_text())
     assert doc["counts"]["acked"] == 500 and "verify" not in doc
     assert doc["verify_error"].startswith("--verify could not read")
+
+
+def test_end_offsets_are_asked_again_while_the_leader_error_may_pass(broker, tmp_path):
+    """The first three ListOffsets answers say NOT_LEADER_OR_FOLLOWER (a leader moving):
+    the end offsets before the run are asked again until the leader answers (one ListOffsets
+    a round, each after a fresh Metadata), and acks=0 records are read back from them."""
+    out = tmp_path / "s.json"
+    plan = FaultPlan(error=ErrorRewrite("NOT_LEADER_OR_FOLLOWER", apis=("ListOffsets",), limit=3), seed=1)
+    with InspectorProxy([broker.bootstrap], faults=plan) as proxy:
+        r = produce(proxy.bootstrap, out, "--num-records", "200", "--rate", "2000", "-X", "acks=0",
+                    partitions=2)
+        snap = proxy.snapshot()
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert snap.faults["errors_injected"] == 3 * 2, snap.faults     # 3 answers, both partitions each
+    # three rounds answered with the error, one before the run that passed, one after it
+    assert snap.apis["ListOffsets"].responses == 5, snap.apis["ListOffsets"]
+    v = json.loads(out.read_text())["verify"]
+    assert v["ok"] and v["expected"] == v["found"] == 200
+
+
+def test_end_offsets_give_up_at_max_block_ms_naming_the_partitions(broker, tmp_path):
+    out = tmp_path / "s.json"
+    plan = FaultPlan(error=ErrorRewrite("NOT_LEADER_OR_FOLLOWER", apis=("ListOffsets",)), seed=1)
+    with InspectorProxy([broker.bootstrap], faults=plan) as proxy:
+        r = produce(proxy.bootstrap, out, "--num-records", "20", "-X", "max.block.ms=1500", partitions=2)
+        asked = proxy.snapshot().apis["ListOffsets"].responses
+    assert r.returncode != 0 and "Traceback" not in r.stderr, r.stdout + r.stderr
+    last = r.stderr.strip().splitlines()[-1]
+    assert last.startswith("kctl: error: --verify: the log end offset of ") and \
+        "before the run is unknown (NOT_LEADER_OR_FOLLOWER from broker" in last, last
+    assert f"partition(s) 0, 1; asked {asked} time(s) for max.block.ms=1500 ms)" in last, (asked, last)
+    assert asked >= 3                                    # 100, 200, 400, 800 ms backoff within 1.5 s
+
+
+def test_end_offsets_error_that_will_not_pass_fails_at_once(broker, tmp_path):
+    out = tmp_path / "s.json"
+    plan = FaultPlan(error=ErrorRewrite("TOPIC_AUTHORIZATION_FAILED", apis=("ListOffsets",)), seed=1)
+    with InspectorProxy([broker.bootstrap], faults=plan) as proxy:
+        r = produce(proxy.bootstrap, out, "--num-records", "20", partitions=2)
+        asked = proxy.snapshot().apis["ListOffsets"].responses
+    assert r.returncode != 0 and "Traceback" not in r.stderr, r.stdout + r.stderr
+    last = r.stderr.strip().splitlines()[-1]
+    assert "before the run is unknown (TOPIC_AUTHORIZATION_FAILED from broker" in last, last
+    assert "partition(s) 0, 1)" in last and "asked" not in last, last
+    assert asked == 1                                    # max.block.ms (60 s) was not waited out

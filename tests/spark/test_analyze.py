@@ -309,6 +309,7 @@ def test_damage_is_counted_as_decode_counts_it_however_the_ranges_cut(spark, tmp
     paths = _damaged_captures(tmp_path)
     want = _decode_summary(paths, [9092])
     assert want["errors"]["RECORDS_DECODE_ERROR"] == 1
+    assert want["marks"]["request_cut"] == 1 and want["apis"]["Produce"]["latency_count"] == 22
     assert {"gap", "incomplete", "skipped", "malformed", "truncated"} <= set(want["notices"])
     clean = _decode_summary(paths[1:], [9092])["notices"]
     assert clean["skipped"] and clean["incomplete"]     # streams no reader breaks
@@ -318,6 +319,11 @@ def test_damage_is_counted_as_decode_counts_it_however_the_ranges_cut(spark, tmp
         assert res.notices == want["notices"], name
         assert {r["error"]: r["count"] for r in res.errors} == want["errors"], name
         assert sum(g["requests"] + g["responses"] for g in res.latency) == want["frames"], name
+        # Pairs as decode pairs them: responses to cut requests (one cut while the stream was
+        # resynchronising) decoded and timed from the packet that completed the request.
+        assert {g["api_name"]: (g["requests"], g["responses"], g["latency_count"])
+                for g in res.latency} == {a: (e["requests"], e["responses"], e["latency_count"])
+                                          for a, e in want["apis"].items()}, name
         repaired = {r.split(": ")[0] for r in res.repaired}
         if name == "many":
             assert res.tasks > 20 and repaired == {paths[0]}, res.repaired

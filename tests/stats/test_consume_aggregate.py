@@ -143,3 +143,42 @@ def test_interval_rate_is_the_rounds_records_over_its_length_on_one_clock():
     snap = st.snapshot(T0 + 2 * S)
     assert abs(snap.interval_s - 1.5) < 1e-9
     assert abs(snap.interval_rate - 2000 / 1.5) < 1e-6
+
+
+def test_lag_max_covers_the_final_lag_of_partitions_never_fetched():
+    """The timeline holds the lag of fetched partitions; the final lag adds the end
+    offsets of the others, asked after the run (ListOffsets): lag.max was below lag.final."""
+    st = ConsumeStats(consumers=1, start_wall_ns=T0, run_id="r")
+    m = ConsumerMetricsSnapshot(records_consumed=100)
+    fetched = PartitionProgress("t", 0, position=100, end_offset=110, target=-1)
+    never = PartitionProgress("t", 1, position=0, end_offset=-1, target=-1)
+    st.add(ConsumerInterval(0, T0, T0 + S, {}, m, (fetched, never), matched=100, final=True))
+    s = st.summary()
+    assert (s.lag_final, s.lag_max) == (10, 10)
+    s = s.with_end_offsets({1: 500})
+    assert s.lag_final == 510 and s.lag_max == 510
+
+
+def test_failed_commits_are_in_the_summary_and_its_json():
+    """A failed commit before a rebalance (cumulative count, last reason) and a failed
+    closing commit reach the summary once per consumer and kind, in the JSON and back."""
+    from dataclasses import replace
+
+    from kctl.stats.consume_summary import ConsumeSummary, FailedCommit
+
+    s = ConsumeStats(consumers=2, start_wall_ns=T0, mode="group")
+    s.add(replace(_interval(0, 0, 10), rebalance_commit_failures=1, rebalance_commit_error="t-0 ILLEGAL_GENERATION"))
+    s.add(_interval(1, 0, 10))
+    s.add(replace(_interval(0, 1, 20, final=True), rebalance_commit_failures=2,
+                  rebalance_commit_error="t-1 UNKNOWN_MEMBER_ID", close_commit_error="t-0 REBALANCE_IN_PROGRESS"))
+    s.add(_interval(1, 1, 20, final=True))
+    summary = s.summary()
+    assert summary.failed_commits == (
+        FailedCommit(0, "rebalance", 2, "t-1 UNKNOWN_MEMBER_ID"),
+        FailedCommit(0, "close", 1, "t-0 REBALANCE_IN_PROGRESS"))
+    doc = summary.to_json()
+    assert doc["failed_commits"][0] == {"consumer": 0, "when": "rebalance", "count": 2,
+                                        "error": "t-1 UNKNOWN_MEMBER_ID"}
+    assert ConsumeSummary.from_json(doc).failed_commits == summary.failed_commits
+    assert summary.failed_commits[0].warning().startswith(
+        "WARNING: consumer 0: 2 commits before a rebalance failed (last: t-1 UNKNOWN_MEMBER_ID)")
