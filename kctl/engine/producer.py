@@ -57,11 +57,12 @@ from kctl.engine.buffer_pool import BufferPool
 from kctl.engine.clock import NS_PER_MS, Clock, SystemClock
 from kctl.engine.idempotence import Idempotence
 from kctl.engine.metadata import Metadata
-from kctl.engine.metrics import ProducerMetrics
+from kctl.engine.metrics import MetricsSnapshot, ProducerMetrics
 from kctl.engine.network import NetworkClient
 from kctl.engine.partitioner import Partitioner
 from kctl.engine.sender import Sender
 from kctl.engine.transactions import (
+    AUTHORIZATION_ERRORS,
     TransactionConfig,
     TransactionResult,
     Transactions,
@@ -402,6 +403,10 @@ class Producer:
                                     clock=self.clock, run_step=self._run_step)
         self.pool.deallocate(buffer, size)
 
+    def metrics_snapshot(self) -> MetricsSnapshot:
+        """The counters, with the network client's SASL re-authentications."""
+        return self.metrics.snapshot(reauthentications=self.network.metrics.reauthentications_total)
+
     def _buffer_exhausted(self, records: int, error: BufferExhaustedError) -> None:
         """``records`` never got memory: they fail (counted as any failed record)."""
         m = self.metrics
@@ -689,6 +694,8 @@ class Producer:
                                           count_error=True)
                     self.sender.fail_in_flight("PRODUCER_CLOSED",
                                                "the producer was closed before the broker answered", now)
+            if txn is not None:
+                txn.close()
         finally:
             # acks=0 has nothing to wait for: close gracefully so the broker reads
             # the last request before it sees the connection end.
@@ -717,6 +724,14 @@ class Producer:
             txn = self._txn()
             if txn.has_fatal_error:
                 raise ProducerFatalError(f"{what}: {txn.explain(result.error)}")
+            if result.error in AUTHORIZATION_ERRORS:
+                # InitProducerId refused (Java's Sender.shouldHandleAuthorizationError): the
+                # producer goes back to UNINITIALIZED; init_transactions may be asked again.
+                if txn.has_abortable_error:
+                    self._step(0)
+                raise KctlError(f"{what}: {result.error}: the principal may not use transactional.id "
+                                f"{txn.transactional_id!r} (init_transactions may be called again "
+                                "once it is authorized)")
             raise TransactionAbortableError(f"{what}: {result.error}")
 
     def init_transactions(self, timeout_s: float | None = None) -> None:
@@ -735,6 +750,10 @@ class Producer:
         """Sends what is queued, waits for every record's answer, then commits (EndTxn).
         ``TransactionAbortableError``: the transaction must be aborted instead."""
         txn = self._txn()
+        if txn.has_abortable_error:
+            # A batch of it failed meanwhile (Java's maybeFailWithError in beginCommit):
+            # the application aborts, as after a failed commit.
+            raise TransactionAbortableError(f"commit_transaction: {txn.explain(txn.last_error or '')}")
         result = txn.begin_commit()
         self.flush(timeout_s)
         self._run_until(result, timeout_s, "commit_transaction")

@@ -28,7 +28,12 @@ processes, each with its own engine and connections). Its loop:
   transaction begun at the start and committed whenever it is that old (and at the
   end); each commit's time (flush and EndTxn) goes into a commit-latency histogram.
   A commit that fails with an abortable error aborts the transaction and goes on;
-  a fatal one (fenced) fails the worker;
+  a fatal one (fenced) fails the worker. A batch acknowledged in a transaction is
+  held (``_HeldAck``) until the transaction ends: at the commit its records enter
+  the interval's latencies with their acknowledgement's latency, as the engine then
+  counts them acked; an aborted (or never committed) transaction's records enter no
+  acknowledged figure (the engine counts them failed). So counts, rates, latencies,
+  the .hlog and the per-partition and per-broker figures cover the same records;
 - ``stop`` (set by the parent on Ctrl-C) ends the schedule early; what is in
   flight is given ``stop_grace_s`` to finish, then abandoned (counted, with the
   reason). Records due by the worker's last turn before the stop that it never
@@ -64,7 +69,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kctl.config import ProducerConfig
-from kctl.engine.batch import AppendSlice, BatchState, ProducerBatch
+from kctl.engine.batch import AppendSlice, BatchState, ProducerBatch, TopicPartition
 from kctl.engine.bulk import RecordPool, RecordShape
 from kctl.engine.clock import SystemClock
 from kctl.engine.producer import Producer, TransactionAbortableError
@@ -216,11 +221,26 @@ class _MovedAcks:
     by_partition: Counter = field(default_factory=Counter)
     by_node: Counter = field(default_factory=Counter)
 
-    def add(self, batch: ProducerBatch, n: int) -> None:
+    def add(self, batch: ProducerBatch | _HeldAck, n: int) -> None:
         self.records += n
         self.value_bytes += batch.value_bytes * n // max(1, batch.record_count)
         self.by_partition[(batch.tp.topic, batch.tp.partition)] += n
         self.by_node[batch.node_id] += n
+
+
+@dataclass(frozen=True, slots=True)
+class _HeldAck:
+    """An acknowledged batch of the open transaction, as its latencies and counts need it
+    (not the batch: its records would stay in memory until the commit)."""
+
+    tp: TopicPartition
+    node_id: int
+    record_count: int
+    value_bytes: int
+    sent_ns: int
+    slices: list[AppendSlice]
+    acked_ns: int
+    acked_wall_ns: int
 
 
 def record_shape(spec: WorkerSpec) -> RecordShape:
@@ -301,6 +321,7 @@ class Worker:
         self.txn_started_ns = 0
         self._txn_mark: dict[int, int] = {}
         self._txn_open = False
+        self._txn_acks: list[_HeldAck] = []     # acknowledged in the open transaction
         self.commit_latency = new_histogram()   # µs, this interval's commits
         self.last_done_wall_ns = 0              # the latest batch completion (acked or failed)
         self.first_measured_done_wall_ns = 0    # the first acknowledgement of a measured record
@@ -332,22 +353,33 @@ class Worker:
         if batch.state is BatchState.ACKED:
             if self.spec.verify:
                 self.acked.add(batch)
-            now = self.clock.now_ns()
-            if not self.split:
-                if not self.first_measured_done_wall_ns:
-                    self.first_measured_done_wall_ns = self.last_done_wall_ns
-                self.latency.record_batch(now, batch.sent_ns, batch.slices)
+            if self.txn_ns:
+                # Counted when its transaction commits (as the engine counts it), with the
+                # latency of its acknowledgement; dropped if the transaction never commits.
+                self._txn_acks.append(_HeldAck(batch.tp, batch.node_id, batch.record_count,
+                                               batch.value_bytes, batch.sent_ns, batch.slices,
+                                               self.clock.now_ns(), self.last_done_wall_ns))
                 return
-            warm, measured = split_warmup(batch.slices, self.measured_from_ns, self.spec.warmup_records)
-            if measured and not self.first_measured_done_wall_ns:
-                self.first_measured_done_wall_ns = self.last_done_wall_ns
-            self.latency.record_batch(now, batch.sent_ns, measured)
-            self.warmup_latency.record_batch(now, batch.sent_ns, warm)
-            moved, other = ((self.measured_early, measured) if self._interval_warmup
-                            else (self.warmup_late, warm))
-            n = sum(s.count for s in other)
-            if n:
-                moved.add(batch, n)
+            self._count_ack(batch, self.clock.now_ns(), self.last_done_wall_ns)
+
+    def _count_ack(self, batch: ProducerBatch | _HeldAck, now: int, wall: int) -> None:
+        """An acknowledged batch's records into this interval's latencies (acknowledged at
+        ``now``, ``wall``), warm-up records apart."""
+        if not self.split:
+            if not self.first_measured_done_wall_ns:
+                self.first_measured_done_wall_ns = wall
+            self.latency.record_batch(now, batch.sent_ns, batch.slices)
+            return
+        warm, measured = split_warmup(batch.slices, self.measured_from_ns, self.spec.warmup_records)
+        if measured and not self.first_measured_done_wall_ns:
+            self.first_measured_done_wall_ns = wall
+        self.latency.record_batch(now, batch.sent_ns, measured)
+        self.warmup_latency.record_batch(now, batch.sent_ns, warm)
+        moved, other = ((self.measured_early, measured) if self._interval_warmup
+                        else (self.warmup_late, warm))
+        n = sum(s.count for s in other)
+        if n:
+            moved.add(batch, n)
 
     # -- the loop ------------------------------------------------------------------------------
     def run(self) -> None:
@@ -507,10 +539,19 @@ class Worker:
             return
         self._txn_open = False
         self.commit_latency.record_value(max(1, (self.clock.now_ns() - t0) // 1000))
+        for ack in self._txn_acks:
+            self._count_ack(ack, ack.acked_ns, ack.acked_wall_ns)
+        self._txn_acks.clear()
 
     def _abort_transaction(self, timeout_s: float | None) -> None:
         self.producer.abort_transaction(timeout_s)
-        self.acked.truncate(self._txn_mark)   # --verify: an aborted transaction's records are not expected
+        self._drop_transaction()
+
+    def _drop_transaction(self) -> None:
+        """The open transaction will never commit: its records are in no acknowledged
+        figure (the engine counts them failed) and --verify does not expect them."""
+        self.acked.truncate(self._txn_mark)
+        self._txn_acks.clear()
         self._txn_open = False
 
     def _finish(self, *, failed: bool = False) -> None:
@@ -540,10 +581,11 @@ class Worker:
         if txn is not None and txn.has_fatal_error and self._txn_open:
             # A fatal error left the transaction open: it never commits, so its records are
             # not expected (the engine counts them failed, TRANSACTION_NOT_COMMITTED).
-            self.acked.truncate(self._txn_mark)
-            self._txn_open = False
+            self._drop_transaction()
         reason = None if done else (f"run stopped: no verdict within the {grace:g} s stop grace")
         p.close(0 if not done else None, abandon_reason=reason)
+        if self._txn_open:
+            self._drop_transaction()   # close aborted it (it could not commit)
         by_reason = dict(p.metrics.abandoned_by_reason)
         if self.unsent:
             by_reason[UNSENT_AT_STOP] = self.unsent
@@ -567,7 +609,7 @@ class Worker:
                 self.warmup_latency.encode_interval()   # the warm-up's stragglers: left out
         self.reports.put(WorkerInterval(
             worker=self.spec.worker, start_wall_ns=self._interval_start_wall, end_wall_ns=now_wall,
-            histograms=histograms, metrics=p.metrics.snapshot(),
+            histograms=histograms, metrics=p.metrics_snapshot(),
             in_flight_by_node=in_flight, buffer_available=p.pool.available_memory,
             buffer_total=p.pool.total_memory,
             warmup=self._interval_warmup, final=final,
