@@ -57,7 +57,7 @@ from kctl.engine.buffer_pool import BufferPool
 from kctl.engine.clock import NS_PER_MS, Clock, SystemClock
 from kctl.engine.idempotence import Idempotence
 from kctl.engine.metadata import Metadata
-from kctl.engine.metrics import ProducerMetrics
+from kctl.engine.metrics import MetricsSnapshot, ProducerMetrics
 from kctl.engine.network import NetworkClient
 from kctl.engine.partitioner import Partitioner
 from kctl.engine.sender import Sender
@@ -408,6 +408,10 @@ class Producer:
         buffer = self.pool.allocate(size, max_block_ms=self.config.max_block_ms,
                                     clock=self.clock, run_step=self._run_step)
         self.pool.deallocate(buffer, size)
+
+    def metrics_snapshot(self) -> MetricsSnapshot:
+        """The counters, with the network client's SASL re-authentications."""
+        return self.metrics.snapshot(reauthentications=self.network.metrics.reauthentications_total)
 
     def _buffer_exhausted(self, records: int, error: BufferExhaustedError) -> None:
         """``records`` never got memory: they fail (counted as any failed record)."""

@@ -677,7 +677,7 @@ class Worker:
                 self.warmup_latency.encode_interval()   # the warm-up's stragglers: left out
         self.reports.put(WorkerInterval(
             worker=self.spec.worker, start_wall_ns=self._interval_start_wall, end_wall_ns=now_wall,
-            histograms=histograms, metrics=p.metrics.snapshot(),
+            histograms=histograms, metrics=p.metrics_snapshot(),
             in_flight_by_node=in_flight, buffer_available=p.pool.available_memory,
             buffer_total=p.pool.total_memory,
             warmup=self._interval_warmup, final=final,

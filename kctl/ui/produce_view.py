@@ -337,6 +337,8 @@ def summary_renderable(summary: RunSummary) -> Group:
                      f"{b.compression_rate_avg:.3f} (compressed / uncompressed, per batch)")
     head.add_row(f"throttled{measured}", f"{summary.throttle.time_ms:,} ms in {summary.throttle.requests:,} requests")
     head.add_row(f"retries{measured}", f"{summary.retries:,} ({summary.batching.splits:,} splits)")
+    if summary.counts.reauthentications:
+        head.add_row("SASL re-authentications", f"{summary.counts.reauthentications:,} (KIP-368, whole run)")
     txn = summary.transactions
     if txn is not None:
         head.add_row("transactions", f"{txn.committed:,} committed, {txn.aborted:,} aborted")
