@@ -3,8 +3,10 @@
 A file a run writes at its end (``--json-out``, ``--hdr-out``, ``--junit-xml``, a
 capture) must not be lost to a typo after minutes of load: each is checked up front,
 and a path that cannot be written is refused with one line naming the option (exit 2,
-as every ConfigError). A file: its parent directory exists and is writable, and the
-path itself is not a directory. A directory kctl creates (``--out``): the path is a
+as every ConfigError). A file: its parent directory exists, the path is not a
+directory, and the file can really be opened for writing there (it is opened for
+append and, when it did not exist, removed again: a permission check alone passes
+paths such as ``/proc/x.json`` that no file can be created at). A directory kctl creates (``--out``): the path is a
 writable directory, or does not exist yet and its nearest existing parent is one.
 URIs (``s3://``, ``hdfs://``) are the cluster's to open and are not checked here.
 """
@@ -38,6 +40,19 @@ def check_output_file(option: str, path: str | os.PathLike | None) -> None:
         raise ConfigError(f"{option} {p}: directory {parent} does not exist")
     if not os.access(parent, os.W_OK | os.X_OK) or (p.exists() and not os.access(p, os.W_OK)):
         raise ConfigError(f"{option} {p}: not writable")
+    existed = p.exists()
+    if existed and not p.is_file():
+        return          # /dev/stdout, a FIFO: opening one here could block or consume it
+    try:
+        with open(p, "ab"):
+            pass
+    except OSError as e:
+        raise ConfigError(f"{option} {p}: cannot be written ({e.strerror or e})") from None
+    if not existed:
+        try:
+            p.unlink()
+        except OSError:
+            pass
 
 
 def check_output_dir(option: str, path: str | os.PathLike | None) -> None:

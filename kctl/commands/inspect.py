@@ -130,7 +130,7 @@ def inspect(
     virtual_brokers: int = typer.Option(1, "--virtual-brokers", min=1,
                                         help="Present the one upstream broker as N brokers."),
     show: str = typer.Option("stats", "--show", help="stats (live view) or frames (one line per frame)."),
-    duration: str = typer.Option(None, "--duration", help="Stop after this long: 500ms, 5s, 1m30s, or seconds."),
+    duration: str = typer.Option(None, "--duration", help="Stop after this long: 500ms, 5s, 1m30s, or seconds (at least 1ms; default: until Ctrl-C)."),
     listen_tls_cert: str = typer.Option(None, "--listen-tls-cert",
                                         help="Terminate TLS from clients with this PEM certificate chain."),
     listen_tls_key: str = typer.Option(None, "--listen-tls-key",
@@ -170,6 +170,8 @@ def inspect(
     """
     check_outputs(files={"--capture": capture, "--json-out": json_out})
     duration_s = parse_duration(duration, "--duration") if duration is not None else None
+    if duration_s is not None and duration_s < 0.001:
+        raise ConfigError(f"--duration must be at least 1ms, not {duration!r} (leave it out to run until Ctrl-C)")
     if show not in ("stats", "frames"):
         raise ConfigError(f"--show {show!r}: expected stats or frames")
     if (listen_tls_key or listen_tls_key_password) and not listen_tls_cert:

@@ -71,19 +71,19 @@ def _perf_test_rate(throughput: str | None, rate: str | None) -> float:
 
 def produce(
     bootstrap_server: Optional[str] = typer.Option(
-        None, "-b", "--bootstrap-server", help="Brokers (host:port,...). None: start the embedded broker."),
+        None, "-b", "--bootstrap-server", help="Brokers (host:port,...). Left out: start the embedded broker."),
     topic: str = typer.Option("kctl-perf", "-t", "--topic", help="Topic; created when missing."),
     partitions: int = typer.Option(6, "--partitions", help="Partitions for a topic kctl creates."),
     replication_factor: int = typer.Option(1, "--replication-factor", help="Replication for a topic kctl creates."),
     no_create_topic: bool = typer.Option(False, "--no-create-topic", help="Fail instead of creating a missing topic."),
-    rate: Optional[str] = typer.Option(None, "--rate", help="Records/s over all workers: 5000, 5k, 1.5M, or max (the default)."),
-    throughput: Optional[str] = typer.Option(None, "--throughput", help="perf-test's spelling of --rate: records/s; -1 = as fast as possible."),
-    rate_bytes: Optional[str] = typer.Option(None, "--rate-bytes", help="Value bytes/s instead of --rate: 200000, 10MB, 10MiB."),
-    duration: Optional[str] = typer.Option(None, "--duration", help="Run length, --warmup included: 500ms, 30s, 1m30s, 2h, or seconds (default 10s)."),
+    rate: Optional[str] = typer.Option(None, "--rate", help="Records/s over all workers: 5000, 5k, 1.5M (at most 1G), or max (the default: as fast as possible; 0 is refused, as --throughput 0)."),
+    throughput: Optional[str] = typer.Option(None, "--throughput", help="perf-test's spelling of --rate: records/s; -1 (any negative) = as fast as possible; 0 is refused."),
+    rate_bytes: Optional[str] = typer.Option(None, "--rate-bytes", help="Value bytes/s instead of --rate: 200000, 10MB, 10MiB (0 is refused: leave it out for as fast as possible)."),
+    duration: Optional[str] = typer.Option(None, "--duration", help="Run length, --warmup included: 500ms, 30s, 1m30s, 2h, or seconds (at least 1ms; default 10s). A paced run (--rate) sends every record scheduled in it, however long that takes; with --num-records too the first bound reached ends the run."),
     num_records: Optional[int] = typer.Option(None, "--num-records", help="Records to send (over all workers)."),
     warmup: Optional[str] = typer.Option(None, "--warmup", help="Excluded from results: a time (5s, 1m; the start of --duration, so shorter than it) or a record count (10000); the records scheduled in it, whenever acknowledged."),
     warmup_records: Optional[int] = typer.Option(None, "--warmup-records", help="perf-test's (KIP-1052): the first N records are warm-up, not counted."),
-    record_size: int = typer.Option(100, "--record-size", help="Value size in bytes."),
+    record_size: Optional[int] = typer.Option(None, "--record-size", help="Value size in bytes (default 100; not with --payload-file, whose values set the sizes)."),
     payload: str = typer.Option("random", "--payload", help="random | text | zeros."),
     payload_monotonic: bool = typer.Option(False, "--payload-monotonic", help="perf-test's: each value is the record's sequence number as text (one sequence per worker; needs --num-records)."),
     payload_file: Optional[str] = typer.Option(None, "--payload-file", help="Values from a file ('-': stdin), split by --payload-delimiter."),
@@ -94,7 +94,7 @@ def produce(
     properties: list[str] = typer.Option([], "-X", help="Producer property name=value (Kafka names, or librdkafka's where they mean the same; repeatable)."),
     producer_props: list[str] = typer.Option([], "--producer-props", "--command-property", metavar="NAME=VALUE...", help="perf-test's spelling of -X (and KIP-1147's): one or more name=value after the flag."),
     producer_config: list[str] = typer.Option([], "--producer-config", "--producer.config", "--command-config", metavar="FILE", help="Java .properties file of producer properties (perf-test: --producer.config; KIP-1147: --command-config)."),
-    workers: Optional[int] = typer.Option(None, "--workers", help="Worker processes (default: cores - 1 when the broker is on this host, else one per core)."),
+    workers: Optional[int] = typer.Option(None, "--workers", help="Worker processes (default: cores - 1 when the broker is on this host, else one per core; at most 4 per core)."),
     hdr_out: Optional[Path] = typer.Option(None, "--hdr-out", help="Write the HdrHistogram interval log (.hlog)."),
     json_out: Optional[Path] = typer.Option(None, "--json-out", help="Write the summary JSON."),
     interval: str = typer.Option("1s", "--interval", help="Time between interval reports: 250ms, 1s, 5s."),
@@ -112,8 +112,8 @@ def produce(
     drain_timeout: Optional[str] = typer.Option(None, "--drain-timeout", help="With --consume: how long the consumers may read on after the producers finish (default 30s)."),
     clock_server: Optional[str] = typer.Option(None, "--clock-server", metavar="[HOST:]PORT", help="Answer clock-offset exchanges here, for 'kctl consume --clock-peer' on another host."),
     spark: bool = typer.Option(False, "--spark", help="Run the workers as Spark tasks (needs kctl[spark])."),
-    master: Optional[str] = typer.Option(None, "--master", help="Spark master URL with --spark (default local[*])."),
-    tasks: Optional[int] = typer.Option(None, "--tasks", help="Spark tasks with --spark (default: --workers, else the cluster's slots)."),
+    master: Optional[str] = typer.Option(None, "--master", help="Spark master URL with --spark (default local[*]; refused without --spark)."),
+    tasks: Optional[int] = typer.Option(None, "--tasks", help="Spark tasks with --spark (default: --workers, else the cluster's slots; refused without --spark)."),
 ) -> None:
     """Load-test a cluster: open-loop rate schedule, three latency clocks, live stats.
 
@@ -134,13 +134,24 @@ def produce(
         warmup = str(warmup_records) if warmup_records else None
     if payload_monotonic:
         payload = "monotonic"
-    use_spark = bool(spark or master or tasks is not None)
+    if not spark and (master is not None or tasks is not None):
+        raise ConfigError(f"{'--master' if master is not None else '--tasks'} goes with --spark "
+                          f"(add --spark to run the workers as Spark tasks)")
+    use_spark = spark
+    records_per_s = _perf_test_rate(throughput, rate)
+    if rate is not None and rate.strip().lower() != "max" and records_per_s == 0:
+        raise ConfigError(f"--rate {rate} would never send; use --rate max (or leave it out) for "
+                          f"as fast as possible")
+    bytes_per_s = parse_byte_rate(rate_bytes, "--rate-bytes")
+    if rate_bytes is not None and bytes_per_s == 0:
+        raise ConfigError(f"--rate-bytes {rate_bytes} would never send; leave it out for as fast as possible")
     options = ProduceOptions(
         bootstrap=bootstrap_server, topic=topic, partitions=partitions,
         replication_factor=replication_factor, create_topic=not no_create_topic,
-        rate=_perf_test_rate(throughput, rate), rate_bytes=parse_byte_rate(rate_bytes, "--rate-bytes"),
+        rate=records_per_s, rate_bytes=bytes_per_s,
         duration=duration, num_records=num_records, warmup=warmup,
-        record_size=record_size, payload=payload, payload_file=payload_file,
+        record_size=100 if record_size is None else record_size, record_size_given=record_size is not None,
+        payload=payload, payload_file=payload_file,
         payload_delimiter=payload_delimiter, compressibility=compressibility, keys=keys,
         headers=headers, properties=tuple(properties) + tuple(producer_props),
         producer_config=tuple(producer_config),
@@ -199,8 +210,14 @@ def produce(
         if live is not None:
             live.stop()
     summary = outcome.summary
+    json_error = None
     if json_out:
-        json_out.write_text(json.dumps(summary.to_json(), indent=2, sort_keys=False) + "\n")
+        try:
+            json_out.write_text(json.dumps(summary.to_json(), indent=2, sort_keys=False) + "\n")
+        except OSError as e:
+            # Checked before the run, yet it can still fail (disk full, removed directory):
+            # the summary below is printed all the same, then this line, exit 2.
+            json_error = f"--json-out {json_out}: cannot be written ({e.strerror or e})"
     if out.is_terminal:
         out.print(summary_renderable(summary))
     # perf-test's closing line, last on stdout (scripts take it with tail -1); the clock
@@ -213,6 +230,12 @@ def produce(
         print(line)
     print(clock_line(summary))
     print(summary_line(summary), flush=True)
+    if json_error is not None:
+        print(f"kctl: error: {json_error}", file=sys.stderr, flush=True)
+    if _warmup_took_all(summary, plan):
+        err.print(f"[yellow]warning:[/] the warm-up (--warmup {plan.options.warmup}) covered the whole "
+                  f"run: no steady-state records to report; give more --num-records or a shorter --warmup",
+                  highlight=False)
     if outcome.result.interrupted:
         # The summary (and --json-out, --hdr-out) are written; the status says the run was cut short.
         err.print("interrupted: the run was stopped early; the summary covers what ran")
@@ -239,6 +262,8 @@ def produce(
     if counts.failed:
         err.print(failed_line(counts), highlight=False)
         status = status or 1
+    if json_error is not None:
+        status = status or 2
     if status:
         sys.exit(status)
 
@@ -250,11 +275,24 @@ def failed_line(counts: Counts) -> str:
     return f"{counts.failed} record(s) failed: {by_error}"
 
 
+def _warmup_took_all(summary, plan) -> bool:
+    """A warm-up was asked for and no record was left after it (a run at full speed that
+    --num-records ended inside the --warmup time)."""
+    return bool(plan.options.warmup) and summary.counts.acked == 0 and summary.counts.scheduled > 0 \
+        and not summary.run.interrupted
+
+
+_CLOCK_FORM = "[HOST:]PORT with PORT 1..65535 (e.g. 7079 or 0.0.0.0:7079)"
+
+
 def _clock_address(text: str | None) -> str | None:
     """``--clock-server PORT`` listens on every interface; ``HOST:PORT`` on one."""
     if text is None:
         return None
-    return f"0.0.0.0:{text}" if text.isdigit() else text
+    host, sep, port = text.strip().rpartition(":")
+    if not port.isdigit() or not 1 <= int(port) <= 65535 or (sep and not host.strip("[]")):
+        raise ConfigError(f"--clock-server must be {_CLOCK_FORM}, not {text!r}")
+    return f"{host}:{int(port)}" if sep else f"0.0.0.0:{int(port)}"
 
 
 def register(app: typer.Typer) -> None:

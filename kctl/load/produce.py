@@ -11,6 +11,8 @@ caller (the command) renders through the ``on_round``/``on_event`` callbacks.
 
 from __future__ import annotations
 
+import os
+
 from collections.abc import Callable, Sequence
 from contextlib import ExitStack, closing
 from dataclasses import dataclass, replace
@@ -57,6 +59,7 @@ class ProduceOptions:
     num_records: int | None = None
     warmup: str | None = None
     record_size: int = 100
+    record_size_given: bool = False         # --record-size was on the command line
     payload: str = "random"
     payload_file: str | None = None
     payload_delimiter: str = "\\n"
@@ -82,6 +85,19 @@ class ProduceOptions:
     drain_timeout: str | None = None        # how long the consumers may take after the producers
     clock_server: str | None = None         # [host:]port: answer clock-offset exchanges
     spin_ms: float = 0.0                    # paced: poll, not sleep, this long before a due record
+
+
+#: The shortest --duration: a run of 0 would send nothing and report success.
+MIN_DURATION_S = 0.001
+#: The highest paced rate (records/s): the schedule spaces records in whole nanoseconds.
+MAX_PACED_RATE = 1e9
+#: Local worker processes per core at most (--workers).
+WORKERS_PER_CORE = 4
+
+
+def max_local_workers() -> int:
+    """The most local worker processes --workers may ask for on this host."""
+    return WORKERS_PER_CORE * (os.cpu_count() or 1)
 
 
 #: kafka-producer-perf-test's defaults: a transaction's duration when transactional.id is
@@ -139,6 +155,16 @@ def prepare(o: ProduceOptions) -> ProducePlan:
         raise ConfigError(f"--spin-ms must be between 0 and 1000, not {o.spin_ms}")
     if o.workers is not None and o.workers < 1:
         raise ConfigError(f"{o.workers_reason} must be at least 1, not {o.workers}")
+    if o.workers is not None and o.workers_reason == "--workers" and o.workers > max_local_workers():
+        raise ConfigError(f"--workers must be at most {max_local_workers()} ({WORKERS_PER_CORE} per core "
+                          f"here): each worker is a process that keeps a core busy, so more only measure "
+                          f"the processes' switching; not {o.workers}")
+    if o.bootstrap is not None and not o.bootstrap.strip():
+        raise ConfigError("--bootstrap-server is empty: give host:port, or leave it out to start "
+                          "the embedded broker")
+    if o.payload_file and o.record_size_given:
+        raise ConfigError("give --payload-file or --record-size, not both: the file's values set "
+                          "the sizes (as in kafka-producer-perf-test)")
     if o.verify and not o.id_headers:
         raise ConfigError("--verify needs the record identity headers: drop --no-id-headers")
     if o.consume and not o.id_headers:
@@ -150,7 +176,9 @@ def prepare(o: ProduceOptions) -> ProducePlan:
     if o.consumers is not None and o.consumers < 1:
         raise ConfigError(f"--consumers must be at least 1, not {o.consumers}")
     validate_topic_name(o.topic)
-    duration_s = parse_duration(o.duration, "--duration") if o.duration else None
+    duration_s = parse_duration(o.duration, "--duration") if o.duration is not None else None
+    if duration_s is not None and duration_s < MIN_DURATION_S:
+        raise ConfigError(f"--duration must be at least 1ms, not {o.duration!r}")
     num_records = o.num_records
     if duration_s is None and num_records is None:
         duration_s = 10.0
@@ -195,6 +223,12 @@ def prepare(o: ProduceOptions) -> ProducePlan:
     rate = o.rate
     if o.rate_bytes:
         rate = o.rate_bytes / max(pool.mean_size, 1.0)
+    if rate > MAX_PACED_RATE:
+        what = "--rate-bytes" if o.rate_bytes else "--rate"
+        raise ConfigError(f"{what} must be at most 1G records/s (one record a "
+                          f"nanosecond, the schedule's resolution), not {rate:.3g} records/s; "
+                          f"leave it out for as fast as possible")
+    bound_notes = _bound_notes(o, rate, num_records, duration_s, warm_s)
     paced = paced_workers(workers, rate, pool.mean_size)
     if o.workers is None and paced != workers and (not monotonic_count or num_records <= MAX_MONOTONIC):
         workers = paced
@@ -219,7 +253,7 @@ def prepare(o: ProduceOptions) -> ProducePlan:
                      collect_acked=o.consume,
                      transaction_duration_ms=(o.transaction_duration_ms or DEFAULT_TRANSACTION_DURATION_MS)
                      if config.transactional_id is not None else None)
-    warnings = list(config.warnings)
+    warnings = list(config.warnings) + bound_notes
     consumer = None
     if o.consume:
         csettings: list[Setting] = []
@@ -237,6 +271,24 @@ def prepare(o: ProduceOptions) -> ProducePlan:
     drain_s = parse_duration(o.drain_timeout, "--drain-timeout") if o.drain_timeout else 30.0
     consumers = o.consumers or 1
     return ProducePlan(o, tuple(settings), config, spec_args, tuple(warnings), consumer, consumers, drain_s)
+
+
+def _bound_notes(o: ProduceOptions, rate: float, num_records: int | None, duration_s: float | None,
+                 warm_s: float) -> list[str]:
+    """A paced run given both bounds ends at the first: a warning when that is --duration
+    (fewer records than --num-records); a --warmup time in which every record is scheduled
+    would leave nothing to measure: refused."""
+    if rate <= 0 or num_records is None:
+        return []
+    schedule_s = num_records / rate
+    if warm_s and schedule_s <= warm_s:
+        raise ConfigError(f"--warmup {o.warmup} covers the whole run: the {num_records} records of "
+                          f"--num-records are all scheduled in its first {schedule_s:g}s at "
+                          f"{rate:g} records/s; give a shorter --warmup or more --num-records")
+    if duration_s is not None and o.duration is not None and schedule_s > duration_s:
+        return [f"--duration {o.duration} ends the run before --num-records {num_records} is sent: "
+                f"at {rate:g} records/s about {int(rate * duration_s)} records fit in it"]
+    return []
 
 
 # -- the Java client's checks before a record is sent -----------------------------------------
