@@ -15,7 +15,7 @@ from rich.live import Live
 from kctl.commands._stop import EXIT_INTERRUPTED
 from kctl.errors import ConfigError, KctlError
 from kctl.commands._output import check_outputs
-from kctl.load.produce import ProduceOptions, execute, prepare
+from kctl.load.produce import ProduceOptions, ScheduleLag, execute, prepare
 from kctl.quantities import parse_byte_rate, parse_duration, parse_rate
 from kctl.ui.console import stderr_console, stdout_console
 from kctl.ui.produce_view import (
@@ -195,9 +195,14 @@ def produce(
                         console=out, refresh_per_second=4, transient=True)
             live.start()
 
+    lag = ScheduleLag(plan.spec_args["rate"])
+
     def on_round(stats, closed: int) -> None:
+        snapshot = stats.snapshot(time.time_ns())
         if not live_view and not quiet:
-            print(plain_line(stats.snapshot(time.time_ns()), consume_state()), flush=True)
+            print(plain_line(snapshot, consume_state()), flush=True)
+        if (behind := lag.step(snapshot)) is not None:
+            err.print(f"[yellow]warning:[/] {behind}", highlight=False)
 
     # Ctrl-C, and SIGTERM taken as Ctrl-C (cli.py, commands/_stop.py), stop the run: the
     # workers end their schedule and report every record, the summary is written, exit 130.

@@ -291,6 +291,42 @@ def _bound_notes(o: ProduceOptions, rate: float, num_records: int | None, durati
     return []
 
 
+class ScheduleLag:
+    """Warns once, live, when a paced run falls far behind its schedule.
+
+    The end of --duration does not stop a paced run: every record scheduled before it is
+    sent, late if need be, so a rate the cluster (or this host) cannot carry runs on long
+    after the duration. Behind is measured per closed round as the interval's median
+    intended-clock latency less its median send-clock latency (how late records left,
+    the broker's own time taken out); the warning comes when that is over ``threshold_s``
+    and larger than the previous round's (still falling behind, not catching up).
+    """
+
+    def __init__(self, rate: float, threshold_s: float = 1.0) -> None:
+        self.rate = rate
+        self.threshold_s = threshold_s
+        self.warned = False
+        self._last_s: float | None = None
+
+    def step(self, snapshot: Any) -> str | None:
+        """One closed round's snapshot in; the warning, once, when it is due."""
+        if self.warned or self.rate <= 0:
+            return None
+        intended = snapshot.interval_latency.get("intended")
+        send = snapshot.interval_latency.get("send")
+        if intended is None or not intended.count:
+            return None
+        behind_s = (intended.p50_ms - (send.p50_ms if send is not None and send.count else 0.0)) / 1000
+        growing = self._last_s is not None and behind_s > self._last_s
+        self._last_s = behind_s
+        if behind_s <= self.threshold_s or not growing:
+            return None
+        self.warned = True
+        return (f"the run is {behind_s:.1f}s behind its schedule of {self.rate:g} records/s and falling "
+                f"further: it goes on until every scheduled record is sent (the end of --duration does not "
+                f"stop a paced run); bound it with --num-records or a lower --rate, or stop it with Ctrl-C")
+
+
 # -- the Java client's checks before a record is sent -----------------------------------------
 
 #: Java's DefaultRecordBatch header (RECORD_BATCH_OVERHEAD) in front of every batch.

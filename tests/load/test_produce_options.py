@@ -116,3 +116,27 @@ def test_warmup_that_takes_every_record_is_warned_after_the_run(broker, capsys, 
     assert code == 0, err
     assert stdout.strip().splitlines()[-1].startswith("0 steady state records sent")
     assert "the warm-up (--warmup 5s) covered the whole run" in err
+
+
+def _round(intended_p50_ms: float, send_p50_ms: float):
+    from types import SimpleNamespace
+    fig = lambda p50: SimpleNamespace(p50_ms=p50, count=100)   # noqa: E731
+    return SimpleNamespace(interval_latency={"intended": fig(intended_p50_ms), "send": fig(send_p50_ms)})
+
+
+def test_schedule_lag_warns_once_when_far_behind_and_growing():
+    from kctl.load.produce import ScheduleLag
+    lag = ScheduleLag(1e6)
+    assert lag.step(_round(5, 4)) is None                  # on time
+    assert lag.step(_round(3000, 2500)) is None            # 0.5 s behind: under the threshold
+    line = lag.step(_round(2610, 10))                      # 2.6 s and growing
+    assert line is not None and line.startswith("the run is 2.6s behind its schedule of 1e+06 records/s")
+    assert "bound it with --num-records or a lower --rate" in line
+    assert lag.step(_round(9000, 10)) is None              # once
+
+
+def test_schedule_lag_is_quiet_when_catching_up_or_unpaced():
+    from kctl.load.produce import ScheduleLag
+    lag = ScheduleLag(1000)
+    assert [lag.step(_round(ms, 5)) for ms in (4000, 3000, 2000, 1500)] == [None] * 4
+    assert ScheduleLag(0).step(_round(9000, 5)) is None    # as fast as possible: no schedule
