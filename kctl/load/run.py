@@ -171,7 +171,9 @@ class LoadRun:
         gate = StartGate(ctx.Event(), ctx.Value("q", 0))
         procs = []
         try:
-            with stops_held():      # a stop is delivered once every worker is spawned
+            # A stop is delivered once every worker is spawned (and reaches a worker once
+            # its handler is set: load/stop.py).
+            with stops_held(children=True):
                 for ws in worker_specs(spec):
                     proc = ctx.Process(target=run_worker, args=(ws, reports, stop, gate),
                                        name=f"kctl-worker-{ws.worker}", daemon=True)
@@ -179,9 +181,12 @@ class LoadRun:
                     procs.append(proc)
             early = self._await_ready(reports, procs)
         except BaseException:
+            # Stopped (or failed) before the start: no worker has sent a record yet, so
+            # one that is still starting up after a few seconds in all is killed.
             stop.set()
+            deadline = time.monotonic() + 5
             for p in procs:
-                p.join(timeout=5)
+                p.join(timeout=max(0.0, deadline - time.monotonic()))
                 if p.is_alive():
                     p.kill()
             raise

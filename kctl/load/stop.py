@@ -39,21 +39,33 @@ class WorkerStop:
 
 
 def install_worker_stop(event: Any) -> WorkerStop:
-    """Called first in a worker process's entry point: SIGINT ignored, SIGTERM a stop."""
+    """Called first in a worker process's entry point: SIGINT ignored, SIGTERM a stop.
+    A worker is born with both blocked (``stops_held(children=True)``): they are unblocked
+    here, so a SIGTERM that came during its start-up is taken now, as a stop."""
     stop = WorkerStop(event)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, stop.on_sigterm)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, _STOP_SIGNALS)
     return stop
 
 
+_STOP_SIGNALS = {signal.SIGINT, signal.SIGTERM}
+
+
 @contextmanager
-def stops_held() -> Iterator[None]:
+def stops_held(*, children: bool = False) -> Iterator[None]:
     """In the parent, around a step a stop must not cut in the middle: Ctrl-C and SIGTERM
     (where a handler makes it an exception: kctl's commands) are held, then delivered to
     their handler at the end of the block. Used while a worker process is spawned (a stop
     while its pickled spec was being written left the child a truncated pickle: a
     traceback on stderr) and while Spark's JVM starts (spark/session.py). Main thread
-    only (where handlers are set)."""
+    only (where handlers are set).
+
+    ``children=True`` (worker processes that call ``install_worker_stop`` first) also
+    blocks both signals in this thread, so the processes started in the block inherit
+    them blocked: a SIGTERM to the whole group while a worker is still starting (before
+    its handler is set) would otherwise kill it before it read its spec, and the parent,
+    writing that spec into a pipe it still holds open, would wait on it for ever."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
@@ -63,10 +75,13 @@ def stops_held() -> Iterator[None]:
         handler = signal.getsignal(signum)
         if callable(handler):               # not SIG_IGN / SIG_DFL: left as they are
             previous[signum] = signal.signal(signum, lambda n, _frame: held.append(n))
+    mask = signal.pthread_sigmask(signal.SIG_BLOCK, _STOP_SIGNALS) if children else None
     try:
         yield
     finally:
         for signum, handler in previous.items():
             signal.signal(signum, handler)
+        if mask is not None:        # one pending here goes to the handler just put back
+            signal.pthread_sigmask(signal.SIG_SETMASK, mask)
         for signum in dict.fromkeys(held):
             signal.raise_signal(signum)     # now, to the handler it was held from
