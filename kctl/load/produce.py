@@ -157,8 +157,8 @@ def prepare(o: ProduceOptions) -> ProducePlan:
         raise ConfigError(f"{o.workers_reason} must be at least 1, not {o.workers}")
     if o.workers is not None and o.workers_reason == "--workers" and o.workers > max_local_workers():
         raise ConfigError(f"--workers must be at most {max_local_workers()} ({WORKERS_PER_CORE} per core "
-                          f"here): each worker is a process that keeps a core busy, so more only measure "
-                          f"the processes' switching; not {o.workers}")
+                          f"here): each worker is a process that keeps a core busy, so more would measure "
+                          f"process switching, not the cluster; not {o.workers}")
     if o.bootstrap is not None and not o.bootstrap.strip():
         raise ConfigError("--bootstrap-server is empty: give host:port, or leave it out to start "
                           "the embedded broker")
