@@ -295,7 +295,7 @@ def _clock_address(text: str | None) -> str | None:
     if text is None:
         return None
     host, sep, port = text.strip().rpartition(":")
-    if not port.isdigit() or not 1 <= int(port) <= 65535 or (sep and not host.strip("[]")):
+    if not (port.isascii() and port.isdigit()) or not 1 <= int(port) <= 65535:
         raise ConfigError(f"--clock-server must be {_CLOCK_FORM}, not {text!r}")
     return f"{host}:{int(port)}" if sep else f"0.0.0.0:{int(port)}"
 
