@@ -287,7 +287,7 @@ def _warmup_took_all(summary, plan) -> bool:
         and not summary.run.interrupted
 
 
-_CLOCK_FORM = "[HOST:]PORT with PORT 1..65535 (e.g. 7079 or 0.0.0.0:7079)"
+_CLOCK_FORM = "[HOST:]PORT with PORT 0..65535 (e.g. 7079 or 0.0.0.0:7079; 0: a free port, printed)"
 
 
 def _clock_address(text: str | None) -> str | None:
@@ -295,7 +295,7 @@ def _clock_address(text: str | None) -> str | None:
     if text is None:
         return None
     host, sep, port = text.strip().rpartition(":")
-    if not (port.isascii() and port.isdigit()) or not 1 <= int(port) <= 65535:
+    if not (port.isascii() and port.isdigit()) or not 0 <= int(port) <= 65535:
         raise ConfigError(f"--clock-server must be {_CLOCK_FORM}, not {text!r}")
     return f"{host}:{int(port)}" if sep else f"0.0.0.0:{int(port)}"
 

@@ -17,12 +17,13 @@ NOWHERE = ("produce", "-b", "127.0.0.1:1", "-t", "opts", "--quiet")
 
 @pytest.mark.parametrize("args,line", [
     # 1: --clock-server's port
-    (("--clock-server", "99999"), "--clock-server must be [HOST:]PORT with PORT 1..65535 "
-                                  "(e.g. 7079 or 0.0.0.0:7079), not '99999'"),
-    (("--clock-server", "abc"), "--clock-server must be [HOST:]PORT with PORT 1..65535 "
-                                "(e.g. 7079 or 0.0.0.0:7079), not 'abc'"),
-    (("--clock-server", "127.0.0.1:0"), "--clock-server must be [HOST:]PORT with PORT 1..65535 "
-                                        "(e.g. 7079 or 0.0.0.0:7079), not '127.0.0.1:0'"),
+    (("--clock-server", "99999"), "--clock-server must be [HOST:]PORT with PORT 0..65535 "
+                                  "(e.g. 7079 or 0.0.0.0:7079; 0: a free port, printed), not '99999'"),
+    (("--clock-server", "abc"), "--clock-server must be [HOST:]PORT with PORT 0..65535 "
+                                "(e.g. 7079 or 0.0.0.0:7079; 0: a free port, printed), not 'abc'"),
+    (("--clock-server", "127.0.0.1:65536"), "--clock-server must be [HOST:]PORT with PORT 0..65535 "
+                                            "(e.g. 7079 or 0.0.0.0:7079; 0: a free port, printed), "
+                                            "not '127.0.0.1:65536'"),
     # 2: an output no file can be created at
     (("--json-out", "/proc/x.json"), "--json-out /proc/x.json: cannot be written"),
     (("--hdr-out", "/proc/x.hlog"), "--hdr-out /proc/x.hlog: cannot be written"),
