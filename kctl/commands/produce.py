@@ -156,7 +156,7 @@ def produce(
         headers=headers, properties=tuple(properties) + tuple(producer_props),
         producer_config=tuple(producer_config),
         workers=tasks if use_spark and tasks is not None else workers,
-        workers_reason="--tasks" if use_spark and tasks is not None else "--workers",
+        workers_reason="--tasks" if use_spark and tasks is not None else "--workers", spark=use_spark,
         interval=parse_duration(interval, "--interval"), verify=verify,
         id_headers=not no_id_headers, seed=seed, transaction_duration_ms=transaction_duration_ms,
         transactional_id=transactional_id, consume=consume, consumers=consumers,

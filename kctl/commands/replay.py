@@ -67,7 +67,7 @@ def replay(
     plan = prepare(ProduceOptions(
         bootstrap=bootstrap_server, topic=topic, partitions=partitions, rate=rate_per_s, num_records=count,
         properties=tuple(properties), producer_config=tuple(producer_config), workers=n,
-        workers_reason=reason, interval=interval_s, verify=verify, payload="zeros", record_size=0))
+        workers_reason=reason, spark=True, interval=interval_s, verify=verify, payload="zeros", record_size=0))
 
     def on_event(message: str) -> None:
         if not quiet:

@@ -72,6 +72,8 @@ class ProduceOptions:
     #: why ``workers`` (when given): the option that set it (named in its errors), or the
     #: reason a command chose it (e.g. one Spark task per slot)
     workers_reason: str = "--workers"
+    #: the workers are Spark tasks (not bound by this host's cores)
+    spark: bool = False
     interval: float = 1.0
     verify: bool = False
     id_headers: bool = True
@@ -155,7 +157,7 @@ def prepare(o: ProduceOptions) -> ProducePlan:
         raise ConfigError(f"--spin-ms must be between 0 and 1000, not {o.spin_ms}")
     if o.workers is not None and o.workers < 1:
         raise ConfigError(f"{o.workers_reason} must be at least 1, not {o.workers}")
-    if o.workers is not None and o.workers_reason == "--workers" and o.workers > max_local_workers():
+    if o.workers is not None and not o.spark and o.workers > max_local_workers():
         raise ConfigError(f"--workers must be at most {max_local_workers()} ({WORKERS_PER_CORE} per core "
                           f"here): each worker is a process that keeps a core busy, so more would measure "
                           f"process switching, not the cluster; not {o.workers}")

@@ -86,7 +86,7 @@ def test_duration_ending_before_num_records_is_warned_up_front():
 def test_workers_bound_is_for_local_processes_only():
     many = max_local_workers() + 1
     plan = prepare(ProduceOptions(bootstrap="127.0.0.1:1", workers=many, workers_reason="--tasks",
-                                  num_records=many))
+                                  spark=True, num_records=many))
     assert plan.spec_args["workers"] == many
     assert max_local_workers() == 4 * (os.cpu_count() or 1)
 
