@@ -80,9 +80,12 @@ def analyze(
     from kctl.inspect.traffic import no_kafka_traffic, tcp_port_bytes
     from kctl.quantities import parse_duration
     from kctl.spark.analyze import analyze as run_analyze
-    from kctl.spark.session import exit_now, require_pyspark, spark_session
+    from kctl.spark.session import check_master, exit_now, require_pyspark, spark_session
     from kctl.spark.storage import open_at
     from kctl.ui.console import stderr_console
+    check_master(master)
+    if top < 1:
+        raise ConfigError(f"--top must be at least 1, not {top}")
     check_outputs(dirs={"--out": out_dir})
     bucket_s = parse_duration(bucket, "--bucket")
     if bucket_s <= 0:

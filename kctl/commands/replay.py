@@ -42,10 +42,10 @@ def replay(
     from kctl.load.produce import ProduceOptions, execute, prepare
     from kctl.quantities import parse_duration, parse_rate
     from kctl.topics import validate_topic_name
-    from kctl.spark.replay import read_dataset, records_frame, replay_run_factory
+    from kctl.spark.replay import FORMATS, read_dataset, records_frame, replay_run_factory
     from kctl.load.worker_count import WorkerCount
     from kctl.spark.load import slot_tasks
-    from kctl.spark.session import spark_session
+    from kctl.spark.session import check_master, spark_session
     from kctl.ui.console import stderr_console
     from kctl.ui.produce_view import (clock_line, no_verdict_line, plain_line, spark_start_line,
                                       summary_line, verify_line)
@@ -55,6 +55,27 @@ def replay(
     validate_topic_name(topic)
     rate_per_s = parse_rate(rate, "--rate")
     interval_s = parse_duration(interval, "--interval")
+    check_master(master)
+    if not Path(dataset).exists() and "://" not in dataset:
+        raise ConfigError(f"no such dataset: {dataset}")
+    if fmt is not None and fmt not in FORMATS:
+        raise ConfigError(f"--format {fmt!r}: expected {', '.join(FORMATS)}")
+    if value_format not in ("json", "raw"):
+        raise ConfigError(f"--value-format must be json or raw, not {value_format!r}")
+    if value_format == "raw" and value_col is None:
+        raise ConfigError("--value-format raw needs --value-col (a whole row has no raw form)")
+    if tasks is not None and tasks < 1:
+        raise ConfigError(f"--tasks must be at least 1, not {tasks}")
+
+    def options(count: int, workers: int, reason: str) -> ProduceOptions:
+        return ProduceOptions(
+            bootstrap=bootstrap_server, topic=topic, partitions=partitions, rate=rate_per_s,
+            num_records=count, properties=tuple(properties), producer_config=tuple(producer_config),
+            workers=workers, workers_reason=reason, interval=interval_s, verify=verify,
+            payload="zeros", record_size=0)
+    # The producer options (-X, --producer-config, --partitions...) too, with a stand-in row
+    # count and task count: the real ones are known once Spark has read the dataset.
+    prepare(options(1, tasks or 1, "--tasks"))
     spark = spark_session(master, app_name="kctl replay")
     records = records_frame(read_dataset(spark, dataset, fmt), key_col=key_col, value_col=value_col,
                             value_format=value_format).cache()
@@ -64,10 +85,7 @@ def replay(
     chosen = WorkerCount(tasks, "--tasks") if tasks is not None else slot_tasks(master)
     n = min(chosen.count, count)
     reason = chosen.reason if n == chosen.count else f"{chosen.reason}, at most one per row"
-    plan = prepare(ProduceOptions(
-        bootstrap=bootstrap_server, topic=topic, partitions=partitions, rate=rate_per_s, num_records=count,
-        properties=tuple(properties), producer_config=tuple(producer_config), workers=n,
-        workers_reason=reason, interval=interval_s, verify=verify, payload="zeros", record_size=0))
+    plan = prepare(options(count, n, reason))
 
     def on_event(message: str) -> None:
         if not quiet:

@@ -102,11 +102,39 @@ def _quiet_log4j() -> str:
     return path
 
 
+#: The master URL forms Spark 4 accepts (SparkContext.createTaskScheduler and its cluster
+#: managers): local, local[N|*], local[N|*,F], local-cluster[N,C,M], spark://host:port[,...],
+#: yarn, k8s://... (Mesos is gone in Spark 4).
+_MASTER_FORMS = (
+    re.compile(r"local"),
+    re.compile(r"local\[([0-9]+|\*)\]"),
+    re.compile(r"local\[([0-9]+|\*)\s*,\s*([0-9]+)\]"),
+    re.compile(r"local-cluster\[\s*([0-9]+)\s*,\s*([0-9]+)\s*,\s*([0-9]+)\s*\]"),
+    re.compile(r"spark://[^/,]+:[0-9]+(,[^/,]+:[0-9]+)*"),
+    re.compile(r"yarn"),
+    re.compile(r"k8s://.+"),
+)
+
+
+def check_master(master: str | None) -> None:
+    """Refuses a ``--master`` Spark would refuse, before a JVM starts (Spark's answer is a
+    Java stack trace seconds later)."""
+    if master is None:
+        return
+    m = next((m for f in _MASTER_FORMS if (m := f.fullmatch(master))), None)
+    if m is None:
+        raise ConfigError(f"--master {master!r}: not a Spark master URL; expected local, local[N], "
+                          "local[*], local-cluster[N,C,M], spark://host:port, yarn or k8s://...")
+    if master.startswith("local[") and m.group(1) == "0":
+        raise ConfigError(f"--master {master!r}: a local master needs at least 1 thread")
+
+
 def spark_session(master: str | None = None, *, app_name: str = "kctl",
                   end_at_exit: bool = False) -> Any:
     """The active SparkSession, or a new one on ``master`` (``local[*]`` by default).
     ``end_at_exit``: a new local session is ended quickly when the process exits (above)."""
     require_pyspark()
+    check_master(master)
     master = master or DEFAULT_MASTER
     loopback = master.startswith("local") or _loopback_master(master)
     if loopback:

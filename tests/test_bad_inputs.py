@@ -1,0 +1,61 @@
+"""Audit M: every bad input of consume, decode, report, bench, inspect, analyze and replay
+gets one line naming the option, exit 2, before any side effect or costly start (Spark).
+In-process through ``kctl.cli.main``; Spark is made to fail loudly if a case reaches it."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.test_cli_habits import run_main
+
+
+@pytest.fixture
+def no_spark(monkeypatch):
+    import kctl.spark.session as session
+
+    def refuse(*_a, **_k):
+        raise AssertionError("Spark started before the options were checked")
+    monkeypatch.setattr(session, "spark_session", refuse)
+
+
+@pytest.fixture
+def dataset(tmp_path):
+    path = tmp_path / "ds.json"
+    path.write_text('{"a": 1}\n')
+    return str(path)
+
+
+@pytest.mark.parametrize("args, line", [
+    (["--master", "bogus://x"], "kctl: error: --master 'bogus://x': not a Spark master URL; expected local, "
+                                "local[N], local[*], local-cluster[N,C,M], spark://host:port, yarn or k8s://..."),
+    (["--master", "local[0]"], "kctl: error: --master 'local[0]': a local master needs at least 1 thread"),
+    (["--master", "spark://host"], "kctl: error: --master 'spark://host': not a Spark master URL"),
+    (["--top", "-1"], "kctl: error: --top must be at least 1, not -1"),
+])
+def test_analyze_checks_options_before_spark(capsys, monkeypatch, no_spark, tmp_path, args, line):
+    capture = tmp_path / "c.pcap"
+    capture.write_bytes(b"")
+    code, out, err = run_main(capsys, monkeypatch, "analyze", str(capture), "--out", str(tmp_path / "o"), *args)
+    assert code == 2
+    assert err.startswith(line) and err.count("\n") == 1, err
+    assert not (tmp_path / "o").exists()
+
+
+@pytest.mark.parametrize("args, line", [
+    (["--format", "bogus"], "kctl: error: --format 'bogus': expected parquet, json, csv"),
+    (["--tasks", "0"], "kctl: error: --tasks must be at least 1, not 0"),
+    (["-X", "foo=1"], "kctl: error: -X: unknown producer property 'foo'"),
+    (["--master", "bogus://x"], "kctl: error: --master 'bogus://x': not a Spark master URL"),
+    (["--value-format", "raw"], "kctl: error: --value-format raw needs --value-col"),
+])
+def test_replay_checks_options_before_spark(capsys, monkeypatch, no_spark, dataset, args, line):
+    code, out, err = run_main(capsys, monkeypatch, "replay", dataset, "-t", "t", *args)
+    assert code == 2
+    assert err.startswith(line) and err.count("\n") == 1, err
+
+
+def test_spark_master_forms_spark_takes_pass():
+    from kctl.spark.session import check_master
+    for master in (None, "local", "local[2]", "local[*]", "local[2,3]", "local-cluster[1,1,512]",
+                   "spark://127.0.0.1:7077", "spark://a:7077,b:7077", "yarn", "k8s://https://k:443"):
+        check_master(master)
