@@ -59,3 +59,25 @@ def test_spark_master_forms_spark_takes_pass():
     for master in (None, "local", "local[2]", "local[*]", "local[2,3]", "local-cluster[1,1,512]",
                    "spark://127.0.0.1:7077", "spark://a:7077,b:7077", "yarn", "k8s://https://k:443"):
         check_master(master)
+
+
+@pytest.mark.parametrize("args, line", [
+    (["--record-size", "500"], "kctl: error: --record-size and --partitions shape what --backlog writes: "
+                               "give --backlog or drop them"),
+    (["--partitions", "3"], "kctl: error: --record-size and --partitions shape what --backlog writes"),
+    (["--backlog", "10", "--partitions", "0"], "kctl: error: --partitions must be at least 1, not 0"),
+    (["--clock-peer", "bogus"], "kctl: error: --clock-peer 'bogus': expected host:port of 'kctl produce "
+                                "--clock-server' (e.g. 10.0.0.5:7070)"),
+])
+def test_consume_refuses_options_it_would_ignore_or_fail_on_late(capsys, monkeypatch, args, line):
+    # -b names a port nothing listens on: a case that got past the checks would fail differently.
+    code, out, err = run_main(capsys, monkeypatch, "consume", "-b", "127.0.0.1:1", "-t", "t", *args)
+    assert code == 2
+    assert err.startswith(line) and err.count("\n") == 1, err
+
+
+def test_consume_start_line_says_where_a_group_starts():
+    from kctl.load.consume import ConsumeOptions, _describe_start, prepare
+    plan = prepare(ConsumeOptions(bootstrap="127.0.0.1:9092", topic="t", consumers=1, group="perf", start="end"))
+    assert _describe_start(plan.start, plan.config) == \
+        "the group's committed offsets (partitions without one: the end)"

@@ -44,7 +44,7 @@ from kctl.engine.batch import TopicPartition
 from kctl.engine.blocking_client import BlockingClient, setup_timeout_s
 from kctl.engine.setup_retry import SetupRetry
 from kctl.errors import ConfigError, EndOffsetsError, KctlError, RetriesExhaustedError
-from kctl.load.clock_sync import SAME_HOST
+from kctl.load.clock_sync import SAME_HOST, check_peer_address
 from kctl.load.consume_run import ConsumeResult, ConsumeRun, ConsumeSpec
 from kctl.load.consume_verify import ReadExtent, verify_against_acks, verify_sequences
 from kctl.load.consume_worker import StartPosition
@@ -64,6 +64,9 @@ BACKLOG_DRAIN_LIMIT_S = 600.0
 #: --idle-timeout when --num-records is the only stop (kafka-consumer-perf-test's --timeout
 #: default: 10000 ms between returned records).
 DEFAULT_IDLE_TIMEOUT_S = 10.0
+#: --backlog's records and topic when --record-size / --partitions are not given.
+DEFAULT_BACKLOG_RECORD_SIZE = 100
+DEFAULT_BACKLOG_PARTITIONS = 6
 
 
 @dataclass(frozen=True)
@@ -83,8 +86,8 @@ class ConsumeOptions:
     interval: float = 1.0
     verify: bool = False
     backlog: int | None = None
-    record_size: int = 100                # backlog records' value size
-    partitions: int = 6                   # a topic --backlog creates
+    record_size: int | None = None        # backlog records' value size (prepare: 100 with --backlog)
+    partitions: int | None = None         # a topic --backlog creates (prepare: 6 with --backlog)
     create_topic: bool = True
     clock_peer: str | None = None
 
@@ -162,6 +165,18 @@ def prepare(o: ConsumeOptions) -> ConsumePlan:
         raise ConfigError(f"--interval must be positive, not {o.interval}")
     if o.backlog is not None and o.start is not None:
         raise ConfigError("--backlog starts where the backlog starts: drop --from")
+    if o.backlog is None and (o.record_size is not None or o.partitions is not None):
+        raise ConfigError("--record-size and --partitions shape what --backlog writes: give --backlog "
+                          "or drop them")
+    if o.record_size is not None and o.record_size < 0:
+        raise ConfigError(f"--record-size must not be negative, not {o.record_size}")
+    if o.partitions is not None and o.partitions < 1:
+        raise ConfigError(f"--partitions must be at least 1, not {o.partitions}")
+    if o.backlog is not None:
+        o = dataclasses.replace(o, record_size=DEFAULT_BACKLOG_RECORD_SIZE if o.record_size is None else o.record_size,
+                    partitions=DEFAULT_BACKLOG_PARTITIONS if o.partitions is None else o.partitions)
+    if o.clock_peer is not None:
+        check_peer_address(o.clock_peer)
     group = o.group is not None
     start = parse_start(o.start, group=group)
     committed_only = start.kind == "committed"     # no --from with --group, or --from committed
@@ -221,6 +236,16 @@ def prepare(o: ConsumeOptions) -> ConsumePlan:
         consumers = default_workers(given)
     return ConsumePlan(o, tuple(settings), config, start, duration_s, o.num_records, idle_s, warm_s,
                        consumers, tuple(config.warnings))
+
+
+def _describe_start(start: StartPosition, config: ConsumerConfig) -> str:
+    """Where the consumers start, for the start line: a group's committed offsets say where
+    a partition without one starts (auto.offset.reset, which --from beginning|end sets)."""
+    if start.kind != "committed":
+        return start.describe()
+    reset = config.auto_offset_reset.to_text()
+    where = {"earliest": "the beginning", "latest": "the end"}.get(reset, f"auto.offset.reset={reset}")
+    return f"the group's committed offsets (partitions without one: {where})"
 
 
 def _bootstrap_from(plan: ConsumePlan) -> str | None:
@@ -342,7 +367,7 @@ def execute(plan: ConsumePlan, *, on_event: Callable[[str], None] = lambda _m: N
                 _commit_group_start(config, o.topic, {p: backlog.starts.get(p, 0) for p in partitions})
         on_event(f"consuming {o.topic} ({len(partitions)} partitions) on {bootstrap} with {consumers} "
                  f"consumer(s) ({reason}), {'group ' + repr(o.group) if group else 'assign mode'}, "
-                 f"from {start.describe()}")
+                 f"from {_describe_start(start, config)}")
         spec = ConsumeSpec(
             topic=o.topic, config=config, partitions=partitions, consumers=consumers, group=group,
             start=start, run_tag=tag, duration_s=plan.duration_s if backlog is None else
