@@ -81,3 +81,35 @@ def test_consume_start_line_says_where_a_group_starts():
     plan = prepare(ConsumeOptions(bootstrap="127.0.0.1:9092", topic="t", consumers=1, group="perf", start="end"))
     assert _describe_start(plan.start, plan.config) == \
         "the group's committed offsets (partitions without one: the end)"
+
+
+@pytest.mark.parametrize("args, line", [
+    (["--hex", "--api", "Produce", "--api-version", "999"],
+     "kctl: error: --api-version 999: Produce has versions "),
+    (["--hex", "--api", "Produce", "--api-version", "-1"], "kctl: error: --api-version -1: Produce has versions "),
+    (["--hex", "--api-version", "3"], "kctl: error: --api-version goes with --api"),
+    (["--hex", "--size-prefix", "--no-size-prefix"], "kctl: error: give --size-prefix or --no-size-prefix, not both"),
+    (["c.pcap", "--hex"], "kctl: error: --hex decodes one frame read as hex from stdin: give no capture files"),
+    (["c.pcap", "--records", "-f", "%Z %t"], "kctl: error: --format '%Z %t': unknown formatter %Z (formatters: "),
+    (["c.pcap", "--records", "-f", "%t %"], "kctl: error: --format '%t %': a lone % at the end"),
+    (["c.pcap", "-f", "%t"], "kctl: error: --format/-f formats the records --records prints: add --records"),
+    (["--summary", "missing.pcap"], "kctl: error: missing.pcap: cannot read: No such file or directory"),
+])
+def test_decode_refuses_what_it_would_ignore(capsys, monkeypatch, tmp_path, args, line):
+    import io
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "c.pcap").write_bytes(b"")
+    monkeypatch.setattr("sys.stdin", io.StringIO("00000000"))
+    code, out, err = run_main(capsys, monkeypatch, "decode", *args)
+    assert code == 2
+    assert err.startswith(line) and err.count("\n") == 1, err
+    assert out == ""        # --summary of a file it could not read: no empty table
+
+
+def test_decode_stdin_is_named_stdin():
+    import subprocess
+    import sys
+    run = subprocess.run([sys.executable, "-m", "kctl", "decode", "-"], input=b"hello\n",
+                         capture_output=True, timeout=60)
+    assert run.returncode == 2
+    assert run.stderr.decode().startswith("kctl: error: stdin, file offset 0: not a pcap or pcapng file")
