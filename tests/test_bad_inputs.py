@@ -113,3 +113,49 @@ def test_decode_stdin_is_named_stdin():
                          capture_output=True, timeout=60)
     assert run.returncode == 2
     assert run.stderr.decode().startswith("kctl: error: stdin, file offset 0: not a pcap or pcapng file")
+
+
+def test_report_checks_max_regression_without_baseline(capsys, monkeypatch, tmp_path):
+    import json
+    from tests.bench.test_report import SUMMARY
+    run = tmp_path / "run.json"
+    run.write_text(json.dumps(SUMMARY))
+    code, out, err = run_main(capsys, monkeypatch, "report", str(run), "--max-regression", "bogus=1%")
+    assert code == 2 and err.startswith("kctl: error: --max-regression: unknown metric 'bogus'"), err
+    code, out, err = run_main(capsys, monkeypatch, "report", str(run), "--max-regression", "p99_ms=1%")
+    assert code == 2 and err == "kctl: error: --max-regression bounds the regression gate: give --baseline too\n"
+    assert out == ""
+
+
+def test_report_names_a_capture_and_a_cut_short_log(capsys, monkeypatch, tmp_path):
+    from tests.bench.test_report import foreign_hlog
+    capture = tmp_path / "out.pcapng"
+    capture.write_bytes(b"\x0a\x0d\x0d\x0a" + bytes(60))
+    code, out, err = run_main(capsys, monkeypatch, "report", str(capture))
+    assert code == 2
+    assert err == (f"kctl: error: {capture}: not a kctl summary, .hlog or bench directory: looks like "
+                   "a pcapng capture (kctl decode reads those)\n")
+    log = tmp_path / "run.hlog"
+    foreign_hlog(log)
+    text = log.read_text()
+    log.write_text(text[:len(text) - 200])          # the last interval cut short, as a killed writer leaves it
+    last = len(text[:len(text) - 200].splitlines())
+    code, out, err = run_main(capsys, monkeypatch, "report", str(log), "--hlog-unit", "ns")
+    assert code == 0, err
+    assert err.replace("\n", " ").startswith(
+        f"warning: {log}: the log is cut short at line {last} (its last interval cannot be read); "
+        "reporting the 2 whole interval(s) before it"), err
+    assert "run" in out
+    lines = text.splitlines()
+    lines[-2] = lines[-2][:len(lines[-2]) // 2]      # a damaged interval in the middle: refused
+    log.write_text("\n".join(lines) + "\n")
+    code, out, err = run_main(capsys, monkeypatch, "report", str(log))
+    assert code == 2 and err.startswith(f"kctl: error: {log}: a damaged HdrHistogram interval log: "
+                                        f"line {len(lines) - 1} cannot be read"), err
+
+
+def test_bench_names_a_directory_given_as_its_workload(capsys, monkeypatch, tmp_path):
+    code, out, err = run_main(capsys, monkeypatch, "bench", str(tmp_path))
+    assert code == 2
+    assert err == (f"kctl: error: workload file {tmp_path}: a directory; bench reads a TOML workload "
+                   "file (e.g. examples/bench.toml)\n")
