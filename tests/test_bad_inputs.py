@@ -159,3 +159,28 @@ def test_bench_names_a_directory_given_as_its_workload(capsys, monkeypatch, tmp_
     assert code == 2
     assert err == (f"kctl: error: workload file {tmp_path}: a directory; bench reads a TOML workload "
                    "file (e.g. examples/bench.toml)\n")
+
+
+@pytest.mark.parametrize("args, line", [
+    (["--inject-error", ""], "kctl: error: --inject-error '': expected NAME[@API,...][:RATE]"),
+    (["--inject-error", "NOT_LEADER_OR_FOLLOWER:2"],
+     "kctl: error: --inject-error 'NOT_LEADER_OR_FOLLOWER:2': the rate 2.0 is outside 0..1"),
+    (["--inject-error", "BOGUS"], "kctl: error: --inject-error 'BOGUS': unknown Kafka error name 'BOGUS'"),
+    (["--reject-records", "NOT_LEADER_OR_FOLLOWER:0.1:-1"],
+     "kctl: error: --reject-records 'NOT_LEADER_OR_FOLLOWER:0.1:-1': the limit -1 is negative"),
+    (["--reject-records", ""], "kctl: error: --reject-records '': expected NAME[:RATE[:LIMIT]]"),
+    (["--lose-records", ""], "kctl: error: --lose-records '': expected RATE[:LIMIT]"),
+    (["--lose-records", "2"], "kctl: error: --lose-records '2': the rate 2.0 is outside 0..1"),
+])
+def test_inspect_fault_options_name_themselves(capsys, monkeypatch, args, line):
+    code, out, err = run_main(capsys, monkeypatch, "inspect", "--upstream", "127.0.0.1:1",
+                              "--listen", "127.0.0.1:0", "--duration", "1s", *args)
+    assert code == 2
+    assert err.startswith(line) and err.count("\n") == 1, err
+
+
+def test_consumer_config_errors_say_consumer(capsys, monkeypatch, tmp_path):
+    code, out, err = run_main(capsys, monkeypatch, "consume", "-b", "127.0.0.1:1", "-t", "t",
+                              "--consumer-config", str(tmp_path / "missing.properties"))
+    assert code == 2
+    assert err.startswith("kctl: error: cannot read consumer properties file"), err

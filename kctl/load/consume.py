@@ -182,7 +182,7 @@ def prepare(o: ConsumeOptions) -> ConsumePlan:
     committed_only = start.kind == "committed"     # no --from with --group, or --from committed
     settings: list[Setting] = []
     for f in o.consumer_config:
-        settings.extend(load_properties_file(f))
+        settings.extend(load_properties_file(f, what="consumer"))
     settings.extend(parse_assignment(x, "-X", what="consumer") for x in o.properties)
     settings = [canonical_consumer_setting(x) for x in settings]
     named = {s.name: s for s in settings}

@@ -224,7 +224,7 @@ def prepare(o: ProduceOptions) -> ProducePlan:
     if o.consume:
         csettings: list[Setting] = []
         for f in o.consumer_config:
-            csettings.extend(load_properties_file(f))
+            csettings.extend(load_properties_file(f, what="consumer"))
         csettings.extend(parse_assignment(x, "--consumer-property", what="consumer")
                          for x in o.consumer_properties)
         csettings = [canonical_consumer_setting(x) for x in csettings]
