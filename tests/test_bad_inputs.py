@@ -184,3 +184,13 @@ def test_consumer_config_errors_say_consumer(capsys, monkeypatch, tmp_path):
                               "--consumer-config", str(tmp_path / "missing.properties"))
     assert code == 2
     assert err.startswith("kctl: error: cannot read consumer properties file"), err
+
+
+def test_analyze_refuses_to_replace_earlier_tables_without_overwrite(capsys, monkeypatch, no_spark, tmp_path):
+    capture = tmp_path / "c.pcap"
+    capture.write_bytes(b"")
+    (tmp_path / "o" / "requests").mkdir(parents=True)
+    code, out, err = run_main(capsys, monkeypatch, "analyze", str(capture), "--out", str(tmp_path / "o"))
+    assert code == 2
+    assert err == (f"kctl: error: --out {tmp_path / 'o'}: already holds requests/ (an earlier analyze?): "
+                   "give --overwrite to replace them, or another --out\n")

@@ -229,8 +229,9 @@ def _ids(spark: Any, n: int) -> Any:
 
 def analyze(captures: Sequence[CaptureSource], out: str, *, spark: Any,
             range_bytes: int | None = None, lookback_bytes: int = DEFAULT_LOOKBACK_BYTES,
-            bucket_s: float = 1.0, top: int = 10) -> AnalyzeResult:
-    """Decodes the captures into ``out``/requests and ``out``/partitions; returns the summaries."""
+            bucket_s: float = 1.0, top: int = 10, write_mode: str = "overwrite") -> AnalyzeResult:
+    """Decodes the captures into ``out``/requests and ``out``/partitions; returns the summaries.
+    ``write_mode``: Spark's save mode for the tables (``errorifexists``: never replace them)."""
     from pyspark import StorageLevel
     from pyspark.sql import functions as F
     from pyspark.sql.pandas.types import from_arrow_schema
@@ -438,8 +439,8 @@ def _write_and_summarise(spark: Any, requests: Any, partitions: Any, repair_noti
     # The requests are cached: a task that needs a partition another job's task is making
     # waits for it (the block manager's write lock), so the rows are made once.
     _, _, lat, throughput, clients, errors, notices = _concurrently(
-        lambda: requests.write.mode("overwrite").parquet(os.path.join(out, "requests")),
-        lambda: partitions.write.mode("overwrite").parquet(os.path.join(out, "partitions")),
+        lambda: requests.write.mode(write_mode).parquet(os.path.join(out, "requests")),
+        lambda: partitions.write.mode(write_mode).parquet(os.path.join(out, "partitions")),
         sql(f"""
         WITH ranked AS (
             SELECT api_name, request_bytes, response_bytes, latency_ms,
