@@ -194,3 +194,19 @@ def test_analyze_refuses_to_replace_earlier_tables_without_overwrite(capsys, mon
     assert code == 2
     assert err == (f"kctl: error: --out {tmp_path / 'o'}: already holds requests/ (an earlier analyze?): "
                    "give --overwrite to replace them, or another --out\n")
+
+
+def test_an_empty_pem_file_is_named(capsys, monkeypatch, tmp_path):
+    import ssl
+
+    from kctl.engine.tls import _load_cas
+    from kctl.errors import ConfigError
+    empty = tmp_path / "empty.pem"
+    empty.write_bytes(b"")
+    code, out, err = run_main(capsys, monkeypatch, "inspect", "--upstream", "127.0.0.1:1", "--listen",
+                              "127.0.0.1:0", "--duration", "1s", "--listen-tls-cert", str(empty))
+    assert code == 2
+    assert err == (f"kctl: error: cannot load the listener certificate '{empty}': '{empty}' holds no PEM "
+                   "block (it is empty)\n")
+    with pytest.raises(ConfigError, match=r"holds no PEM block \(it is empty\)"):
+        _load_cas(ssl.create_default_context(), str(empty))
