@@ -290,7 +290,8 @@ def analyze(captures: Sequence[CaptureSource], out: str, *, spark: Any,
         # Both tables and the summaries are made at once from the cached requests: each
         # job mostly waits on Spark's scheduling.
         result = run_job(spark, lambda: _write_and_summarise(
-            spark, requests, partitions, repair_notices, out, bucket_s=bucket_s, top=top),
+            spark, requests, partitions, repair_notices, out, bucket_s=bucket_s, top=top,
+            write_mode=write_mode),
             description="kctl analyze: write and summarise")
         cached.unpersist()
     finally:
@@ -424,7 +425,7 @@ def percentile_columns(rank: str = "rn", count: str = "n", value: str = "latency
 
 
 def _write_and_summarise(spark: Any, requests: Any, partitions: Any, repair_notices: Any,
-                         out: str, *, bucket_s: float, top: int) -> AnalyzeResult:
+                         out: str, *, bucket_s: float, top: int, write_mode: str) -> AnalyzeResult:
     requests.createOrReplaceTempView("requests")
     partitions.createOrReplaceTempView("partitions")
     # One window sort per API (rows without a latency ranked last) keeps the percentiles

@@ -125,6 +125,10 @@ def test_default_port_is_auto_and_no_kafka_lists_the_ports_seen(spark, tmp_path)
     res = CliRunner().invoke(app, ["analyze", str(kafka), "--out", str(tmp_path / "a"), "--json"])
     assert res.exit_code == 0, res.output
     assert json.loads(res.stdout)["requests"] == 1
+    # Again into the same --out: replaced only when asked (without --overwrite: refused, tests/test_bad_inputs.py).
+    res = CliRunner().invoke(app, ["analyze", str(kafka), "--out", str(tmp_path / "a"), "--json", "--overwrite"])
+    assert res.exit_code == 0, res.output
+    assert json.loads(res.stdout)["requests"] == 1
     web = cb.Conversation(bport=8080)
     web.send(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
     web.reply(b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nhello")
