@@ -94,6 +94,7 @@ def test_consume_start_line_says_where_a_group_starts():
     (["c.pcap", "--records", "-f", "%t %"], "kctl: error: --format '%t %': a lone % at the end"),
     (["c.pcap", "-f", "%t"], "kctl: error: --format/-f formats the records --records prints: add --records"),
     (["--summary", "missing.pcap"], "kctl: error: missing.pcap: cannot read: No such file or directory"),
+    (["c.pcap", "--records", "--summary"], "kctl: error: give --records (each record) or --summary (the totals), not both"),
 ])
 def test_decode_refuses_what_it_would_ignore(capsys, monkeypatch, tmp_path, args, line):
     import io

@@ -138,6 +138,8 @@ def decode(
             raise ConfigError("--format/-f formats the records --records prints: add --records")
         report.check_record_format(fmt, "--format")
     fmt = fmt if fmt is not None else report.DEFAULT_RECORD_FORMAT
+    if records and summary:
+        raise ConfigError("give --records (each record) or --summary (the totals), not both")
     if hex_in and files:
         raise ConfigError("--hex decodes one frame read as hex from stdin: give no capture files "
                           "with it (or drop --hex to decode the captures)")
@@ -272,11 +274,6 @@ def _line(out: Console, text: str) -> None:
 def _decode_hex(api_keys: set[int], version: int | None, json_out: bool, verbose: bool,
                 records: bool, fmt: str, out: Console, err: Console, size_prefix: bool | None,
                 show_secrets: bool = False) -> None:
-    text = "".join(sys.stdin.read().split())
-    try:
-        data = binascii.unhexlify(text)
-    except (binascii.Error, ValueError) as e:
-        raise ConfigError(f"--hex: stdin is not hex ({e})") from None
     if len(api_keys) > 1:
         raise ConfigError("--hex takes at most one --api")
     key = next(iter(api_keys), None)
@@ -290,6 +287,12 @@ def _decode_hex(api_keys: set[int], version: int | None, json_out: bool, verbose
         if not info.min_version <= version <= info.max_version:
             raise ConfigError(f"--api-version {version}: {info.name} has versions "
                               f"{info.min_version}-{info.max_version} in kctl's schema")
+    # The options are checked above, before stdin is read (it may be a terminal).
+    text = "".join(sys.stdin.read().split())
+    try:
+        data = binascii.unhexlify(text)
+    except (binascii.Error, ValueError) as e:
+        raise ConfigError(f"--hex: stdin is not hex ({e})") from None
     try:
         reading = decode_hex_frame(data, size_prefix=size_prefix, api_key=key,
                                    api_version=version, show_secrets=show_secrets)
