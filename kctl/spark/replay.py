@@ -13,8 +13,9 @@ The driver reads the dataset with Spark and maps its columns to records:
   which deletes the key on a compacted topic), never empty bytes; a null cell
   of ``--key-col`` is a null key. Replay sends no headers but kctl's identity.
 
-The records are spread over ``tasks`` partitions (a round-robin repartition:
-the dataset's row order is not kept) that run as one barrier stage, like
+The records are dealt to ``tasks`` partitions by row number (row i to task
+i % tasks: shares differ by at most one row; the order across tasks is not kept),
+that run as one barrier stage, like
 ``produce --spark`` (kctl/spark/load.py): each task lays its partition's
 records out as the worker's payload and key pool, in order, and runs the same
 ``Worker`` loop once through them at its share of ``--rate`` (0: as fast as it
@@ -94,6 +95,17 @@ def records_frame(df: Any, *, key_col: str | None, value_col: str | None, value_
     return df.select(key.alias("k"), value.alias("v"))
 
 
+def task_rows(records: Any, tasks: int) -> Any:
+    """``records``' ``(k, v)`` rows dealt to ``tasks`` partitions by row number (row i to
+    partition i % tasks), so the partitions differ by at most one row and none is empty
+    while there are as many rows as tasks (``repartition`` may leave a partition empty:
+    two rows in one input partition went both to the same one of two)."""
+    return (records.rdd.zipWithIndex()
+            .map(lambda ri: (ri[1] % tasks, (ri[0][0], ri[0][1])))
+            .partitionBy(tasks, lambda task: task)
+            .values())
+
+
 def _replay_partition(specs: list[WorkerSpec], keyed: bool, listener: tuple[str, int] | None,
                       start_delay_s: float) -> Callable[[int, Iterable[Any]], Iterator[Any]]:
     def run(index: int, rows: Iterable[Any]) -> Iterator[Any]:
@@ -102,11 +114,14 @@ def _replay_partition(specs: list[WorkerSpec], keyed: bool, listener: tuple[str,
         for k, v in rows:
             keys.append(bytes(k) if k is not None else None)
             values.append(bytes(v) if v is not None else None)   # None: a null value
-        spec = specs[index]
+        # The task sends its partition's rows and nothing else: the share ``specs`` gave it
+        # is replaced by the row count, 0 for an empty partition (the task still joins the
+        # barrier and reports, as a task with 0 rows).
+        spec = replace(specs[index], num_records=len(values))
         if values:
             sizes = {-1 if v is None else len(v) for v in values}
             size = sizes.pop() if len(sizes) == 1 and -1 not in sizes else None
-            spec = replace(spec, num_records=len(values), payload=PayloadPool(tuple(values), size),
+            spec = replace(spec, payload=PayloadPool(tuple(values), size),
                            keys=KeySpec("file", keys=tuple(keys)) if keyed else KeySpec("none"))
         yield from run_worker_task(spec, listener, start_delay_s)
     return run
@@ -127,7 +142,7 @@ class ReplayRun(SparkLoadRun):
         n = len(specs)
 
         def job(listener: tuple[str, int] | None) -> list:
-            rdd = self.records.rdd.map(lambda r: (r[0], r[1])).repartition(n).barrier()
+            rdd = task_rows(self.records, n).barrier()
             fn = _replay_partition(specs, self.keyed, listener, self.start_delay_s)
             self.reports = rdd.mapPartitionsWithIndex(fn).collect()
             return self.reports
