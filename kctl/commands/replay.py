@@ -42,7 +42,7 @@ def replay(
     from kctl.load.produce import ProduceOptions, execute, prepare
     from kctl.quantities import parse_duration, parse_rate
     from kctl.topics import validate_topic_name
-    from kctl.spark.replay import read_dataset, records_frame, replay_run_factory
+    from kctl.spark.replay import load_records, replay_run_factory
     from kctl.load.worker_count import WorkerCount
     from kctl.spark.load import slot_tasks
     from kctl.spark.session import spark_session
@@ -56,9 +56,8 @@ def replay(
     rate_per_s = parse_rate(rate, "--rate")
     interval_s = parse_duration(interval, "--interval")
     spark = spark_session(master, app_name="kctl replay")
-    records = records_frame(read_dataset(spark, dataset, fmt), key_col=key_col, value_col=value_col,
-                            value_format=value_format).cache()
-    count = records.count()
+    records, count = load_records(spark, dataset, fmt, key_col=key_col, value_col=value_col,
+                                  value_format=value_format)
     if count == 0:
         raise ConfigError(f"{dataset}: no rows to replay")
     chosen = WorkerCount(tasks, "--tasks") if tasks is not None else slot_tasks(master)

@@ -35,7 +35,7 @@ from kctl.load.payload import KeySpec, PayloadPool
 from kctl.load.run import LoadResult, LoadSpec
 from kctl.load.worker import WorkerSpec
 from kctl.spark.load import START_DELAY_S, SparkLoadRun, run_reports_job, run_worker_task
-from kctl.spark.session import check_barrier_slots, spark_session
+from kctl.spark.session import check_barrier_slots, job_error_message, spark_session
 
 FORMATS = ("parquet", "json", "csv")
 #: ``to_json``'s options: a null field is written (``"x": null``), as the row has it;
@@ -62,6 +62,22 @@ def read_dataset(spark: Any, path: str, fmt: str | None = None) -> Any:
     if fmt == "csv":
         reader = reader.option("header", "true").option("inferSchema", "true")
     return reader.load(path)
+
+
+def load_records(spark: Any, dataset: str, fmt: str | None, *, key_col: str | None,
+                 value_col: str | None, value_format: str) -> tuple[Any, int]:
+    """The dataset's records (``records_frame``, cached) and their count. A dataset Spark
+    cannot read (a URI scheme without its file system on the classpath, such as ``s3a://``
+    without the hadoop-aws jars, a file that is not in the format, a path not found) is
+    one line, as ``kctl analyze`` says a capture it cannot open."""
+    from py4j.protocol import Py4JError
+    from pyspark.errors import PySparkException
+    try:
+        records = records_frame(read_dataset(spark, dataset, fmt), key_col=key_col,
+                                value_col=value_col, value_format=value_format).cache()
+        return records, records.count()
+    except (Py4JError, PySparkException) as e:
+        raise ConfigError(f"{dataset}: cannot read: {job_error_message(e)}") from None
 
 
 def records_frame(df: Any, *, key_col: str | None, value_col: str | None, value_format: str) -> Any:

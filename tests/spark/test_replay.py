@@ -167,3 +167,32 @@ def test_rows_are_dealt_to_tasks_by_row_number(spark):
     df = spark.createDataFrame([(f"k{i}", f"v{i}") for i in range(5)], "k string, v string").coalesce(1)
     parts = task_rows(df, 4).glom().collect()
     assert [sorted(k for k, _ in p) for p in parts] == [["k0", "k4"], ["k1"], ["k2"], ["k3"]]
+
+
+def test_a_uri_spark_cannot_open_is_one_line(spark, capsys):
+    """``s3a://`` without the hadoop-aws jars on Spark's classpath: one line naming the
+    missing file system, exit 2 (before: ~200 lines of Python and Java stack trace, exit 1)."""
+    from kctl.cli import main
+    with pytest.raises(SystemExit) as e:
+        main(["replay", "s3a://no-bucket/x.parquet", "-t", "t", "-b", "127.0.0.1:1"])
+    err = capsys.readouterr().err
+    assert e.value.code == 2 and len(err.strip().splitlines()) == 1, err
+    assert err.startswith("kctl: error: s3a://no-bucket/x.parquet: cannot read: ClassNotFoundException: "
+                          "Class org.apache.hadoop.fs.s3a.S3AFileSystem not found"), err
+
+
+def test_a_file_not_in_its_format_is_one_line(tmp_path):
+    """A ``.parquet`` file that is not Parquet, in a fresh ``kctl replay`` process: its
+    whole stderr is one line, exit 2 (before: the Python traceback, Py4J's Java one and
+    the local executor's logged stack trace, exit 1)."""
+    import subprocess
+    import sys
+    from tests.spark.conftest import _need_spark
+    _need_spark()
+    path = tmp_path / "bogus.parquet"
+    path.write_text("not parquet\n")
+    res = subprocess.run([sys.executable, "-m", "kctl", "replay", str(path), "-t", "t", "-b", "127.0.0.1:1",
+                          "--master", "local[1]"], capture_output=True, text=True, timeout=300)
+    assert res.returncode == 2 and len(res.stderr.strip().splitlines()) == 1, res.stderr
+    assert res.stderr.startswith(f"kctl: error: {path}: cannot read: RuntimeException: file:{path} "
+                                 "is not a Parquet file."), res.stderr
