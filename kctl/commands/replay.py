@@ -21,7 +21,7 @@ def replay(
     bootstrap_server: Optional[str] = typer.Option(
         None, "-b", "--bootstrap-server", help="Brokers (host:port,...). None: start the embedded broker."),
     fmt: Optional[str] = typer.Option(None, "--format", help="parquet | json | csv (default: from the name)."),
-    key_col: Optional[str] = typer.Option(None, "--key-col", help="Column for the record key (default: no key); a null cell is a null key."),
+    key_col: Optional[str] = typer.Option(None, "--key-col", help="Column for the record key (default: no key): binary as is, any other scalar as UTF-8 text (not a struct, map or array); a null cell is a null key."),
     value_col: Optional[str] = typer.Option(None, "--value-col", help="Column for the value (default: the whole row as JSON); a null cell is a null value (a tombstone)."),
     value_format: str = typer.Option("json", "--value-format", help="json | raw."),
     rate: Optional[str] = typer.Option(None, "--rate", help="Records/s over all tasks (5000, 5k), or max (the default)."),

@@ -4,7 +4,8 @@ How this works
 --------------
 The driver reads the dataset with Spark and maps its columns to records:
 
-- key: ``--key-col`` (binary as is, anything else as UTF-8 text), or no key;
+- key: ``--key-col`` (binary as is, any other scalar as UTF-8 text; a struct, map or
+  array column is refused, as for a raw value), or no key;
 - value: ``--value-col`` or, without it, the whole row. ``--value-format json``
   writes struct/map/array values (and the whole row) as JSON text, null fields
   included (``"x": null``), and takes a string column to hold JSON already;
@@ -107,7 +108,16 @@ def records_frame(df: Any, *, key_col: str | None, value_col: str | None, value_
                               "not bytes or text (use --value-format json)")
         else:
             value = as_bytes(F.col(value_col), dtype)
-    key = as_bytes(F.col(key_col), df.schema[key_col].dataType) if key_col else F.lit(None).cast("binary")
+    if key_col is None:
+        key = F.lit(None).cast("binary")
+    else:
+        dtype = df.schema[key_col].dataType
+        if isinstance(dtype, (T.StructType, T.MapType, T.ArrayType)):
+            # A key is the column's bytes, as a raw value is: Spark's string form of a
+            # struct ("{1}") is no encoding a consumer could read back.
+            raise ConfigError(f"--key-col: column {key_col!r} is {dtype.simpleString()}, not bytes or "
+                              "text (a key is a binary column's bytes or a scalar's UTF-8 text)")
+        key = as_bytes(F.col(key_col), dtype)
     return df.select(key.alias("k"), value.alias("v"))
 
 

@@ -103,6 +103,20 @@ def test_a_whole_row_is_written_with_its_null_columns(spark):
                    (None, {"k": None, "x": 3, "y": "c"})]
 
 
+@pytest.mark.parametrize("column", ["m", "l", "d"])
+def test_a_struct_map_or_array_key_column_is_refused(spark, column):
+    """A key is a column's bytes (binary, or a scalar's UTF-8 text), as a raw value is: a
+    struct, map or array --key-col is refused in one line naming its type, as a raw
+    --value-col of one is (before: Spark's string form, ``{1}``, was the key)."""
+    from kctl.errors import ConfigError
+    from kctl.spark.replay import records_frame
+    df = spark.createDataFrame([(1, {"x": 1}, [1, 2], {"a": 1})],
+                               "id int, m struct<x:bigint>, l array<bigint>, d map<string,int>")
+    types = {"m": "struct<x:bigint>", "l": "array<bigint>", "d": "map<string,int>"}
+    with pytest.raises(ConfigError, match=rf"^--key-col: column '{column}' is {types[column]}, not bytes or text"):
+        records_frame(df, key_col=column, value_col="id", value_format="raw")
+
+
 def test_sigterm_stops_the_replay_as_ctrl_c_does(broker, tmp_path):
     """SIGTERM to kctl's whole process group mid-replay (a fresh ``kctl replay`` process with
     its own Spark driver; ``kill -TERM -PGID`` as systemd's ``KillMode=control-group`` sends
