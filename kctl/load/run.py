@@ -199,6 +199,7 @@ class LoadRun:
                 while thread.is_alive():
                     thread.join(0.2)
             except KeyboardInterrupt:
+                stats.interrupted = True        # the rounds still to come say so
                 collector.interrupted.set()
                 stop.set()
                 try:
@@ -220,7 +221,7 @@ class LoadRun:
             raise collector.error
         interrupted = collector.interrupted.is_set()
         stats.interrupted = interrupted
-        stats.finish()
+        stats.finish(self.on_round)     # rounds of workers that never made a final report
         summary = stats.summary()
         if hlog is not None and self.close_hlog:
             hlog.close()
@@ -324,5 +325,7 @@ class _Collector:
             self.finished.add(msg.worker)
             if msg.acked_runs is not None:
                 self.acked[msg.worker] = msg.acked_runs
-        if closed and run.on_round is not None and not self.interrupted.is_set():
+        # After a stop too: the workers' final reports close the last (partial) round, and
+        # the lines add up to the summary.
+        if closed and run.on_round is not None:
             run.on_round(run.stats, closed)

@@ -47,7 +47,7 @@ import functools
 import threading
 import uuid
 from collections import Counter
-from collections.abc import Container, Iterable, Mapping, Sequence
+from collections.abc import Callable, Container, Iterable, Mapping, Sequence
 from dataclasses import dataclass, fields
 from datetime import UTC, datetime
 from pathlib import PurePath
@@ -196,6 +196,8 @@ class DashboardState:
     transactions_aborted: int = 0
     commit_latency: LatencyFigures = EMPTY_FIGURES
     splits: int = 0                    # last interval
+    last_round: bool = False           # the last closed interval is the run's last
+    interrupted: bool = False          # the run was stopped (Ctrl-C, SIGTERM)
 
 
 # -- rounds ----------------------------------------------------------------------------------------
@@ -280,6 +282,7 @@ class _ClosedRound:
     throttled_requests: int
     retries: int
     splits: int
+    last: bool = False      # the run's last round (every worker done, or the run ended)
 
 
 class RunStats:
@@ -432,16 +435,20 @@ class RunStats:
         self._moved_so_far[msg.worker] = now
         return metrics_delta(now, prev)
 
-    def finish(self) -> int:
+    def finish(self, on_round: Callable[[RunStats, int], None] | None = None) -> int:
+        """Closes every open round (end of run); returns how many it closed. ``on_round``
+        is called after each (a plain line per round: a stopped run's rounds whose workers
+        never made a final report)."""
         with self._lock:
-            return self._finish_unlocked()
+            return self._finish_unlocked(on_round)
 
-    def _finish_unlocked(self) -> int:
-        """Closes every open round (end of run); returns how many it closed."""
+    def _finish_unlocked(self, on_round: Callable[[RunStats, int], None] | None = None) -> int:
         n = 0
         while self._rounds:
-            self._close(min(self._rounds))
+            self._close(min(self._rounds), ending=True)
             n += 1
+            if on_round is not None:
+                on_round(self, 1)
         if self.hlog is not None:
             self.hlog.flush()
         return n
@@ -454,8 +461,9 @@ class RunStats:
             n += 1
         return n
 
-    def _close(self, r: int) -> None:
+    def _close(self, r: int, *, ending: bool = False) -> None:
         rnd = self._rounds.pop(r)
+        last = not self._rounds and (ending or len(self._done) >= self.workers)
         self._closed_upto = max(self._closed_upto, r)
         warmup = rnd.measured_reports == 0
         if warmup:
@@ -480,7 +488,7 @@ class RunStats:
             batch_fill=_ratio(d.batch_fill_total, first),
             queue_time_ms=_ratio(d.queue_time_ns_total, first) / 1e6,
             throttle_time_ms=d.throttle_time_ms, throttled_requests=d.throttled_requests,
-            retries=d.retries, splits=d.splits)
+            retries=d.retries, splits=d.splits, last=last)
 
     def _logged_clocks(self) -> tuple[str, ...]:
         # Max-throughput mode records nothing on the intended clock: leave its tag out
@@ -586,6 +594,8 @@ class RunStats:
             commit_latency=(LatencyFigures.from_histogram(self._commit_latency)
                             if self.transactional else EMPTY_FIGURES),
             splits=last.splits if last else 0,
+            last_round=last.last if last else False,
+            interrupted=self.interrupted,
         )
 
     def cumulative_histograms(self) -> dict[str, HdrHistogram]:

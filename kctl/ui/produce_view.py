@@ -203,7 +203,9 @@ def plain_line(s: DashboardState, consume: ConsumeDashboard | None = None) -> st
         request p99 4.0 ms; target 25000/s; t=5.0s
 
     (one line; the avg/max latency and percentiles are the intended clock's, or the send
-    clock's in max-throughput mode). Counts are records ACKED in the interval.
+    clock's in max-throughput mode). Counts are records ACKED in the interval. A stopped
+    run's last interval, cut short by the stop, ends ``(partial: stopped)``: the lines
+    still add up to the summary's count.
     """
     lead = "send" if s.intended_from_send else "intended"
     f = s.interval_latency.get(lead)
@@ -235,6 +237,8 @@ def plain_line(s: DashboardState, consume: ConsumeDashboard | None = None) -> st
     parts.append(f"; t={s.elapsed_s:.1f}s")
     if s.warmup:
         parts.append(" (warm-up)")
+    if s.interrupted and s.last_round:
+        parts.append(" (partial: stopped)")    # the stopped run's last, short interval
     return "".join(parts)
 
 

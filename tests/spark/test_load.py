@@ -227,6 +227,12 @@ def test_a_stop_ends_the_tasks_with_their_final_reports(broker, tmp_path, signam
     assert s.unaccounted == 0, f"scheduled {c.scheduled} != acked {c.acked} + failed {c.failed} " \
                                f"+ abandoned {c.abandoned}"
     assert c.abandoned == sum(c.abandoned_by_reason.values())
+    # The interval lines add up to the summary, the last (cut short by the stop) marked;
+    # the tasks' start figures are kept.
+    lines = [ln for ln in run.stdout.splitlines() if " records acked, " in ln]
+    assert sum(int(ln.split()[0]) for ln in lines) == c.acked, run.stdout
+    assert lines[-1].endswith(" (partial: stopped)")
+    assert s.spark is not None and s.spark.tasks == 2 and "spark: 2 tasks on 1 host" in run.stdout
     # Spark's JVM, pyspark's daemon and its Python workers (a process group of their own).
     assert session_gone(run.sessions, 30), "a process of the run outlived kctl"
 
@@ -284,7 +290,12 @@ def test_tasks_that_do_not_hear_the_stop_are_cancelled_after_the_bound(spark, br
         timer.cancel()
     assert 7.0 < time.monotonic() - t < 30     # waited for the bound (grace + margin), then cancelled
     assert result.interrupted and not result.failures
-    assert result.summary.counts.acked > 0 and result.summary.spark is None   # no task returned
+    # No task returned, but what their live reports said of their start is kept (before:
+    # no spark section at all).
+    sp = result.summary.spark
+    assert result.summary.counts.acked > 0 and sp is not None and sp.tasks == 2
+    assert [t.task for t in sp.per_task] == [0, 1] and all(t.late_ms >= 0 for t in sp.per_task)
+    assert sp.start_skew_ms < 1000
 
 
 def test_the_driver_jvms_stderr_is_passed_on_but_the_incubator_warning():
