@@ -159,6 +159,11 @@ def produce(
             # One task per slot: asked of the cluster once every option is checked.
             count = slot_tasks(master)
             plan = prepare(replace(options, workers=count.count, workers_reason=count.reason))
+        else:
+            # The tasks must fit the cluster's slots at once (a barrier stage): refused
+            # before the run has any effect (no topic created, no line printed).
+            from kctl.spark.session import check_barrier_slots, spark_session
+            check_barrier_slots(spark_session(master), options.workers)
         run_factory = spark_run_factory(master)
     out = stdout_console()
     err = stderr_console()

@@ -45,7 +45,7 @@ def replay(
     from kctl.spark.replay import load_records, replay_run_factory
     from kctl.load.worker_count import WorkerCount
     from kctl.spark.load import slot_tasks
-    from kctl.spark.session import spark_session
+    from kctl.spark.session import check_barrier_slots, spark_session
     from kctl.ui.console import stderr_console
     from kctl.ui.produce_view import (clock_line, no_verdict_line, plain_line, spark_start_line,
                                       summary_line, verify_line)
@@ -63,6 +63,9 @@ def replay(
     chosen = WorkerCount(tasks, "--tasks") if tasks is not None else slot_tasks(master)
     n = min(chosen.count, count)
     reason = chosen.reason if n == chosen.count else f"{chosen.reason}, at most one per row"
+    # The tasks must fit the cluster's slots at once (a barrier stage): refused before the
+    # run has any effect (no topic created, no line printed).
+    check_barrier_slots(spark, n)
     plan = prepare(ProduceOptions(
         bootstrap=bootstrap_server, topic=topic, partitions=partitions, rate=rate_per_s, num_records=count,
         properties=tuple(properties), producer_config=tuple(producer_config), workers=n,

@@ -147,6 +147,33 @@ def test_more_tasks_than_slots_fails_clearly(spark):
         SparkLoadRun(spec, config_for_summary={}).run()
 
 
+@pytest.mark.parametrize("command", ["produce", "replay"])
+def test_more_tasks_than_slots_are_refused_before_anything_happens(spark, broker, tmp_path, capsys, command):
+    """``--tasks 5`` on a 4-slot master: the one line and exit 2 come before the run has
+    any effect: no 'producing to' line, no topic created (before: the topic was created
+    and 'producing to ... with 5 worker(s)' printed, then the run refused)."""
+    from kctl.cli import main
+    from kctl.engine.blocking_client import BlockingClient
+    topic = f"spark-slots-{command}"
+    if command == "produce":
+        argv = ["produce", "--spark", "--tasks", "5", "--num-records", "10"]
+    else:
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+        path = tmp_path / "rows.parquet"
+        pq.write_table(pa.table({"id": list(range(10))}), path)
+        argv = ["replay", str(path), "--tasks", "5"]
+    with pytest.raises(SystemExit) as e:
+        main(argv + ["-b", broker.bootstrap, "-t", topic])
+    err = capsys.readouterr().err
+    assert e.value.code == 2 and len(err.strip().splitlines()) == 1, err
+    assert err.startswith("kctl: error: --tasks 5 needs 5 task slots running at once, but local[4] offers 4")
+    with BlockingClient(broker.bootstrap) as c:
+        md = admin.fetch_metadata(c, [topic])
+    info = md.topics.get(topic)
+    assert info is None or (info.error is not None and not info.partitions), info
+
+
 def test_local_produce_does_not_import_pyspark():
     import subprocess
     import sys
