@@ -62,10 +62,15 @@ def test_distributed_run_merges_like_a_local_run(spark, broker, tmp_path):
     # Merged histogram == the sum of the tasks' own histograms (HdrHistogram add).
     from kctl.spark.load import AGREED_START, TASK_START, AgreedStart, TaskStart
     starts = [msg for _w, i, msg in run.reports if i == TASK_START]
-    agreed = {msg for _w, i, msg in run.reports if i == AGREED_START}
+    agreed = [msg for _w, i, msg in run.reports if i == AGREED_START]
     reports = [r for r in run.reports if r[1] >= 0]
-    assert len(agreed) == 1 and isinstance(next(iter(agreed)), AgreedStart)
-    assert run.stats.start_wall_ns == next(iter(agreed)).wall_ns == starts[0].agreed_wall_ns
+    assert len(agreed) == 3 and all(isinstance(a, AgreedStart) for a in agreed)
+    assert len({a.wall_ns for a in agreed}) == 1    # one start, agreed by all
+    assert run.stats.start_wall_ns == agreed[0].wall_ns == starts[0].agreed_wall_ns
+    # Each carries what its TaskStart says of the task (kept if the task never returns).
+    by_worker = {w: msg for w, i, msg in run.reports if i == AGREED_START}
+    assert all((by_worker[s.worker].host, by_worker[s.worker].launched_wall_ns)
+               == (s.host, s.launched_wall_ns) for s in starts)
     assert {w for w, _, _ in reports} == {0, 1, 2}
     assert sorted(s.worker for s in starts) == [0, 1, 2] and all(isinstance(s, TaskStart) for s in starts)
     sp = result.summary.spark
