@@ -179,8 +179,8 @@ class AgreedStart:
     has its ``TaskStart`` on the driver (``known_start``)."""
 
     wall_ns: int
-    host: str = ""
-    launched_wall_ns: int = 0
+    host: str
+    launched_wall_ns: int
 
 
 #: The index an ``AgreedStart`` travels under, live before the task's first report and
