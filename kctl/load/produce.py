@@ -35,6 +35,7 @@ from kctl.load.consume_verify import verify_against_acks
 from kctl.load.consume_worker import StartPosition
 from kctl.load.payload import MAX_MONOTONIC, KeySpec, PayloadSpec, make_pool, parse_keys
 from kctl.load.run import LoadResult, LoadRun, LoadSpec, warmup_records_each
+from kctl.load.stop import PARENT_STOPS
 from kctl.load.verify import VerifyResult, log_end_offsets, verify
 from kctl.load.worker_count import WorkerCount, default_workers, paced_workers
 from kctl.quantities import check_warmup_within, parse_duration, parse_warmup
@@ -448,15 +449,25 @@ def execute(plan: ProducePlan, *, on_event: Callable[[str], None] = lambda _m: N
                     run.stats.hlog.close()
         checked = None
         verify_error = None
-        if spec.verify and not result.failures:
+        if spec.verify and not result.failures and PARENT_STOPS.again.is_set():
+            verify_error = "--verify skipped: the run was stopped a second time"
+        elif spec.verify and not result.failures:
             on_event("verifying: reading the produced range back")
+            # After a stop, the read back has the stop grace, not max.block.ms, to reach
+            # the cluster (a stop waits that long for verdicts too).
+            patience = retry if not result.interrupted else _after_stop(retry, spec.stop_grace_s)
             try:
                 checked = verify(bootstrap, spec.topic, spec.run_id, result.acked_runs, security=security,
                                  read_committed=spec.transaction_duration_ms is not None, since=since,
-                                 retry=retry)
+                                 retry=patience,
+                                 answer_timeout_s=spec.stop_grace_s if result.interrupted else None)
             except KctlError as e:
                 # The run stands (its summary, --json-out); the verdict is missing, and says why.
                 verify_error = str(e)
+            except KeyboardInterrupt:
+                # A stop while reading back: the run's summary is still written, without a verdict.
+                verify_error = "--verify stopped before it finished (Ctrl-C or SIGTERM)"
+                result = replace(result, interrupted=True, summary=result.summary.interrupted_now("verify"))
         elif plan.options.verify and consumed is not None and not result.failures and not consumed.failures:
             on_event("verifying what the consumers read against the acknowledgements")
             checked = verify_against_acks(spec.run_id, result.acked_runs, consumed.seen)
@@ -464,6 +475,14 @@ def execute(plan: ProducePlan, *, on_event: Callable[[str], None] = lambda _m: N
         if consumed is not None:
             summary = summary.with_consume(consumed.summary)
         return ProduceOutcome(bootstrap, embedded, result, checked, summary, consumed)
+
+
+def _after_stop(retry: SetupRetry, grace_s: float) -> SetupRetry:
+    """``retry`` bounded by the stop grace (named so in its error)."""
+    grace_ms = int(grace_s * 1000)
+    if grace_ms >= retry.timeout_ms:
+        return retry
+    return replace(retry, timeout_ms=grace_ms, timeout_name="the stop grace")
 
 
 def _start_consumers(plan: ProducePlan, bootstrap: str, spec: LoadSpec, partitions: int,

@@ -504,15 +504,18 @@ def _reasons(e: EndOffsetsError | RetriesExhaustedError) -> str:
     return e.describe_errors()
 
 
-def _admin_client(address: str, security: Any) -> BlockingClient:
-    return BlockingClient(address, client_id="kctl-verify", security=security)
+def _admin_client(address: str, security: Any, timeout_s: float | None = None) -> BlockingClient:
+    if timeout_s is None:
+        return BlockingClient(address, client_id="kctl-verify", security=security)
+    return BlockingClient(address, client_id="kctl-verify", security=security, timeout_s=timeout_s)
 
 
 def verify(bootstrap: str, topic: str, run_id: str,
            acked: Mapping[int, Mapping[int, Iterable[tuple[int, int, int]]]], *,
            security: Any = None, readers: int = READERS, fetch_bytes: int = FETCH_BYTES,
            max_examples: int = 10, read_committed: bool = False,
-           since: Mapping[int, int] | None = None, retry: SetupRetry = SetupRetry()) -> VerifyResult:
+           since: Mapping[int, int] | None = None, retry: SetupRetry = SetupRetry(),
+           answer_timeout_s: float | None = None) -> VerifyResult:
     """``acked``: worker -> partition -> runs of (offset, count, first_seq).
     ``read_committed``: read as a read_committed consumer (a transactional run): up to
     the last stable offset.
@@ -522,7 +525,8 @@ def verify(bootstrap: str, topic: str, run_id: str,
     ``bootstrap``: any broker's ``host:port`` (the first of a list is used).
     ``retry``: how long a request whose connection broke is asked again over a new one
     (Metadata, ListOffsets, each Fetch), and end offsets whose errors may pass asked again
-    (engine/setup_retry.py)."""
+    (engine/setup_retry.py). ``answer_timeout_s``: how long one request waits for its answer
+    (None: the blocking client's default; after a stop, the stop grace)."""
     started = time.monotonic()
     v = Verification(run_id, acked, max_examples=max_examples, since=since)
     ranges = v.ranges
@@ -544,12 +548,12 @@ def verify(bootstrap: str, topic: str, run_id: str,
             # log end after the run (its leader's answer, from the Metadata just taken; an
             # error that may pass asks both again, setup_retry).
             ends = admin.log_end_offsets(client, topic, sorted(v.unplaced), metadata=md,
-                                         client_for=lambda a: _admin_client(a, security)) \
+                                         client_for=lambda a: _admin_client(a, security, answer_timeout_s)) \
                 if v.unplaced else {}
             return leaders, tid, version, ends
 
         try:
-            with closing(_admin_client(first, security)) as client:
+            with closing(_admin_client(first, security, answer_timeout_s)) as client:
                 leaders, tid, version, ends = setup_retry.call(
                     client, look_up, retry, what=f"--verify: Metadata of {topic!r}")
         except (EndOffsetsError, RetriesExhaustedError) as e:
@@ -566,7 +570,7 @@ def verify(bootstrap: str, topic: str, run_id: str,
         by_id = tid if requests.names_topics_by_id(version) else None
         threads = [threading.Thread(target=_read_partitions, name=f"kctl-verify-{i}", daemon=True,
                                     args=(jobs, out, topic, by_id,
-                                          leaders, lambda a: _admin_client(a, security), fetch_bytes,
+                                          leaders, lambda a: _admin_client(a, security, answer_timeout_s), fetch_bytes,
                                           requests.READ_COMMITTED if read_committed
                                           else requests.READ_UNCOMMITTED, run_tag(run_id), retry))
                    for i in range(max(1, min(readers, len(ranges))))]

@@ -92,6 +92,8 @@ REPORT_SLACK_NS = 800_000
 UNSENT_AT_STOP = "run stopped: due, never handed to the producer"
 #: How often the wait for the last verdicts after the schedule looks at the stop.
 FINISH_STOP_CHECK_S = 0.05
+#: Why records in flight at a second stop are abandoned: the parent no longer waits.
+STOPPED_AGAIN = "run stopped again: the stop grace's wait for verdicts cut short"
 #: Records a pool of random keys holds (each key drawn once per pool slot).
 KEYED_POOL_MIN = 16384
 #: Largest pool a keys file and payload pool are cycled through together.
@@ -273,8 +275,11 @@ class StartGate:
 
 class Worker:
     def __init__(self, spec: WorkerSpec, reports: Any, stop: Any,
-                 start_gate: StartGate | None = None) -> None:
+                 start_gate: StartGate | None = None, hurry: Any = None) -> None:
+        """``hurry``: set by the parent at a second stop (its waits end early): the stop
+        grace's wait for verdicts ends at once."""
         self.spec = spec
+        self.hurry = hurry
         self.start_gate = start_gate
         self.reports = reports
         self.stop = stop
@@ -523,7 +528,7 @@ class Worker:
         p = self.producer
         grace = self.spec.stop_grace_s
         if failed or self.stop.is_set():
-            done = p.flush(grace)
+            done = self._flush_within(grace)
         else:
             # The schedule ended on its own: every verdict is awaited, but a stop that comes
             # meanwhile (Ctrl-C, SIGTERM) bounds the rest of the wait by the stop grace, as it
@@ -533,7 +538,7 @@ class Worker:
             while not done and not self.stop.is_set():
                 done = p.flush(FINISH_STOP_CHECK_S)
             if not done:
-                done = p.flush(grace)
+                done = self._flush_within(grace)
         txn = p.transactions
         if done and not failed and txn is not None and txn.in_transaction:
             self._end_transaction(grace)
@@ -542,7 +547,8 @@ class Worker:
             # not expected (the engine counts them failed, TRANSACTION_NOT_COMMITTED).
             self.acked.truncate(self._txn_mark)
             self._txn_open = False
-        reason = None if done else (f"run stopped: no verdict within the {grace:g} s stop grace")
+        reason = None if done else STOPPED_AGAIN if self._hurried() else \
+            f"run stopped: no verdict within the {grace:g} s stop grace"
         p.close(0 if not done else None, abandon_reason=reason)
         by_reason = dict(p.metrics.abandoned_by_reason)
         if self.unsent:
@@ -553,6 +559,21 @@ class Worker:
         # A failing worker's last report is not final: its WorkerFailed follows and ends it
         # (the parent stops listening to a worker at its final report).
         self._report(final=not failed)
+
+    def _flush_within(self, grace_s: float) -> bool:
+        """Waits for the verdicts for ``grace_s`` at most; a second stop (the parent's
+        ``hurry``) ends the wait at once. True when every record has its verdict."""
+        p = self.producer
+        end = self.clock.now_ns() + int(grace_s * 1e9)
+        while True:
+            left_s = max(0, end - self.clock.now_ns()) / 1e9
+            if p.flush(min(FINISH_STOP_CHECK_S, left_s)):
+                return True
+            if left_s <= 0 or self._hurried():
+                return False
+
+    def _hurried(self) -> bool:
+        return self.hurry is not None and self.hurry.is_set()
 
     def _report(self, *, final: bool) -> None:
         now_wall = self.clock.wall_ns()
@@ -595,7 +616,8 @@ class Worker:
         return encode_histogram(h)
 
 
-def run_worker(spec: WorkerSpec, reports: Any, stop: Any, start_gate: StartGate | None = None) -> None:
+def run_worker(spec: WorkerSpec, reports: Any, stop: Any, start_gate: StartGate | None = None,
+               hurry: Any = None) -> None:
     """Process entry point: every failure reaches the parent as ``WorkerFailed``.
 
     Ctrl-C reaches every process of the terminal's group; workers ignore it and
@@ -603,7 +625,7 @@ def run_worker(spec: WorkerSpec, reports: Any, stop: Any, start_gate: StartGate 
     (to the group, or to the worker alone) stops the worker as ``stop`` does (load/stop.py)."""
     stop = install_worker_stop(stop)
     try:
-        Worker(spec, reports, stop, start_gate).run()
+        Worker(spec, reports, stop, start_gate, hurry).run()
     except KctlError as e:
         reports.put(WorkerFailed(spec.worker, str(e)))
     except KeyboardInterrupt:

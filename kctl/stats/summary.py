@@ -77,6 +77,9 @@ class RunInfo:
     max_throughput: bool
     warmup: WarmupTotals
     interrupted: bool = False     # Ctrl-C cut the run short: the figures cover what ran
+    #: where a stop came: "set-up" (before the workers' common start: zero counts),
+    #: "run", "verify" (the run had ended; its read back was cut short); None: no stop
+    stopped_in: str | None = None
 
     @property
     def intended_from(self) -> str:
@@ -90,7 +93,7 @@ class RunInfo:
                 "workers_failed": [{"worker": w.worker, "error": w.error} for w in self.workers_failed],
                 "intervals": self.intervals, "max_throughput": self.max_throughput,
                 "intended_from": self.intended_from, "warmup": self.warmup.to_json(),
-                "interrupted": self.interrupted}
+                "interrupted": self.interrupted, "stopped_in": self.stopped_in}
 
     @classmethod
     def from_json(cls, d: Mapping[str, Any]) -> RunInfo:
@@ -101,7 +104,8 @@ class RunInfo:
                    tuple(WorkerFailure(int(w["worker"]), str(w["error"]))
                          for w in d.get("workers_failed", ())),
                    int(d.get("intervals", 0)), bool(d.get("max_throughput", False)),
-                   WarmupTotals.from_json(d.get("warmup") or {}), bool(d.get("interrupted", False)))
+                   WarmupTotals.from_json(d.get("warmup") or {}), bool(d.get("interrupted", False)),
+                   None if d.get("stopped_in") is None else str(d["stopped_in"]))
 
 
 @dataclass(frozen=True, slots=True)
@@ -326,6 +330,10 @@ class RunSummary:
 
     def with_verify(self, verify: VerifyResult | None, error: str | None = None) -> RunSummary:
         return replace(self, verify=verify, verify_error=error)
+
+    def interrupted_now(self, stopped_in: str) -> RunSummary:
+        """The summary of a run a stop cut short in ``stopped_in`` (after its figures were taken)."""
+        return replace(self, run=replace(self.run, interrupted=True, stopped_in=stopped_in))
 
     @property
     def unaccounted(self) -> int:

@@ -1,0 +1,121 @@
+"""Stopping ``kctl produce`` (audit J): a second stop shortens the wait but the summary and
+--json-out are still written; a stop bounds --verify's patience; a stop before the run
+starts still writes an interrupted summary. Faults come from kctl's fault proxy."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from kctl.inspect.faults import FaultPlan
+from kctl.inspect.proxy import InspectorProxy
+from kctl.load.worker import STOPPED_AGAIN
+from kctl.stats.summary import RunSummary
+
+pytestmark = pytest.mark.broker
+
+_topics = iter(range(10**6))
+
+
+class ProduceRequests:
+    """The proxy's ``on_frame``: how many Produce requests kctl has sent."""
+
+    def __init__(self) -> None:
+        self.count = 0
+
+    def __call__(self, ev) -> None:
+        if ev.api_name == "Produce" and ev.direction == "request":
+            self.count += 1
+
+    def wait(self, n: int, timeout_s: float = 60.0) -> None:
+        deadline = time.monotonic() + timeout_s
+        while self.count < n and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert self.count >= n, "kctl sent no Produce request"
+
+
+def start(bootstrap, out, *extra) -> subprocess.Popen:
+    args = [sys.executable, "-m", "kctl", "produce", "-b", bootstrap,
+            "-t", f"pstop-{os.getpid()}-{next(_topics)}", "--partitions", "2",
+            "--quiet", "--json-out", str(out), *extra]
+    return subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)
+
+
+def finish(proc: subprocess.Popen, timeout_s: float = 60.0) -> tuple[int, str, str, float]:
+    """Waits for kctl; its status, stdout, stderr and when it ended (monotonic)."""
+    try:
+        out, err = proc.communicate(timeout=timeout_s)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(10)
+    return proc.returncode, out, err, time.monotonic()
+
+
+def accounted(s: RunSummary) -> None:
+    c = s.counts
+    assert s.unaccounted == 0, (c.scheduled, c.acked, c.failed, c.abandoned)
+    assert c.abandoned == sum(c.abandoned_by_reason.values())
+
+
+@pytest.mark.parametrize("verify", [False, True])
+def test_a_second_ctrl_c_still_writes_the_summary(broker, tmp_path, verify):
+    """Produce answers held 60 s: the first Ctrl-C waits for in-flight records (the stop
+    grace), a second one ends that wait; the summary and --json-out are still written,
+    the records without a verdict counted abandoned with the reason."""
+    out = tmp_path / "s.json"
+    requests = ProduceRequests()
+    plan = FaultPlan(delay_ms=60_000, delay_apis=("Produce",))
+    with InspectorProxy([broker.bootstrap], faults=plan, on_frame=requests) as proxy:
+        proc = start(proxy.bootstrap, out, "--workers", "2", "--rate", "2k", "--duration", "20s",
+                     *(["--verify"] if verify else []))
+        requests.wait(2)
+        time.sleep(1.0)
+        proc.send_signal(signal.SIGINT)
+        time.sleep(1.5)
+        second = time.monotonic()
+        proc.send_signal(signal.SIGINT)
+        status, stdout, err, ended = finish(proc)
+    assert status == 130, err
+    # The second stop ended the stop grace's wait (5 s) for the held answers.
+    assert ended - second < 4, f"{ended - second:.1f} s after the second stop"
+    doc = json.loads(out.read_text())
+    s = RunSummary.from_json(doc)
+    assert s.run.interrupted and s.run.stopped_in == "run"
+    assert s.counts.scheduled > 0 and s.counts.acked == 0
+    accounted(s)
+    assert s.counts.abandoned_by_reason.get(STOPPED_AGAIN), s.counts.abandoned_by_reason
+    assert "interrupted: the run was stopped early" in err
+    if verify:
+        assert s.verify is None and "stopped a second time" in s.verify_error
+        assert f"kctl: error: {s.verify_error}" in err
+
+
+def test_verify_after_a_stop_has_the_stop_grace_to_reach_the_cluster(broker, tmp_path):
+    """The broker stops answering mid-run, then Ctrl-C: the stop grace (5 s) is held for
+    the records in flight, then --verify may try to reach the cluster for the stop grace,
+    not max.block.ms (60 s); its error is on stderr as well as in --json-out."""
+    out = tmp_path / "s.json"
+    requests = ProduceRequests()
+    with InspectorProxy([broker.bootstrap], on_frame=requests) as proxy:
+        proc = start(proxy.bootstrap, out, "--workers", "1", "--rate", "1k", "--duration", "60s", "--verify")
+        requests.wait(5)
+        proxy.set_faults(FaultPlan(blackhole=True))
+        time.sleep(1.0)
+        stopped = time.monotonic()
+        proc.send_signal(signal.SIGINT)
+        status, stdout, err, ended = finish(proc, timeout_s=40)
+    assert status == 130, err
+    assert ended - stopped < 20, f"{ended - stopped:.1f} s after the stop"
+    s = RunSummary.from_json(json.loads(out.read_text()))
+    assert s.run.interrupted and s.run.stopped_in == "run"
+    accounted(s)
+    assert s.verify is None and s.verify_error and "stop grace" in s.verify_error, s.verify_error
+    assert f"kctl: error: {s.verify_error}" in err
