@@ -25,7 +25,7 @@ from kctl.ui.produce_view import (
 )
 
 if TYPE_CHECKING:
-    from kctl.stats.summary import Counts
+    from kctl.stats.summary import Counts, RunSummary
 
 #: kafka-producer-perf-test takes several properties after one flag (argparse nargs="+").
 _MULTI_VALUE = ("--producer-props", "--command-property")
@@ -222,7 +222,7 @@ def produce(
                 print(f"kctl: error: {summary.verify_error}", file=sys.stderr, flush=True)
             if outcome.verify is not None:
                 print(verify_line(outcome.verify, acks=plan.config.acks), flush=True)
-            err.print("interrupted: the run was stopped early; the summary covers what ran")
+            err.print(interrupted_line(summary))
             if summary.unaccounted:
                 err.print(no_verdict_line(summary.unaccounted, spark=run_factory is not None))
             sys.exit(EXIT_INTERRUPTED)
@@ -248,6 +248,16 @@ def produce(
             status = status or 1
         if status:
             sys.exit(status)
+
+
+def interrupted_line(summary: RunSummary) -> str:
+    """What a stop cut short: the run, or its set-up (nothing was sent), or its --verify."""
+    where = summary.run.stopped_in
+    if where == "set-up":
+        return "interrupted: stopped before the run started (in its set-up): nothing was sent"
+    if where == "verify":
+        return "interrupted: the run had ended; its --verify was stopped before a verdict"
+    return "interrupted: the run was stopped early; the summary covers what ran"
 
 
 def failed_line(counts: Counts) -> str:

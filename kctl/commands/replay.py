@@ -40,6 +40,7 @@ def replay(
     import time
 
     from kctl.load.produce import ProduceOptions, execute, prepare
+    from kctl.commands.produce import interrupted_line
     from kctl.load.stop import later_stops_hurry
     from kctl.quantities import parse_duration, parse_rate
     from kctl.topics import validate_topic_name
@@ -100,7 +101,8 @@ def replay(
                 print(f"kctl: error: {summary.verify_error}", file=sys.stderr, flush=True)
             if outcome.verify is not None:
                 print(verify_line(outcome.verify, acks=plan.config.acks), flush=True)
-            err.print("interrupted: the Spark tasks were stopped; the summary covers what ran")
+            err.print("interrupted: the Spark tasks were stopped; the summary covers what ran"
+                      if summary.run.stopped_in == "run" else interrupted_line(summary))
             if summary.unaccounted:
                 err.print(no_verdict_line(summary.unaccounted, spark=True))   # replay runs on Spark
             sys.exit(EXIT_INTERRUPTED)

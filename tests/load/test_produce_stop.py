@@ -119,3 +119,29 @@ def test_verify_after_a_stop_has_the_stop_grace_to_reach_the_cluster(broker, tmp
     accounted(s)
     assert s.verify is None and s.verify_error and "stop grace" in s.verify_error, s.verify_error
     assert f"kctl: error: {s.verify_error}" in err
+
+
+def test_a_stop_in_the_set_up_writes_an_interrupted_summary(broker, tmp_path):
+    """Ctrl-C while the topic is being set up (its Metadata held by the proxy): no record
+    was scheduled, and the summary and --json-out still say so, with where the stop came."""
+    out = tmp_path / "s.json"
+    metadata = []
+
+    def on_frame(ev) -> None:
+        if ev.api_name == "Metadata" and ev.direction == "request":
+            metadata.append(ev)
+
+    plan = FaultPlan(delay_ms=30_000, delay_apis=("Metadata",))
+    with InspectorProxy([broker.bootstrap], faults=plan, on_frame=on_frame) as proxy:
+        proc = start(proxy.bootstrap, out, "--rate", "1k", "--duration", "10s")
+        deadline = time.monotonic() + 30
+        while not metadata and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert metadata, "kctl asked no Metadata"
+        proc.send_signal(signal.SIGINT)
+        status, stdout, err, _ = finish(proc, timeout_s=30)
+    assert status == 130, err
+    s = RunSummary.from_json(json.loads(out.read_text()))
+    assert s.run.interrupted and s.run.stopped_in == "set-up"
+    assert s.counts.scheduled == 0 and s.counts.sent == 0
+    assert "stopped before the run started" in err
