@@ -139,7 +139,9 @@ def consume(
     print(values, flush=True)
     if outcome.result.interrupted:
         # The summary (and --json-out, --hdr-out) are written; the status says the run was cut short.
-        err.print("interrupted: the consumers were stopped early; the summary covers what ran")
+        err.print("interrupted: stopped before the consumers started (in the set-up): nothing was read"
+                  if summary.run.stopped_in == "set-up"
+                  else "interrupted: the consumers were stopped early; the summary covers what ran")
         sys.exit(EXIT_INTERRUPTED)
     failures = outcome.result.failures
     if failures:

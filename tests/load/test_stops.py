@@ -1,4 +1,4 @@
-"""Stopping ``kctl produce`` (audit J): a second stop shortens the wait but the summary and
+"""Stopping ``kctl produce`` and ``kctl consume`` (audit J): a second stop shortens the wait but the summary and
 --json-out are still written; a stop bounds --verify's patience; a stop before the run
 starts still writes an interrupted summary. Faults come from kctl's fault proxy."""
 
@@ -145,3 +145,36 @@ def test_a_stop_in_the_set_up_writes_an_interrupted_summary(broker, tmp_path):
     assert s.run.interrupted and s.run.stopped_in == "set-up"
     assert s.counts.scheduled == 0 and s.counts.sent == 0
     assert "stopped before the run started" in err
+
+
+def test_a_stop_while_a_group_joins_writes_an_interrupted_consume_summary(broker, tmp_path):
+    """SIGTERM while the consumers join their group (JoinGroup answers held by the proxy):
+    nothing was read, and the summary and --json-out still say so, stopped in the set-up."""
+    out = tmp_path / "c.json"
+    joins = []
+
+    def on_frame(ev) -> None:
+        if ev.api_name == "JoinGroup" and ev.direction == "request":
+            joins.append(ev)
+
+    topic = f"pstop-{os.getpid()}-{next(_topics)}"
+    subprocess.run([sys.executable, "-m", "kctl", "produce", "-b", broker.bootstrap, "-t", topic,
+                    "--partitions", "2", "--num-records", "100", "--quiet"], check=True, timeout=60,
+                   capture_output=True)
+    plan = FaultPlan(delay_ms=30_000, delay_apis=("JoinGroup",))
+    with InspectorProxy([broker.bootstrap], faults=plan, on_frame=on_frame) as proxy:
+        proc = subprocess.Popen([sys.executable, "-m", "kctl", "consume", "-b", proxy.bootstrap, "-t", topic,
+                                 "--group", f"g-{topic}", "--consumers", "2", "--duration", "60s", "--quiet",
+                                 "--json-out", str(out)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                text=True, start_new_session=True)
+        deadline = time.monotonic() + 60
+        while not joins and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert joins, "no consumer asked to join"
+        proc.send_signal(signal.SIGTERM)
+        status, stdout, err, _ = finish(proc, timeout_s=40)
+    assert status == 130, err
+    doc = json.loads(out.read_text())
+    assert doc["run"]["interrupted"] is True and doc["run"]["stopped_in"] == "set-up"
+    assert doc["counts"]["records"] == 0
+    assert "stopped before the consumers started" in err
