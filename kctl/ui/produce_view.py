@@ -188,7 +188,7 @@ class ProduceDashboard:
 def _error_table(seen: Mapping[str, int], failed: Mapping[str, int], *, title: str = "errors") -> Table:
     e = Table(title=title, title_justify="left")
     e.add_column("error", no_wrap=True)
-    e.add_column("seen (retries too)", justify="right")
+    e.add_column("batches (retries too)", justify="right")
     e.add_column("records failed", justify="right")
     for name in sorted(set(seen) | set(failed)):
         e.add_row(Text(name, style="red"), f"{seen.get(name, 0):,}", f"{failed.get(name, 0):,}")
