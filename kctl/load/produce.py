@@ -513,7 +513,8 @@ def _execute(plan: ProducePlan, so_far: _SetUpSoFar, *, on_event: Callable[[str]
                 checked = verify(bootstrap, spec.topic, spec.run_id, result.acked_runs, security=security,
                                  read_committed=spec.transaction_duration_ms is not None, since=since,
                                  retry=patience,
-                                 answer_timeout_s=spec.stop_grace_s if result.interrupted else None)
+                                 answer_timeout_s=spec.stop_grace_s if result.interrupted else None,
+                                 look_for_unacked=_had_no_ack(result.summary))
             except KctlError as e:
                 # The run stands (its summary, --json-out); the verdict is missing, and says why.
                 verify_error = str(e)
@@ -528,6 +529,12 @@ def _execute(plan: ProducePlan, so_far: _SetUpSoFar, *, on_event: Callable[[str]
         if consumed is not None:
             summary = summary.with_consume(consumed.summary)
         return ProduceOutcome(bootstrap, embedded, result, checked, summary, consumed)
+
+
+def _had_no_ack(summary: RunSummary) -> bool:
+    """Records of the run ended failed or abandoned: --verify looks for them in the log too."""
+    c = summary.counts
+    return bool(c.failed or c.abandoned or summary.run.warmup.records_failed)
 
 
 def _after_stop(retry: SetupRetry, grace_s: float) -> SetupRetry:

@@ -243,6 +243,9 @@ class VerifyResult:
     partitions: dict[int, dict[str, int]] = field(default_factory=dict)
     read_s: float = 0.0                                     # time spent reading and checking
     aborted: int = 0     # the run's records read in aborted transactions, left out (read_committed)
+    #: the run's records reported failed or abandoned (never acknowledged) yet read in the
+    #: log: at-least-once's surprise, apart from the verdict
+    written_unacked: int = 0
 
     @property
     def ok(self) -> bool:
@@ -255,7 +258,8 @@ class VerifyResult:
                 "lost_examples": [list(x) for x in self.lost_examples],
                 "duplicate_examples": [list(x) for x in self.duplicate_examples],
                 "partitions": {str(k): v for k, v in self.partitions.items()},
-                "read_s": round(self.read_s, 6), "aborted": self.aborted}
+                "read_s": round(self.read_s, 6), "aborted": self.aborted,
+                "written_unacked": self.written_unacked}
 
     @classmethod
     def from_json(cls, d: Mapping[str, Any]) -> VerifyResult:
@@ -265,7 +269,7 @@ class VerifyResult:
                    tuple((int(x[0]), int(x[1])) for x in d.get("duplicate_examples", ())),
                    {int(k): {str(a): int(b) for a, b in v.items()}
                     for k, v in (d.get("partitions") or {}).items()},
-                   float(d.get("read_s", 0.0)), int(d.get("aborted", 0)))
+                   float(d.get("read_s", 0.0)), int(d.get("aborted", 0)), int(d.get("written_unacked", 0)))
 
 
 @dataclass(frozen=True, slots=True)

@@ -178,3 +178,24 @@ def test_a_stop_while_a_group_joins_writes_an_interrupted_consume_summary(broker
     assert doc["run"]["interrupted"] is True and doc["run"]["stopped_in"] == "set-up"
     assert doc["counts"]["records"] == 0
     assert "stopped before the consumers started" in err
+
+
+def test_verify_counts_records_reported_failed_that_were_written(broker, tmp_path):
+    """Produce answers held 2.5 s with request.timeout.ms=1000: the batches time out and
+    expire (DELIVERY_TIMEOUT) though the broker wrote them. --verify's verdict is about
+    the acknowledged records only, and it says how many of the failed ones are in the log
+    (read from each partition's log end before the run): the at-least-once surprise."""
+    out = tmp_path / "s.json"
+    plan = FaultPlan(delay_ms=2500, delay_apis=("Produce",))
+    with InspectorProxy([broker.bootstrap], faults=plan) as proxy:
+        proc = start(proxy.bootstrap, out, "--rate", "500", "--duration", "2s", "--verify",
+                     "-X", "request.timeout.ms=1000", "-X", "delivery.timeout.ms=1500",
+                     "-X", "enable.idempotence=false", "-X", "acks=1")
+        status, stdout, err, _ = finish(proc, timeout_s=90)
+    assert status == 1, err                      # records failed
+    s = RunSummary.from_json(json.loads(out.read_text()))
+    c, v = s.counts, s.verify
+    assert c.failed > 0 and "DELIVERY_TIMEOUT" in c.failed_by_error
+    assert v is not None and v.ok and v.expected == c.acked and v.found == c.acked
+    assert 0 < v.written_unacked <= c.failed + c.abandoned
+    assert f"{v.written_unacked} record(s) reported failed or abandoned were written" in stdout
