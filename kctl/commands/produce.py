@@ -99,7 +99,7 @@ def produce(
     hdr_out: Optional[Path] = typer.Option(None, "--hdr-out", help="Write the HdrHistogram interval log (.hlog)."),
     json_out: Optional[Path] = typer.Option(None, "--json-out", help="Write the summary JSON."),
     interval: str = typer.Option("1s", "--interval", help="Time between interval reports: 250ms, 1s, 5s."),
-    verify: bool = typer.Option(False, "--verify", help="Read the produced range back (records acknowledged without an offset, acks=0 or a retry answered DUPLICATE_SEQUENCE_NUMBER: from each partition's log end before the run); report lost, duplicated, reordered records."),
+    verify: bool = typer.Option(False, "--verify", help="Read the produced range back (records acknowledged without an offset, acks=0 or a retry answered DUPLICATE_SEQUENCE_NUMBER: from each partition's log end before the run); report lost, duplicated, reordered records, and records reported failed or abandoned that are in the log anyway."),
     quiet: bool = typer.Option(False, "--quiet", help="Print only the summary."),
     no_id_headers: bool = typer.Option(False, "--no-id-headers", help="Do not add the 24-byte kctl identity header (run, worker, sequence, intended time)."),
     seed: int = typer.Option(0, "--seed", help="Seed for payloads and keys."),

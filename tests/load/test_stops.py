@@ -199,3 +199,30 @@ def test_verify_counts_records_reported_failed_that_were_written(broker, tmp_pat
     assert v is not None and v.ok and v.expected == c.acked and v.found == c.acked
     assert 0 < v.written_unacked <= c.failed + c.abandoned
     assert f"{v.written_unacked} record(s) reported failed or abandoned were written" in stdout
+
+
+def test_a_stop_during_verify_still_writes_the_run_summary(broker, tmp_path):
+    """The run ends on its own; its --verify Fetch is held by the proxy; Ctrl-C then: the
+    run's summary and --json-out are written, stopped in "verify", without a verdict."""
+    out = tmp_path / "s.json"
+    fetches = []
+
+    def on_frame(ev) -> None:
+        if ev.api_name == "Fetch" and ev.direction == "request":
+            fetches.append(ev)
+
+    plan = FaultPlan(delay_ms=30_000, delay_apis=("Fetch",))
+    with InspectorProxy([broker.bootstrap], faults=plan, on_frame=on_frame) as proxy:
+        proc = start(proxy.bootstrap, out, "--rate", "500", "--duration", "1s", "--verify")
+        deadline = time.monotonic() + 60
+        while not fetches and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert fetches, "--verify sent no Fetch"
+        proc.send_signal(signal.SIGINT)
+        status, stdout, err, _ = finish(proc, timeout_s=30)
+    assert status == 130, err
+    s = RunSummary.from_json(json.loads(out.read_text()))
+    assert s.run.interrupted and s.run.stopped_in == "verify"
+    assert s.counts.acked == s.counts.scheduled > 0
+    assert s.verify is None and "stopped before it finished" in s.verify_error
+    assert "its --verify was stopped" in err
