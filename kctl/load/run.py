@@ -12,8 +12,9 @@ event: workers end their schedule, give in-flight records ``stop_grace_s``,
 and still send their final reports, so the summary and the histograms are
 written. A second stop (``PARENT_STOPS.again``, load/stop.py, or a second
 KeyboardInterrupt) sets ``hurry``: the workers abandon what is still in flight
-at once (with the reason) and report, and the summary is written all the same. A worker that fails fails the run with its error (no silent partial
-result); the others are stopped.
+at once (with the reason) and report, and the summary is written all the same.
+A worker that fails fails the run with its error (no silent partial result);
+the others are stopped.
 """
 
 from __future__ import annotations
