@@ -410,14 +410,14 @@ def _execute(plan: ProducePlan, so_far: _SetUpSoFar, *, on_event: Callable[[str]
              on_consume_start: Callable[[ConsumeStats], None] | None) -> ProduceOutcome:
     with ExitStack() as stack:
         bootstrap = _bootstrap_from(plan)
-        embedded = bootstrap is None
+        embedded = so_far.embedded = bootstrap is None
         if embedded:
             from kctl.broker import EmbeddedBroker
             broker = stack.enter_context(EmbeddedBroker())
             bootstrap = broker.bootstrap
             on_event(f"no --bootstrap-server given: started the embedded broker (Tansu) at {bootstrap}; "
                      "it stops when the run ends")
-        so_far.bootstrap, so_far.embedded = bootstrap, embedded
+        so_far.bootstrap = bootstrap
         first = bootstrap.split(",")[0]
         security = plan.config.security
         # Set-up is asked again over a new connection while the connection breaks, for at
