@@ -31,7 +31,8 @@ processes, each with its own engine and connections). Its loop:
   a fatal one (fenced) fails the worker;
 - ``stop`` (set by the parent on Ctrl-C) ends the schedule early; what is in
   flight is given ``stop_grace_s`` to finish, then abandoned (counted, with the
-  reason). Records due by the worker's last turn before the stop that it never
+  reason); ``hurry`` (the parent's second stop) ends that wait at once
+  (``STOPPED_AGAIN``). Records due by the worker's last turn before the stop that it never
   handed over (the catch-up limit held them, or they came due since its last
   hand-over) count as scheduled and abandoned (``UNSENT_AT_STOP``), so
   scheduled = acked + failed + abandoned. A fatal producer error (a ``KctlError``
