@@ -333,8 +333,8 @@ class ConsumerCoordinator(GroupCoordinator):
     # -- the consumer's step ----------------------------------------------------------------------
     def poll(self, now_ns: int) -> int:
         wake = super().poll(now_ns)
-        if self.coordinator is None or self.fatal_error is not None:
-            return wake
+        if self.coordinator is None or self.fatal_error is not None or self.closing:
+            return wake     # closing: the consumer's close commits once, itself (Consumer.close)
         wake = min(wake, self._refresh_committed_offsets(now_ns))
         self._maybe_rejoin_for_metadata()
         if self.group.enable_auto_commit and not self.rejoin_needed_or_pending:
