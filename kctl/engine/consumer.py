@@ -64,6 +64,8 @@ log = logging.getLogger(__name__)
 _MAX_WAIT_NS = 100 * NS_PER_MS
 #: Java's ``KafkaConsumer.close()`` timeout (DEFAULT_CLOSE_TIMEOUT_MS).
 DEFAULT_CLOSE_TIMEOUT_S = 30.0
+#: Added to close's own commit's request timeout, so that the close's bound passes first.
+_CLOSE_COMMIT_TIMEOUT_LAPSE_MS = 1000
 #: How long close waits for LeaveGroup's answer at most (within its bound): it does not matter.
 _LEAVE_WAIT_NS = 1000 * NS_PER_MS
 
@@ -99,10 +101,12 @@ class _SyncCommit:
     retriable failure was waiting for its backoff or for a coordinator to send to again."""
 
     def __init__(self, consumer: Consumer, coordinator: ConsumerCoordinator,
-                 positions: Mapping[TopicPartition, FetchPosition]) -> None:
+                 positions: Mapping[TopicPartition, FetchPosition], *,
+                 request_timeout_ms: int | None = None) -> None:
         self.clock = consumer.clock
         self.coordinator = coordinator
         self.positions = positions
+        self.request_timeout_ms = request_timeout_ms
         g = coordinator.group
         self._backoff = ExponentialBackoff(g.retry_backoff_ms, RETRY_BACKOFF_EXP_BASE, g.retry_backoff_max_ms,
                                            RETRY_BACKOFF_JITTER, consumer._random)
@@ -123,7 +127,8 @@ class _SyncCommit:
                 now = clock.now_ns()
                 if c.coordinator is not None:
                     self.in_flight = True
-                    if c.commit_async(self.positions, now, self._answered):
+                    if c.commit_async(self.positions, now, self._answered,
+                                      request_timeout_ms=self.request_timeout_ms):
                         break
                     self.in_flight = False
                 if now >= deadline_ns:
@@ -422,7 +427,11 @@ class Consumer:
         sync = None
         unanswered = False
         if positions:
-            sync = _SyncCommit(self, c, positions)
+            # The bound passes before the commit's own request timeout can (Java's close timer
+            # starts before the commit is sent): a commit in flight at the bound is unanswered
+            # and the coordinator still known for LeaveGroup, however late the last wait woke.
+            sync = _SyncCommit(self, c, positions,
+                               request_timeout_ms=self.config.request_timeout_ms + _CLOSE_COMMIT_TIMEOUT_LAPSE_MS)
             try:
                 sync.run(deadline, lambda wait_ns: self._close_step(c, wait_ns))
             except KctlError as e:          # the group failed for good meanwhile

@@ -582,7 +582,8 @@ def dead_coordinator_waits(h, *, answer=(), timeout_ms=None):
         h.clock.advance(max(timeout_ns, 1_000_000))
         now = h.clock.now_ns()
         for node, reqs in list(h.net.in_flight.items()):
-            if any(now - r.sent_ns > limit for r in reqs):
+            if any(now - r.sent_ns > (r.request_timeout_ms * 1_000_000 if r.request_timeout_ms and not timeout_ms
+                                       else limit) for r in reqs):
                 h.net.disconnect(node, timed_out=True)
         return orig_poll(0, now)
     h.net.poll = poll
