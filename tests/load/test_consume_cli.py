@@ -344,6 +344,7 @@ def test_ctrl_c_under_a_dead_coordinator_reports_the_commit_on_close(broker, tmp
         kctl_ = KctlProcess("consume", "-b", proxy.bootstrap, "-t", topic, "--group", f"g-{topic}",
                             "--consumers", "1", "--duration", "60s", "--interval", "0.25",
                             "--json-out", str(js), "-X", "request.timeout.ms=3000",
+                            "-X", "session.timeout.ms=6000", "-X", "heartbeat.interval.ms=300",  # a quick join
                             "-X", "auto.commit.interval.ms=" + ("500" if fault == "blackhole" else "60000"))
         try:
             kctl_.wait_for(lambda line: line.split(" ", 1)[0].isdigit() and line.split(" ", 1)[0] != "0")
