@@ -481,7 +481,7 @@ class Consumer:
                     "is unknown")
         if sync.retrying or answer is None:
             last = f" (the last attempt: {answer.describe()})" if answer is not None else ""
-            return f"not sent: no coordinator within {bound}{last}"
+            return f"not sent: no coordinator ready within {bound}{last}"
         return None if answer.ok else answer.describe()
 
     def __enter__(self) -> Consumer:

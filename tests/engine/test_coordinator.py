@@ -644,7 +644,7 @@ def test_close_timeout_coordinator_unavailable_for_commit():
     assert len(h.net.requests("OffsetCommit")) == 1
     assert len(h.net.requests("FindCoordinator")) == 2     # the join's, and close's search
     assert h.net.requests("LeaveGroup") == []
-    assert c.close_commit_error.startswith("not sent: no coordinator within the close's 4 s")
+    assert c.close_commit_error.startswith("not sent: no coordinator ready within the close's 4 s")
     assert "(the last attempt: t-0 NETWORK_EXCEPTION)" in c.close_commit_error
     assert c.metrics.snapshot().commit_failures == 1
 
