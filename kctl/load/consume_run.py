@@ -8,6 +8,9 @@ publishes the common start and reads reports from then on in a thread, feeding
 tells every consumer the offset to read each partition to (a backlog's end, or the
 producers' acknowledged end); ``wait()`` returns once every consumer has finished
 (its stop condition, or ``stop()``). A consumer that fails stops the run with its error.
+A stopped consumer closes within its close bound (``close_bound_s``) and is killed only
+after that and ``EXIT_MARGIN_S`` (``_stop_deadline``), so its final report, with a
+commit on close that failed, arrives.
 Each ``ConsumerReady`` carries when that consumer began to subscribe or assign, and each
 report its time spent rejoining after the start: ``ConsumeResult.perf_test_times()`` is
 kafka-consumer-perf-test's clock from them (start before subscribing, rebalance time).
