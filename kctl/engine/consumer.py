@@ -46,7 +46,7 @@ from kctl.engine.batch import TopicPartition
 from kctl.engine.clock import NS_PER_MS, Clock, SystemClock
 from kctl.engine.consumer_coordinator import (
     CommitResult, ConsumerCoordinator, FailedCommits, RebalanceListener)
-from kctl.engine.consumer_metrics import ConsumerMetrics
+from kctl.engine.consumer_metrics import ConsumerMetrics, ConsumerMetricsSnapshot
 from kctl.engine.fetcher import ConsumedBatch, Fetcher
 from kctl.engine.metadata import Metadata, MetadataUpdate
 from kctl.engine.metadata_updater import MetadataUpdater
@@ -395,6 +395,10 @@ class Consumer:
         """The commits before a rebalance (``enable.auto.commit``) that failed for good:
         the group's offsets were left behind what was read (ConsumerCoordinator's doc)."""
         return self.coordinator.rebalance_commit_failures if self.coordinator is not None else FailedCommits()
+
+    def metrics_snapshot(self) -> ConsumerMetricsSnapshot:
+        """The counters, with the network client's SASL re-authentications."""
+        return self.metrics.snapshot(reauthentications=self.network.metrics.reauthentications_total)
 
     # -- closing ---------------------------------------------------------------------------------
     def close(self, timeout_s: float = DEFAULT_CLOSE_TIMEOUT_S) -> None:

@@ -76,6 +76,7 @@ class ConsumeCounts:
     commit_failures: int = 0
     offset_resets: int = 0
     throttle_time_ms: int = 0
+    reauthentications: int = 0     # whole run: SASL logins again on open connections (KIP-368)
 
     def to_json(self) -> dict[str, int]:
         return numbers_to_json(self)

@@ -162,6 +162,13 @@ def test_frames_cut_by_the_snap_length_are_named_and_answered(tmp_path):
     o = next(json.loads(x) for x in r.stdout.splitlines()
              if json.loads(x)["correlation_id"] == 4 and json.loads(x)["direction"] == "response")
     assert o["marks"] == ["request_cut"] and o["latency_ms"] == 0.001 and o["body"] is not None
+    # --summary counts as docs/decode-json.md says: a cut request is a notice, not one of its
+    # API's requests (#5 alone is); #4's answer is a response, timed; #5's cut answer a notice.
+    r = runner.invoke(app, ["decode", str(p), "--summary", "--json"])
+    s = json.loads(r.stdout)
+    produce = s["apis"]["Produce"]
+    assert (produce["requests"], produce["responses"], produce["latency_count"]) == (1, 1, 1)
+    assert s["frames"] == 2 and s["marks"]["request_cut"] == 1 and s["notices"]["incomplete"] == 3
 
 
 def _snapped(segs, path, *, lost=()):

@@ -373,3 +373,47 @@ def test_ctrl_c_under_a_dead_coordinator_reports_the_commit_on_close(broker, tmp
         assert "OffsetCommit not answered within the close's 3 s" in doc["failed_commits"][0]["error"]
         assert after.count("OffsetCommit") == 1 and "LeaveGroup" in after, after
         assert after.index("LeaveGroup") > after.index("OffsetCommit")
+
+
+def test_a_leader_that_never_answers_ends_the_run_on_time_with_one_line(tmp_path):
+    """The partition's leader (as Metadata advertises it) accepts connections and never
+    answers ApiVersions: the consumer cannot find its start position. The run stops
+    within its --duration, naming the broker and what it waits for, not after
+    default.api.timeout.ms (60 s)."""
+    import socket
+    from kctl.broker import EmbeddedBroker
+    from kctl.engine import admin
+    from kctl.engine.blocking_client import BlockingClient
+    silent = socket.create_server(("127.0.0.1", 0))
+    silent.settimeout(0.2)
+    accepted, stopped = [], threading.Event()
+
+    def accept():
+        while not stopped.is_set():
+            try:
+                accepted.append(silent.accept()[0])
+            except OSError:
+                pass
+    thread = threading.Thread(target=accept, daemon=True)
+    thread.start()
+    address = f"127.0.0.1:{silent.getsockname()[1]}"
+    try:
+        with EmbeddedBroker(advertised=address, stop_grace_s=1.0) as b:
+            with BlockingClient(b.bootstrap) as c:
+                admin.create_topics(c, ["kctl-stalled-leader"], partitions=1)
+            start = time.monotonic()
+            run = subprocess.run([sys.executable, "-m", "kctl", "consume", "-b", b.bootstrap, "-t",
+                                  "kctl-stalled-leader", "--duration", "3s"],
+                                 capture_output=True, text=True, timeout=90)
+            took = time.monotonic() - start
+    finally:
+        stopped.set()
+        thread.join(2)
+        for conn in accepted:
+            conn.close()
+        silent.close()
+    assert accepted, "the consumer never dialled the advertised leader"
+    assert run.returncode != 0 and took < 15, (took, run.stderr)
+    line = run.stderr.strip().splitlines()[-1]
+    assert "within 3 s (the run's --duration)" in line and address in line, run.stderr
+    assert "no answer to ApiVersions" in line and "Traceback" not in run.stderr
