@@ -65,7 +65,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from kctl.cipher_suites import JDK17_CIPHER_SUITES, TLS13_CIPHER_SUITES
 from kctl.errors import ConfigError
+from kctl.jaas import parse_jaas_config
 from kctl.java_properties import JAVA_ONLY_PROPERTIES, PRODUCER, JavaOnlySettings
 
 INT_MAX = 2**31 - 1
@@ -507,27 +509,30 @@ def _parse_secret(value: Any) -> str | None:
     return value or None
 
 
+def _parse_cipher_suites(value: Any) -> tuple[str, ...]:
+    """``ssl.cipher.suites``: IANA names as Java takes them; empty: JDK 17's enabled list."""
+    if isinstance(value, (tuple, list)):
+        names = [str(v).strip() for v in value]
+    elif isinstance(value, str):
+        names = [v.strip() for v in value.split(",")]
+    else:
+        raise _Invalid("")
+    names = list(dict.fromkeys(n for n in names if n))
+    unknown = [n for n in names if n not in JDK17_CIPHER_SUITES]
+    if unknown:
+        raise _Invalid(f"{', '.join(unknown)} {'is' if len(unknown) == 1 else 'are'} not among the "
+                       "suites JDK 17 enables (IANA names, e.g. TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256)")
+    tls13 = [n for n in names if n in TLS13_CIPHER_SUITES]
+    if tls13 and len(tls13) != len(TLS13_CIPHER_SUITES):
+        raise _Invalid("kctl (Python's ssl) offers the TLS 1.3 suites all or none: list all of "
+                       + ", ".join(TLS13_CIPHER_SUITES) + " or none of them (then TLS 1.2 only)")
+    return tuple(names)
+
+
 def _parse_endpoint_algorithm(value: Any) -> str:
     if isinstance(value, str) and value.strip().lower() in ("", "https"):
         return value.strip().lower()
     raise _Invalid("")
-
-
-_JAAS_MODULE = re.compile(r"^\s*([\w.$]+)\s+(required|requisite|sufficient|optional)\b(.*?);?\s*$", re.S)
-_JAAS_OPTION = re.compile(r'(\w+)\s*=\s*(?:"((?:[^"\\]|\\.)*)"|(\S+?))(?=\s|;|$)')
-
-
-def parse_jaas_config(text: str) -> tuple[str, dict[str, str]]:
-    """``sasl.jaas.config`` (``...PlainLoginModule required username="u" password="p";``)
-    into (login module class, options). Raises ``ConfigError`` without echoing the text."""
-    m = _JAAS_MODULE.match(text)
-    if not m:
-        raise ConfigError("sasl.jaas.config is not a JAAS entry such as "
-                          "'org.apache.kafka.common.security.plain.PlainLoginModule required "
-                          'username="alice" password="...";\'')
-    options = {k: (q if q is not None else b).replace('\\"', '"')
-               for k, q, b in _JAAS_OPTION.findall(m.group(3))}
-    return m.group(1), options
 
 
 def _parse_servers(value: Any) -> tuple[BrokerAddress, ...]:
@@ -624,6 +629,10 @@ PROPERTIES: tuple[PropertySpec, ...] = (
                  "the private key's password, or @file", doc="Secret."),
     PropertySpec("ssl.endpoint.identification.algorithm", "ssl_endpoint_identification_algorithm",
                  "https", _parse_endpoint_algorithm, "https, or empty to skip host name verification"),
+    PropertySpec("ssl.cipher.suites", "ssl_cipher_suites", (), _parse_cipher_suites,
+                 "a comma-separated list of IANA cipher suite names",
+                 doc="Empty: the suites JDK 17 enables by default. TLS 1.2 suites, and the three "
+                     "TLS 1.3 suites all together or none (then TLS 1.2 only)."),
     PropertySpec("sasl.mechanism", "sasl_mechanism", None, _parse_sasl_mechanism,
                  "PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512",
                  doc="Needed with SASL: the Java client's default, GSSAPI, is not supported."),
@@ -632,7 +641,8 @@ PROPERTIES: tuple[PropertySpec, ...] = (
                  "a password, or @file", doc=f"Secret; default: ${SASL_PASSWORD_ENV}."),
     PropertySpec("sasl.jaas.config", "sasl_jaas_config", None, _parse_secret,
                  "a PlainLoginModule or ScramLoginModule JAAS entry with username and password, or @file",
-                 doc="Secret; sasl.username/sasl.password take precedence."),
+                 doc="Secret; one login module, read as the Java client reads it (bare or quoted values); "
+                     "sasl.username/sasl.password take precedence."),
     _int_spec("socket.connection.setup.timeout.ms", 10000, 0, LONG_MAX, "ms"),
     _int_spec("socket.connection.setup.timeout.max.ms", 30000, 0, LONG_MAX, "ms"),
     _int_spec("send.buffer.bytes", 131072, -1, INT_MAX, "bytes", "-1 uses the OS default."),
@@ -783,6 +793,7 @@ class SecurityConfig:
     ssl_key_location: str | None = None
     ssl_key_password: str | None = field(default=None, repr=False)
     ssl_check_hostname: bool = True  # ssl.endpoint.identification.algorithm=https
+    ssl_cipher_suites: tuple[str, ...] = ()  # IANA names; empty: JDK 17's enabled list
     sasl_mechanism: SaslMechanism | None = None  # set whenever uses_sasl (check_sasl)
     sasl_username: str | None = None
     sasl_password: str | None = field(default=None, repr=False)
@@ -887,6 +898,7 @@ class ProducerConfig:
     ssl_key_location: str | None = None
     ssl_key_password: str | None = field(default=None, repr=False)
     ssl_endpoint_identification_algorithm: str = "https"
+    ssl_cipher_suites: tuple[str, ...] = ()
     sasl_mechanism: SaslMechanism | None = None  # Java's default GSSAPI: none kctl has
     sasl_username: str | None = None
     sasl_password: str | None = field(default=None, repr=False)
@@ -1078,6 +1090,7 @@ class ProducerConfig:
             ssl_key_location=self.ssl_key_location,
             ssl_key_password=self.ssl_key_password,
             ssl_check_hostname=self.ssl_endpoint_identification_algorithm == "https",
+            ssl_cipher_suites=self.ssl_cipher_suites,
             sasl_mechanism=self.sasl_mechanism,
             sasl_username=username,
             sasl_password=password,

@@ -309,6 +309,7 @@ CONSUMER_PROPERTIES: tuple[PropertySpec, ...] = (
     _shared("ssl.key.location"),
     _shared("ssl.key.password"),
     _shared("ssl.endpoint.identification.algorithm"),
+    _shared("ssl.cipher.suites"),
     _shared("sasl.mechanism"),
     _shared("sasl.username"),
     _shared("sasl.password"),
@@ -437,6 +438,7 @@ class ConsumerConfig:
     ssl_key_location: str | None = None
     ssl_key_password: str | None = field(default=None, repr=False)
     ssl_endpoint_identification_algorithm: str = "https"
+    ssl_cipher_suites: tuple[str, ...] = ()
     sasl_mechanism: SaslMechanism | None = None  # Java's default GSSAPI: none kctl has
     sasl_username: str | None = None
     sasl_password: str | None = field(default=None, repr=False)
@@ -591,6 +593,7 @@ class ConsumerConfig:
             ssl_certificate_location=self.ssl_certificate_location,
             ssl_key_location=self.ssl_key_location, ssl_key_password=self.ssl_key_password,
             ssl_check_hostname=self.ssl_endpoint_identification_algorithm == "https",
+            ssl_cipher_suites=self.ssl_cipher_suites,
             sasl_mechanism=self.sasl_mechanism, sasl_username=username, sasl_password=password)
 
     @property

@@ -210,8 +210,6 @@ JAVA_ONLY_PROPERTIES: tuple[JavaOnlyProperty, ...] = (
                      "kctl negotiates TLS 1.2 or 1.3, as Java's default TLSv1.3 does; set TLSv1.3"),
     JavaOnlyProperty("ssl.enabled.protocols", _BOTH, _kctl_tls_versions,
                      "kctl offers TLSv1.2 and TLSv1.3, Java's default; set TLSv1.2,TLSv1.3"),
-    JavaOnlyProperty("ssl.cipher.suites", _BOTH, _empty,
-                     "kctl offers OpenSSL's default cipher suites; leave it empty"),
     JavaOnlyProperty("ssl.provider", _BOTH, _empty, f"kctl uses OpenSSL; {_JAVA_CODE}"),
     JavaOnlyProperty("ssl.engine.factory.class", _BOTH, _empty, f"kctl uses OpenSSL; {_JAVA_CODE}"),
     JavaOnlyProperty("ssl.secure.random.implementation", _BOTH, _empty,

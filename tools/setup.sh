@@ -12,8 +12,9 @@ extras="${KCTL_EXTRAS:-broker,test,spark}"
 
 # System packages needed by the tests (packet capture tools, TLS terminator, ...;
 # chromium opens kctl bench's HTML report headless; libhdrhistogram-java is Java's
-# HdrHistogram, which tests/stats/test_java_hdrhistogram.py checks kctl's percentiles against).
-apt_packages=(tcpdump tshark stunnel4 chromium openjdk-17-jre-headless libhdrhistogram-java)
+# HdrHistogram, which tests/stats/test_java_hdrhistogram.py checks kctl's percentiles against;
+# the JDK (javac) builds tests/engine/java/JaasOracle.java, Java's own JAAS tokenizer).
+apt_packages=(tcpdump tshark stunnel4 chromium openjdk-17-jdk-headless libhdrhistogram-java)
 need_apt=()
 for p in "${apt_packages[@]}"; do
     dpkg -s "$p" >/dev/null 2>&1 || need_apt+=("$p")

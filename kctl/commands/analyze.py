@@ -137,7 +137,10 @@ def _render(res: AnalyzeResult, files: list[str], bucket_s: float, json_out: boo
                      ["topic", "direction", "t", "records", "bytes", "records_per_s", "mb_per_s"]))
     out.print(_table("Top clients by bytes", res.clients,
                      ["client_id", "connections", "requests", "bytes", "request_bytes", "response_bytes"]))
-    out.print(_table("Errors by name", res.errors, ["error", "count"]) if res.errors else "no errors")
+    # Per API, as decode --summary counts them: NOT_LEADER_OR_FOLLOWER answering Produce is
+    # not the one answering Fetch (--json also has the totals by name, "errors").
+    out.print(_table("Errors per API", res.errors_by_api, ["api_name", "error", "count"])
+              if res.errors_by_api else "no errors")
     # The damage kctl decode --summary reports as notices (gaps, frames cut off, bytes
     # skipped, a truncated file...), each counted once across the ranges.
     notices = [{"notice": k, "count": v} for k, v in res.notices.items()]

@@ -99,7 +99,7 @@ def decode(
     client_id: list[str] = typer.Option([], "--client-id", help="Only this client id (repeatable)."),
     conn: list[str] = typer.Option([], "--conn", help="Only connections whose 'client<->broker' text contains this (repeatable)."),
     errors_only: bool = typer.Option(False, "--errors-only", help="Only frames with non-zero error codes or decode errors."),
-    summary: bool = typer.Option(False, "--summary", help="Totals per API, topic/partition, errors and throttling."),
+    summary: bool = typer.Option(False, "--summary", help="Totals per API, topic/partition, errors per API and throttling."),
     hex_in: bool = typer.Option(False, "--hex", help="Decode one frame given as hex on stdin."),
     size_prefix: bool = typer.Option(
         None, "--size-prefix/--no-size-prefix", show_default=False,

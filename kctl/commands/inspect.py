@@ -46,6 +46,17 @@ def _describe(plan: FaultPlan) -> str:
     return ", ".join(parts)
 
 
+def _secret(value: str | None, flag: str) -> str | None:
+    """A password given as is, or ``@path``: the file's content (one trailing newline dropped)."""
+    if value is None or not value.startswith("@"):
+        return value
+    try:
+        text = Path(value[1:]).read_text(encoding="utf-8")
+    except OSError as e:
+        raise ConfigError(f"{flag}: cannot read the secret file {value[1:]!r}: {e.strerror or e}") from None
+    return text[:-1] if text.endswith("\n") else text
+
+
 def upstream_security(properties: list[str], *, tls: bool, ca: str | None, cert: str | None,
                       key: str | None) -> SecurityConfig | None:
     """The upstream TLS settings from ``-X`` client properties (security.protocol, ssl.*), read
@@ -97,7 +108,8 @@ def inspect(
                                           "FindCoordinator, "
                                           "InitProducerId, AddPartitionsToTxn, EndTxn each response at "
                                           "RATE (all its error codes), e.g. NOT_LEADER_OR_FOLLOWER:0.01, "
-                                          "CONCURRENT_TRANSACTIONS@EndTxn:0.5."),
+                                          "CONCURRENT_TRANSACTIONS@EndTxn:0.5; FindCoordinator/transaction "
+                                          "(or /group, /share) hits only lookups of that key type."),
     drop_rate: float = typer.Option(0.0, "--drop-rate", min=0.0, max=1.0,
                                     help="Probability of cutting a connection mid-response."),
     tiny_segments: int = typer.Option(0, "--tiny-segments", min=0,
@@ -123,6 +135,10 @@ def inspect(
                                         help="Terminate TLS from clients with this PEM certificate chain."),
     listen_tls_key: str = typer.Option(None, "--listen-tls-key",
                                        help="The listener certificate's PEM key (if not in the cert file)."),
+    listen_tls_key_password: str = typer.Option(
+        None, "--listen-tls-key-password",
+        help="The listener key's password when it is encrypted, or @file (safer: argv is visible to "
+             "other users). The upstream key's is -X ssl.key.password."),
     upstream_tls: bool = typer.Option(False, "--upstream-tls",
                                       help="Speak TLS to the brokers (= -X security.protocol=SSL)."),
     upstream_ca: str = typer.Option(None, "--upstream-ca", help="CA file for the brokers' certificates "
@@ -130,7 +146,8 @@ def inspect(
     upstream_cert: str = typer.Option(None, "--upstream-cert",
                                       help="Client certificate for the brokers (= -X ssl.certificate.location)."),
     upstream_key: str = typer.Option(None, "--upstream-key",
-                                     help="Its key (= -X ssl.key.location)."),
+                                     help="Its key (= -X ssl.key.location; an encrypted key's "
+                                          "password: -X ssl.key.password=@file)."),
     properties: list[str] = typer.Option([], "-X", help="Upstream TLS property name=value, only "
                                          "security.protocol=SSL and ssl.* (host names are checked unless "
                                          "ssl.endpoint.identification.algorithm= is empty)."),
@@ -155,11 +172,12 @@ def inspect(
     duration_s = parse_duration(duration, "--duration") if duration is not None else None
     if show not in ("stats", "frames"):
         raise ConfigError(f"--show {show!r}: expected stats or frames")
-    if listen_tls_key and not listen_tls_cert:
-        raise ConfigError("--listen-tls-key needs --listen-tls-cert")
+    if (listen_tls_key or listen_tls_key_password) and not listen_tls_cert:
+        raise ConfigError("--listen-tls-key and --listen-tls-key-password need --listen-tls-cert")
     listen_tls = None
     if listen_tls_cert:
-        listen_tls = ListenerTls(listen_tls_cert, listen_tls_key)
+        listen_tls = ListenerTls(listen_tls_cert, listen_tls_key,
+                                 _secret(listen_tls_key_password, "--listen-tls-key-password"))
         listen_tls.context()        # a bad certificate is one line now, not in each processor
     up_security = upstream_security(properties, tls=upstream_tls, ca=upstream_ca, cert=upstream_cert,
                                     key=upstream_key)
@@ -275,11 +293,19 @@ def summary_json(s: StatsSnapshot) -> dict:
                         "throttled": a.throttled, "throttle_ms_max": a.throttle_ms_max}
                  for name, a in sorted(s.apis.items())},
         "codecs": dict(sorted(s.codecs.items())),
-        "errors": dict(sorted(s.errors.items())),
+        "errors": dict(sorted(s.errors_by_name.items())),
+        "errors_by_api": _errors_by_api(s),
         "faults": dict(sorted(s.faults.items())),
         "lost_processors": [{"processor": x.processor, "pid": x.pid, "exitcode": x.exitcode,
                              "connections": [c.id for c in x.connections]} for x in s.lost],
     }
+
+
+def _errors_by_api(s: StatsSnapshot) -> dict[str, dict[str, int]]:
+    out: dict[str, dict[str, int]] = {}
+    for (api, name), n in sorted(s.errors.items()):
+        out.setdefault(api, {})[name] = n
+    return out
 
 
 def _run(proxy: InspectorProxy, show: str, lines: queue.SimpleQueue, duration: float | None,

@@ -11,6 +11,7 @@ import typer
 
 from kctl.config import ProducerConfig, Setting, load_properties_file, parse_assignment
 from kctl.engine.admin import cluster_overview
+from kctl.engine.blocking_client import setup_timeout_s
 from kctl.topics import validate_topic_name
 
 
@@ -33,7 +34,9 @@ def metadata(
         settings.extend(load_properties_file(f))
     settings.extend(parse_assignment(x, "-X") for x in properties)
     config = ProducerConfig.from_settings(settings)
-    md, brokers = cluster_overview(bootstrap_server, security=config.security, topics=topic or None)
+    md, brokers = cluster_overview(bootstrap_server, security=config.security, topics=topic or None,
+                                   timeout_s=config.request_timeout_ms / 1000,
+                                   setup_timeout_s=setup_timeout_s(config.network))
     if json_out:
         print(json.dumps({
             "cluster_id": md.cluster_id, "controller_id": md.controller_id,

@@ -366,16 +366,20 @@ class BrokerApis:
 
 
 def cluster_overview(bootstrap: str, *, security=None, topics: Iterable[str] | None = None,
-                     client_id: str = "kctl-metadata", timeout_s: float = 10.0
+                     client_id: str = "kctl-metadata", timeout_s: float = 10.0,
+                     setup_timeout_s: float | None = None
                      ) -> tuple[ClusterMetadata, tuple[BrokerApis, ...]]:
     """``kctl metadata``: the cluster's metadata from the first bootstrap broker that
-    answers, then each broker's ApiVersions over its own connection."""
+    answers, then each broker's ApiVersions over its own connection. ``timeout_s`` bounds
+    each request (request.timeout.ms), ``setup_timeout_s`` each connection's set-up
+    (socket.connection.setup.timeout.ms: TCP, TLS, SASL, ApiVersions)."""
     from kctl.protocol import schema
     errors = []
     md = None
     for address in [a.strip() for a in bootstrap.split(",") if a.strip()]:
         try:
-            with BlockingClient(address, client_id=client_id, timeout_s=timeout_s, security=security) as c:
+            with BlockingClient(address, client_id=client_id, timeout_s=timeout_s, security=security,
+                                setup_timeout_s=setup_timeout_s) as c:
                 md = fetch_metadata(c, topics)
             break
         except KctlError as e:
@@ -386,7 +390,7 @@ def cluster_overview(bootstrap: str, *, security=None, topics: Iterable[str] | N
     for b in md.brokers:
         try:
             with BlockingClient(f"{b.host}:{b.port}", client_id=client_id, timeout_s=timeout_s,
-                                security=security) as c:
+                                security=security, setup_timeout_s=setup_timeout_s) as c:
                 v = c.versions
         except KctlError as e:
             per_broker.append(BrokerApis(b, (), str(e)))

@@ -14,11 +14,13 @@ version on UNSUPPORTED_VERSION (KIP-511), then SaslHandshake/SaslAuthenticate fo
 
 from __future__ import annotations
 
+import socket
 import ssl
 import struct
+import time
 from typing import Any
 
-from kctl.config import PLAINTEXT_SECURITY, SecurityConfig
+from kctl.config import PLAINTEXT_SECURITY, NetworkConfig, SecurityConfig
 from kctl.engine.connection import open_blocking
 from kctl.engine.handshake import ClientHandshake
 from kctl.errors import BrokerUnavailableError, BrokerUnreachableError, RemoteProtocolError
@@ -41,6 +43,12 @@ def parse_address(address: str, default_port: int = 9092) -> tuple[str, int]:
         raise BrokerUnavailableError(f"bad broker address {address!r}: port is not a number") from None
 
 
+def setup_timeout_s(network: NetworkConfig) -> float:
+    """A first connection attempt's setup bound: ``socket.connection.setup.timeout.ms``
+    (at most ``.max.ms``, as Java's first attempt), in seconds."""
+    return min(network.socket_connection_setup_timeout_ms, network.socket_connection_setup_timeout_max_ms) / 1000
+
+
 def api_key_of(body: Any) -> int:
     """The API key of a request or response message object."""
     name = type(body).__name__
@@ -56,13 +64,17 @@ class BlockingClient:
     """One blocking connection to one broker with negotiated API versions."""
 
     def __init__(self, address: str, *, client_id: str = "kctl", timeout_s: float = 10.0,
-                 security: SecurityConfig | None = None) -> None:
+                 security: SecurityConfig | None = None, setup_timeout_s: float | None = None) -> None:
         self.address = address
         self.host, self.port = parse_address(address)
         self.client_id = client_id
         self.timeout_s = timeout_s
+        # Java's socket.connection.setup.timeout.ms (KIP-601): TCP connect, TLS and SASL
+        # handshakes and ApiVersions together; default: the request timeout.
+        self.setup_timeout_s = timeout_s if setup_timeout_s is None else setup_timeout_s
         self.security = security or PLAINTEXT_SECURITY
         self._sock: socket.socket | None = None
+        self._setup_deadline: float | None = None
         self._correlation_id = 0
         self.versions: NegotiatedVersions | None = None
 
@@ -82,22 +94,64 @@ class BlockingClient:
         return shown
 
     def connect(self) -> None:
+        """Opens the connection, TLS and the handshake, all within ``setup_timeout_s``;
+        every failure is one ``KctlError`` line naming the address and what happened."""
+        deadline = time.monotonic() + self.setup_timeout_s
         try:
-            self._sock = open_blocking(self.host, self.port, self.timeout_s)
+            self._sock = open_blocking(self.host, self.port, self.setup_timeout_s)
+        except TimeoutError:
+            raise BrokerUnreachableError(
+                f"cannot connect to broker {self._tried()}: no answer within {self.setup_timeout_s:g} s "
+                "(socket.connection.setup.timeout.ms)") from None
         except OSError as e:
             raise BrokerUnreachableError(f"cannot connect to broker {self._tried()}: {e.strerror or e}") from None
+        self._setup_deadline = deadline
         try:
             if self.security.uses_tls:
-                from kctl.engine.tls import context_for, tls_failure
-                try:
-                    self._sock = context_for(self.security).wrap_socket(
-                        self._sock, server_hostname=self.host)
-                except (ssl.SSLError, ssl.CertificateError) as e:
-                    raise tls_failure(self.address, e) from None
+                self._start_tls(deadline)
+            self._sock.settimeout(max(deadline - time.monotonic(), 0.001))
             self.versions = self._handshake()
+            self._sock.settimeout(self.timeout_s)
         except BaseException:
             self.close()
             raise
+        finally:
+            self._setup_deadline = None
+
+    def _start_tls(self, deadline: float) -> None:
+        from kctl.engine.tls import context_for, needs_probe, probe, tls_failure
+        assert self._sock is not None
+        context = context_for(self.security)
+        self._sock.settimeout(max(deadline - time.monotonic(), 0.001))
+        try:
+            self._sock = context.wrap_socket(self._sock, server_hostname=self.host)
+        except (ssl.SSLError, ssl.CertificateError) as e:
+            if isinstance(e, ssl.SSLEOFError):
+                raise BrokerUnavailableError(
+                    f"broker {self.address} closed the connection during the TLS handshake: is this "
+                    f"a TLS port? (security.protocol={self.security.protocol.value})") from None
+            probed = probe(self.host, self.port, max(deadline - time.monotonic(), 1.0)) \
+                if needs_probe(e) else None
+            raise tls_failure(self.address, e, security=self.security, probed=probed) from None
+        except TimeoutError:
+            raise BrokerUnavailableError(
+                f"broker {self.address} did not complete the TLS handshake within "
+                f"{self.setup_timeout_s:g} s (socket.connection.setup.timeout.ms): is this a TLS port? "
+                f"(security.protocol={self.security.protocol.value})") from None
+        except OSError as e:
+            raise BrokerUnavailableError(
+                f"broker {self.address} broke the connection during the TLS handshake "
+                f"({e.strerror or type(e).__name__}): is this a TLS port? "
+                f"(security.protocol={self.security.protocol.value})") from None
+
+    def _setup_hint(self) -> str:
+        """What a failure while the connection is set up adds: the plaintext-to-TLS hint."""
+        if self._setup_deadline is None:
+            return ""
+        if not self.security.uses_tls:
+            return (" while setting up the connection; the broker may expect TLS: check "
+                    f"security.protocol (now {self.security.protocol.value})")
+        return " while setting up the connection"
 
     def _handshake(self) -> NegotiatedVersions:
         """Carries the ``ClientHandshake``'s requests until it is ready (it raises when it
@@ -157,7 +211,8 @@ class BlockingClient:
             raise tls_failure(self.address, e) from None
         except OSError as e:
             self.close()
-            raise BrokerUnavailableError(f"connection to {self.address} broke while sending: {e}") from None
+            raise BrokerUnavailableError(f"connection to {self.address} broke while sending: "
+                                         f"{e.strerror or e}{self._setup_hint()}") from None
         return self._correlation_id
 
     def _read_exact(self, n: int) -> bytes:
@@ -169,6 +224,11 @@ class BlockingClient:
                 chunk = self._sock.recv(min(left, 1 << 20))
             except TimeoutError:
                 self.close()
+                if self._setup_deadline is not None:
+                    raise BrokerUnavailableError(
+                        f"broker {self.address} did not answer within {self.setup_timeout_s:g} s of "
+                        "connecting (socket.connection.setup.timeout.ms bounds TCP, TLS, ApiVersions "
+                        f"and SASL){self._setup_hint()}") from None
                 raise BrokerUnavailableError(
                     f"broker {self.address} did not answer within {self.timeout_s:g} s") from None
             except ssl.SSLError as e:
@@ -177,19 +237,24 @@ class BlockingClient:
                 raise tls_failure(self.address, e) from None
             except OSError as e:
                 self.close()
-                raise BrokerUnavailableError(f"connection to {self.address} broke: {e}") from None
+                raise BrokerUnavailableError(
+                    f"connection to {self.address} broke: {e.strerror or e}{self._setup_hint()}") from None
             if not chunk:
                 self.close()
-                raise BrokerUnavailableError(f"broker {self.address} closed the connection")
+                raise BrokerUnavailableError(f"broker {self.address} closed the connection{self._setup_hint()}")
             chunks.append(chunk)
             left -= len(chunk)
         return b"".join(chunks)
 
     def _receive_frame(self) -> bytes:
-        (size,) = _SIZE.unpack(self._read_exact(4))
+        head = self._read_exact(4)
+        (size,) = _SIZE.unpack(head)
         if size < 0 or size > DEFAULT_MAX_FRAME_BYTES:
             self.close()
-            raise RemoteProtocolError(f"broker {self.address} sent a frame of size {size}")
+            if head[0] in (0x15, 0x16) and head[1] == 3 and not self.security.uses_tls:
+                raise RemoteProtocolError(
+                    f"broker {self.address} answered with TLS: set security.protocol=SSL (or SASL_SSL)")
+            raise RemoteProtocolError(f"broker {self.address} sent a frame of size {size}{self._setup_hint()}")
         return self._read_exact(size)
 
     def _receive(self, api_key: int, version: int, correlation_id: int) -> Any:

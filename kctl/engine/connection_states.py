@@ -12,6 +12,13 @@ CONNECTING covers the TCP connect and the TLS handshake. ``AUTHENTICATING`` is
 SASL: it comes after ApiVersions, because kctl needs the negotiated versions of
 SaslHandshake and SaslAuthenticate (the Java client also asks ApiVersions first).
 
+READY -> AUTHENTICATING -> READY is a re-authentication (KIP-368) on the same
+connection: a node whose broker set a session lifetime is READY with a
+``reauthenticate_at_ns``; from then on ``is_ready`` is false (no new request goes
+out on an expiring session) until the network client has logged in again
+(``reauthenticating``, then ``ready`` with the next time), as Java's channel is not
+ready while it re-authenticates.
+
 Backoff, as Java: every disconnect (a refused connect, a broken or timed-out
 connection, a failed handshake) sets the reconnect backoff to
 ``reconnect.backoff.ms * 2**failures`` (capped at ``reconnect.backoff.max.ms``,
@@ -54,7 +61,7 @@ _TRANSITIONS: dict[ConnectionState, frozenset[ConnectionState]] = {
     _S.CONNECTING: frozenset({_S.AUTHENTICATING, _S.CHECKING_API_VERSIONS, _S.READY, _S.DISCONNECTED}),
     _S.AUTHENTICATING: frozenset({_S.READY, _S.DISCONNECTED}),
     _S.CHECKING_API_VERSIONS: frozenset({_S.AUTHENTICATING, _S.READY, _S.DISCONNECTED}),
-    _S.READY: frozenset({_S.DISCONNECTED}),
+    _S.READY: frozenset({_S.AUTHENTICATING, _S.DISCONNECTED}),   # AUTHENTICATING: KIP-368
 }
 
 
@@ -68,6 +75,7 @@ class NodeConnectionState:
     failed_connect_attempts: int = 0  # of those, the ones that happened while CONNECTING
     throttle_until_ns: int = 0        # KIP-219 client-side throttling
     last_error: str | None = None     # why the last connection ended, for messages
+    reauthenticate_at_ns: int = NEVER_NS  # KIP-368: log in again from then (READY only)
 
 
 class ClusterConnectionStates:
@@ -131,10 +139,10 @@ class ClusterConnectionStates:
         return self.state(node) is ConnectionState.DISCONNECTED
 
     def is_ready(self, node: int, now_ns: int) -> bool:
-        """READY and not throttled."""
+        """READY, not throttled, and not due to re-authenticate."""
         s = self._nodes.get(node)
         return (s is not None and s.state is ConnectionState.READY
-                and s.throttle_until_ns <= now_ns)
+                and s.throttle_until_ns <= now_ns and now_ns < s.reauthenticate_at_ns)
 
     def throttle_delay_ns(self, node: int, now_ns: int) -> int:
         s = self._nodes.get(node)
@@ -155,10 +163,27 @@ class ClusterConnectionStates:
         s = self._nodes.get(node)
         return None if s is None else s.last_error
 
+    def unready_nodes(self) -> list[int]:
+        """Nodes being connected, or whose last connection failed (with a reason)."""
+        return [n for n, s in self._nodes.items()
+                if s.state is not ConnectionState.READY
+                and (s.state is not ConnectionState.DISCONNECTED or s.last_error is not None)]
+
     def nodes_with_connection_setup_timeout(self, now_ns: int) -> list[int]:
         return [n for n in self._connecting
                 if now_ns - self._nodes[n].last_connect_attempt_ns
                 > self._nodes[n].connection_setup_timeout_ns]
+
+    def reauthentication_due(self, now_ns: int) -> list[int]:
+        """READY nodes whose session is due to be renewed (KIP-368)."""
+        return [n for n, s in self._nodes.items()
+                if s.state is ConnectionState.READY and s.reauthenticate_at_ns <= now_ns]
+
+    def next_reauthentication_ns(self) -> int | None:
+        """The earliest re-authentication time of a READY node, if any."""
+        times = [s.reauthenticate_at_ns for s in self._nodes.values()
+                 if s.state is ConnectionState.READY and s.reauthenticate_at_ns != NEVER_NS]
+        return min(times) if times else None
 
     def connecting_nodes(self) -> frozenset[int]:
         return frozenset(self._connecting)
@@ -193,6 +218,7 @@ class ClusterConnectionStates:
         else:
             self._reset_setup_timeout(s)
         self._connecting.discard(node)
+        s.reauthenticate_at_ns = NEVER_NS
         if error is not None:
             s.last_error = error
         self._move(s, ConnectionState.DISCONNECTED, node)
@@ -206,9 +232,19 @@ class ClusterConnectionStates:
     def authenticating(self, node: int) -> None:
         self._move(self._nodes[node], ConnectionState.AUTHENTICATING, node)
 
-    def ready(self, node: int) -> None:
+    def reauthenticating(self, node: int) -> None:
+        """A READY node starts logging in again on its connection (KIP-368)."""
+        s = self._nodes[node]
+        if s.state is not ConnectionState.READY:
+            raise AssertionError(f"node {node}: re-authentication from {s.state.name}, not READY")
+        self._move(s, ConnectionState.AUTHENTICATING, node)
+        s.reauthenticate_at_ns = NEVER_NS
+
+    def ready(self, node: int, reauthenticate_at_ns: int | None = None) -> None:
+        """READY; with ``reauthenticate_at_ns``, the session must be renewed from then on."""
         s = self._nodes[node]
         self._move(s, ConnectionState.READY, node)
+        s.reauthenticate_at_ns = NEVER_NS if reauthenticate_at_ns is None else reauthenticate_at_ns
         s.failed_attempts = 0
         s.reconnect_backoff_ns = self.reconnect_backoff.backoff_ns(0)
         s.last_error = None

@@ -34,6 +34,7 @@ class ConsumerMetricsSnapshot:
     commit_failures: int = 0
     errors_by_name: dict[str, int] = field(default_factory=dict)
     records_by_partition: dict[tuple[str, int], int] = field(default_factory=dict)
+    reauthentications: int = 0        # SASL logins again on open connections (KIP-368)
 
 
 @dataclass
@@ -59,7 +60,8 @@ class ConsumerMetrics:
     errors_by_name: Counter = field(default_factory=Counter)
     records_by_partition: Counter = field(default_factory=Counter)
 
-    def snapshot(self) -> ConsumerMetricsSnapshot:
+    def snapshot(self, *, reauthentications: int = 0) -> ConsumerMetricsSnapshot:
+        """A frozen copy; ``reauthentications`` is the network client's count (it keeps its own)."""
         return ConsumerMetricsSnapshot(
             self.records_consumed, self.key_value_bytes, self.batch_bytes, self.batches_consumed,
             self.fetch_requests, self.fetch_responses, self.fetch_partitions_with_data,
@@ -67,4 +69,4 @@ class ConsumerMetrics:
             self.aborted_records_skipped, self.control_batches, self.records_scanned,
             self.records_decoded, self.offset_resets, self.rebalances, self.commits,
             self.commit_failures, dict(self.errors_by_name),
-            {(tp[0], tp[1]): n for tp, n in self.records_by_partition.items()})
+            {(tp[0], tp[1]): n for tp, n in self.records_by_partition.items()}, reauthentications)

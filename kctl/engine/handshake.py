@@ -23,6 +23,13 @@ connection is authenticating or ready, and when the frames are raw SASL tokens
 (after a SaslHandshake v0, the tokens travel size-prefixed but without a Kafka
 header, so there is no API key or correlation id to read in them).
 
+Re-authentication (KIP-368): once READY, ``reauthenticate()`` moves a SASL
+handshake back to SASL_HANDSHAKE (READY -> SASL_HANDSHAKE in the table) and runs the
+mechanism again on the same connection with the versions already negotiated;
+``session_lifetime_ms`` is what the broker's last SaslAuthenticate answer set. When
+to do it is the caller's (``sasl.reauthentication_time_ns``, time passed in): the
+handshake never reads a clock.
+
 Failures: a refusal (TLS aside, which the connection layer reports) is an
 ``AuthenticationError`` naming the broker and the reason, never the password;
 a broker breaking the exchange is a ``RemoteProtocolError``. Either leaves the
@@ -62,12 +69,13 @@ class HandshakeState(enum.Enum):
 
 _H = HandshakeState
 #: Allowed moves (conventions rule 5). API_VERSIONS -> API_VERSIONS is KIP-511's retry at a
-#: lower version; SASL_AUTHENTICATE -> SASL_AUTHENTICATE is each further round of the mechanism.
+#: lower version; SASL_AUTHENTICATE -> SASL_AUTHENTICATE is each further round of the mechanism;
+#: READY -> SASL_HANDSHAKE is a re-authentication (KIP-368) on the same connection.
 TRANSITIONS: Final[dict[HandshakeState, frozenset[HandshakeState]]] = {
     _H.API_VERSIONS: frozenset({_H.API_VERSIONS, _H.SASL_HANDSHAKE, _H.READY, _H.FAILED}),
     _H.SASL_HANDSHAKE: frozenset({_H.SASL_AUTHENTICATE, _H.FAILED}),
     _H.SASL_AUTHENTICATE: frozenset({_H.SASL_AUTHENTICATE, _H.READY, _H.FAILED}),
-    _H.READY: frozenset(),
+    _H.READY: frozenset({_H.SASL_HANDSHAKE}),
     _H.FAILED: frozenset(),
 }
 
@@ -140,6 +148,9 @@ class ClientHandshake:
         self.versions: NegotiatedVersions | None = None
         self._api_versions_version = CLIENT_MAX_VERSIONS[API_VERSIONS]
         self._sasl: SaslAuthenticator | None = None
+        #: Completed re-authentications (KIP-368) on this connection.
+        self.reauthentications = 0
+        self.reauthenticating = False
         # The request handed out and not yet answered, and the one to hand out next.
         self._sent: HandshakeRequest | None = None
         self._next: HandshakeRequest | None = HandshakeRequest(
@@ -153,6 +164,21 @@ class ClientHandshake:
     def authenticating(self) -> bool:
         """SASL under way (after ApiVersions)."""
         return self.state in (HandshakeState.SASL_HANDSHAKE, HandshakeState.SASL_AUTHENTICATE)
+
+    @property
+    def session_lifetime_ms(self) -> int:
+        """The session lifetime the broker set at the last login (0: none, or no SASL)."""
+        return 0 if self._sasl is None else self._sasl.session_lifetime_ms
+
+    def reauthenticate(self) -> None:
+        """Logs in again on this READY connection (KIP-368): SaslHandshake and the
+        mechanism's exchange once more, with the versions already negotiated."""
+        if self._sasl is None:
+            raise AssertionError("re-authentication of a connection that did not use SASL")
+        self.state = _move(self.state, HandshakeState.SASL_HANDSHAKE)
+        self.reauthenticating = True
+        self._sasl = SaslAuthenticator(self.security, self.address)
+        self._next_sasl()
 
     def next_request(self) -> HandshakeRequest | None:
         """The request to send now; ``None`` while an answer is awaited, or when done."""
@@ -204,6 +230,9 @@ class ClientHandshake:
         sasl.on_response(api_key, body)
         if sasl.done:
             self.state = _move(self.state, HandshakeState.READY)
+            if self.reauthenticating:
+                self.reauthenticating = False
+                self.reauthentications += 1
             return
         self.state = _move(self.state, HandshakeState.SASL_AUTHENTICATE)
         self._next_sasl()

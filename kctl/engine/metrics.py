@@ -40,6 +40,7 @@ class MetricsSnapshot:
     transactions_aborted: int = 0
     compression_rate_total: float = 0.0
     compression_rate_batches: int = 0
+    reauthentications: int = 0   # SASL logins again on open connections (KIP-368)
 
 
 @dataclass
@@ -76,7 +77,8 @@ class ProducerMetrics:
     records_by_partition: Counter = field(default_factory=Counter)
     records_by_node: Counter = field(default_factory=Counter)
 
-    def snapshot(self) -> MetricsSnapshot:
+    def snapshot(self, *, reauthentications: int = 0) -> MetricsSnapshot:
+        """A frozen copy; ``reauthentications`` is the network client's count (it keeps its own)."""
         return MetricsSnapshot(
             self.records_sent, self.records_acked, self.records_failed, self.bytes_sent,
             self.batches_sent, self.batches_acked, self.requests_sent, self.responses_received,
@@ -86,4 +88,5 @@ class ProducerMetrics:
             {(tp[0], tp[1]): n for tp, n in self.records_by_partition.items()},
             dict(self.records_by_node), self.epoch_bumps, self.value_bytes_acked,
             self.records_abandoned, dict(self.abandoned_by_reason), self.transactions_committed,
-            self.transactions_aborted, self.compression_rate_total, self.compression_rate_batches)
+            self.transactions_aborted, self.compression_rate_total, self.compression_rate_batches,
+            reauthentications)

@@ -18,6 +18,15 @@ How this works:
   are kept per node (``api_version``). No other request is sent before READY. A
   refusal closes it with an ``AuthenticationError`` kept in ``authentication_error(node)``.
   This client only carries the handshake's requests (internal ones, never handed back).
+- Re-authentication (KIP-368): when the broker's SaslAuthenticate answer sets a
+  session lifetime, the node is READY until a time drawn between 85 % and 95 % of
+  it (``sasl.reauthentication_time_ns``, from the client's random source); from
+  then on no new request is sent to it, and ``poll`` logs in again on the same
+  connection (SaslHandshake, SaslAuthenticate) as soon as no request is partly
+  written, as Java's ``KafkaChannel.maybeBeginClientReauthentication``. Requests
+  already in flight are answered before the broker reads the SaslHandshake (a
+  broker answers a connection's requests in order). ``metrics.reauthentications_total``
+  counts them; a refusal closes the connection as a first login's does.
 - ``send(request, now_ns)`` assigns the correlation id, frames the request (a
   message object is encoded by the generic codec; pre-encoded body bytes get a
   cached header with the correlation id spliced in) and writes what the socket
@@ -71,6 +80,7 @@ from kctl.engine.connection import RECV_CHUNK, Connection
 from kctl.engine.connection_states import NEVER_NS, ClusterConnectionStates, ConnectionState
 from kctl.engine.handshake import ClientHandshake
 from kctl.engine.inflight import CorrelationIdMismatchError, InFlightRequests
+from kctl.engine.sasl import reauthentication_time_ns
 from kctl.engine.tls import context_for, tls_failure
 from kctl.errors import (
     AuthenticationError, BrokerUnavailableError, ConfigError, DecodeError, KctlError,
@@ -173,6 +183,7 @@ class NetworkMetrics:
     outgoing_bytes_total: int = 0
     incoming_bytes_total: int = 0
     unexpected_responses_total: int = 0  # answers to acks=0 requests (Tansu sends them)
+    reauthentications_total: int = 0     # KIP-368 logins again on an open connection
 
 
 class _Connection:
@@ -192,7 +203,7 @@ class _Connection:
         # A real broker never answers them; Tansu does, in order. Such an answer
         # is dropped instead of breaking the connection.
         self.unanswered: deque[int] = deque(maxlen=_MAX_UNANSWERED)
-        self.handshake: ClientHandshake | None = None   # until READY
+        self.handshake: ClientHandshake | None = None   # kept for re-authentication
 
     @property
     def address(self) -> str:
@@ -278,6 +289,7 @@ class NetworkClient:
         self._headers: dict[tuple[int, int], bytes] = {}
         self._recv_buf = memoryview(bytearray(RECV_CHUNK))
         self._auth_errors: dict[int, AuthenticationError] = {}
+        self._reauth_check_ns = NEVER_NS   # no node needs re-authenticating before this
         self.metrics = NetworkMetrics()
 
         self._selector = _Selector()
@@ -346,6 +358,11 @@ class NetworkClient:
     def is_blacked_out(self, node: int, now_ns: int) -> bool:
         """Disconnected and still inside its reconnect backoff."""
         return self._states.is_blacked_out(node, now_ns)
+
+    def unready_nodes(self) -> list[int]:
+        """Nodes being connected (TCP, TLS, ApiVersions, SASL) or whose last connection
+        failed: what a caller waiting on the cluster names when it gives up."""
+        return self._states.unready_nodes()
 
     def connection_error(self, node: int) -> str | None:
         """Why the node's last connection ended (``None`` once it is READY again)."""
@@ -501,10 +518,11 @@ class NetworkClient:
             raise KctlError("the network client is closed")
         responses = self._pending
         self._pending = []
+        self._reauthenticate(now_ns, responses)
         if responses:
             timeout_ns = 0
         else:
-            deadline = self._next_deadline_ns()
+            deadline = self._next_deadline_ns(now_ns)
             if deadline is not None:
                 timeout_ns = min(timeout_ns, max(deadline - now_ns, 0))
         timeout_s = min(max(timeout_ns, 0) / 1e9, _MAX_SELECT_S)
@@ -530,6 +548,7 @@ class NetworkClient:
                 self._read(conn, now, responses)
 
         self._expire(now, responses)
+        self._reauthenticate(now, responses)
         for r in responses:
             if r.request.expects_response and not r.disconnected and r.error is None:
                 self.metrics.response_total += 1
@@ -550,8 +569,11 @@ class NetworkClient:
         except OSError:
             pass
 
-    def _next_deadline_ns(self) -> int | None:
+    def _next_deadline_ns(self, now_ns: int) -> int | None:
         best = self._in_flight.next_timeout_ns()
+        again = self._reauth_check_ns
+        if again != NEVER_NS and again > now_ns and (best is None or again < best):
+            best = again    # (one already due waits for its write, which wakes the selector)
         for node in self._states.connecting_nodes():
             s = self._states.get(node)
             t = s.last_connect_attempt_ns + s.connection_setup_timeout_ns + 1
@@ -636,7 +658,8 @@ class NetworkClient:
         try:
             wanted = conn.channel.handshake_step()
         except (ssl.SSLError, ssl.CertificateError) as e:
-            self._auth_failed(conn, now_ns, responses, tls_failure(conn.address, e))
+            self._auth_failed(conn, now_ns, responses,
+                              tls_failure(conn.address, e, security=self.config.security))
             return
         except OSError as e:
             self._disconnect(conn, now_ns, responses,
@@ -676,6 +699,7 @@ class NetworkClient:
                       responses: list[ClientResponse]) -> None:
         handshake = conn.handshake
         assert handshake is not None
+        again = handshake.reauthenticating
         try:
             handshake.on_response(frame)
         except AuthenticationError as e:
@@ -687,18 +711,45 @@ class NetworkClient:
                              error=e)
             return
         if handshake.ready:
-            conn.handshake = None
             self._versions[conn.node] = handshake.versions
-            self._connection_ready(conn)
+            if again:
+                self.metrics.reauthentications_total += 1
+            self._connection_ready(conn, now_ns)
             return
         if handshake.authenticating and self._states.state(conn.node) is not ConnectionState.AUTHENTICATING:
             self._states.authenticating(conn.node)
         self._send_handshake(conn, now_ns, responses)
 
-    def _connection_ready(self, conn: _Connection) -> None:
-        self._states.ready(conn.node)
+    def _connection_ready(self, conn: _Connection, now_ns: int) -> None:
+        handshake = conn.handshake
+        assert handshake is not None
+        lifetime_ms = handshake.session_lifetime_ms
+        again_ns = reauthentication_time_ns(now_ns, lifetime_ms, self._random)
+        if again_ns is None:
+            conn.handshake = None           # no re-authentication to come
+        else:
+            self._reauth_check_ns = min(self._reauth_check_ns, again_ns)
+        self._states.ready(conn.node, again_ns)
         self._auth_errors.pop(conn.node, None)
-        log.debug("node %s at %s is ready", conn.node, conn.address)
+        log.debug("node %s at %s is ready%s", conn.node, conn.address,
+                  f" (session lifetime {lifetime_ms} ms)" if lifetime_ms else "")
+
+    def _reauthenticate(self, now_ns: int, responses: list[ClientResponse]) -> None:
+        """Starts the KIP-368 re-authentication of every READY node whose time has come,
+        once nothing is partly written on its connection."""
+        if now_ns < self._reauth_check_ns:
+            return
+        for node in self._states.reauthentication_due(now_ns):
+            conn = self._conns.get(node)
+            if conn is None or conn.closed or conn.out_request is not None or conn.channel.out:
+                continue
+            assert conn.handshake is not None
+            log.debug("node %s: re-authenticating with %s", node, conn.address)
+            self._states.reauthenticating(node)
+            conn.handshake.reauthenticate()
+            self._send_handshake(conn, now_ns, responses)
+        again = self._states.next_reauthentication_ns()
+        self._reauth_check_ns = NEVER_NS if again is None else again
 
     # -- I/O ---------------------------------------------------------------------------------
     def _set_events(self, conn: _Connection, events: int) -> None:
@@ -711,7 +762,8 @@ class NetworkClient:
         try:
             n = channel.write()
         except ssl.SSLError as e:
-            self._auth_failed(conn, now_ns, responses, tls_failure(conn.address, e))
+            self._auth_failed(conn, now_ns, responses,
+                              tls_failure(conn.address, e, security=self.config.security))
             return
         except OSError as e:
             self._disconnect(conn, now_ns, responses,
@@ -752,7 +804,8 @@ class NetworkClient:
                              f"broker {conn.address} broke the framing: {e}", error=e)
             return
         if result.tls_error is not None:
-            self._auth_failed(conn, now_ns, responses, tls_failure(conn.address, result.tls_error))
+            self._auth_failed(conn, now_ns, responses,
+                              tls_failure(conn.address, result.tls_error, security=self.config.security))
         elif result.tls_closed:
             self._disconnect(conn, now_ns, responses, f"broker {conn.address} closed the TLS connection")
         elif result.error is not None:

@@ -57,11 +57,12 @@ from kctl.engine.buffer_pool import BufferPool
 from kctl.engine.clock import NS_PER_MS, Clock, SystemClock
 from kctl.engine.idempotence import Idempotence
 from kctl.engine.metadata import Metadata
-from kctl.engine.metrics import ProducerMetrics
+from kctl.engine.metrics import MetricsSnapshot, ProducerMetrics
 from kctl.engine.network import NetworkClient
 from kctl.engine.partitioner import Partitioner
 from kctl.engine.sender import Sender
 from kctl.engine.transactions import (
+    AUTHORIZATION_ERRORS,
     TransactionConfig,
     TransactionResult,
     Transactions,
@@ -135,6 +136,12 @@ class ProducerFatalError(KctlError):
 class TransactionAbortableError(KctlError):
     """The transaction failed and must be aborted (``abort_transaction()``); the
     producer can then go on with a new one (Java's abortable errors)."""
+
+
+class TransactionTimeoutError(KctlError):
+    """A transactional call did not complete within its time (Java's TimeoutException
+    from commitTransaction / abortTransaction): the commit or abort is still under way,
+    and asking for it again goes on waiting for the same one."""
 
 
 class Producer:
@@ -401,6 +408,10 @@ class Producer:
         buffer = self.pool.allocate(size, max_block_ms=self.config.max_block_ms,
                                     clock=self.clock, run_step=self._run_step)
         self.pool.deallocate(buffer, size)
+
+    def metrics_snapshot(self) -> MetricsSnapshot:
+        """The counters, with the network client's SASL re-authentications."""
+        return self.metrics.snapshot(reauthentications=self.network.metrics.reauthentications_total)
 
     def _buffer_exhausted(self, records: int, error: BufferExhaustedError) -> None:
         """``records`` never got memory: they fail (counted as any failed record)."""
@@ -689,6 +700,8 @@ class Producer:
                                           count_error=True)
                     self.sender.fail_in_flight("PRODUCER_CLOSED",
                                                "the producer was closed before the broker answered", now)
+            if txn is not None:
+                txn.close()
         finally:
             # acks=0 has nothing to wait for: close gracefully so the broker reads
             # the last request before it sees the connection end.
@@ -701,23 +714,41 @@ class Producer:
             raise KctlError("this producer is not transactional: set transactional.id")
         return self.transactions
 
-    def _run_until(self, result: TransactionResult, timeout_s: float | None, what: str) -> None:
+    def _run_until(self, result: TransactionResult, timeout_s: float | None, what: str,
+                   deadline_ns: int | None = None) -> None:
         """Runs the loop until the coordinator has answered ``result`` (max.block.ms by
-        default, as Java); raises on its error: ``ProducerFatalError`` for a fatal one,
-        ``TransactionAbortableError`` when the transaction must be aborted."""
-        limit_ns = int((self.config.max_block_ms / 1000 if timeout_s is None else timeout_s) * 1e9)
-        deadline = self.clock.now_ns() + limit_ns
+        default, as Java; ``deadline_ns`` when given); raises on its error:
+        ``ProducerFatalError`` for a fatal one, ``TransactionAbortableError`` when the
+        transaction must be aborted, ``TransactionTimeoutError`` when time ran out."""
+        if deadline_ns is None:
+            deadline_ns = self.clock.now_ns() + self._limit_ns(timeout_s)
         while not result.done:
             now = self.clock.now_ns()
-            if now >= deadline:
-                raise KctlError(f"{what}: no answer from the transaction coordinator within "
-                                f"{limit_ns // 1_000_000} ms (max.block.ms)")
-            self._step(min(deadline - now, 10 * NS_PER_MS))
+            if now >= deadline_ns:
+                raise TransactionTimeoutError(self._timeout_message(what, timeout_s))
+            self._step(min(deadline_ns - now, 10 * NS_PER_MS))
         if result.error is not None:
             txn = self._txn()
             if txn.has_fatal_error:
                 raise ProducerFatalError(f"{what}: {txn.explain(result.error)}")
+            if result.error in AUTHORIZATION_ERRORS:
+                # InitProducerId refused (Java's Sender.shouldHandleAuthorizationError): the
+                # producer goes back to UNINITIALIZED; init_transactions may be asked again.
+                if txn.has_abortable_error:
+                    self._step(0)
+                raise KctlError(f"{what}: {result.error}: the principal may not use transactional.id "
+                                f"{txn.transactional_id!r} (init_transactions may be called again "
+                                "once it is authorized)")
             raise TransactionAbortableError(f"{what}: {result.error}")
+
+    def _limit_ns(self, timeout_s: float | None) -> int:
+        return int((self.config.max_block_ms / 1000 if timeout_s is None else timeout_s) * 1e9)
+
+    def _timeout_message(self, what: str, timeout_s: float | None) -> str:
+        if timeout_s is None:
+            return (f"{what}: no answer from the transaction coordinator within "
+                    f"{self.config.max_block_ms} ms (max.block.ms)")
+        return f"{what}: not complete within {timeout_s * 1000:g} ms"
 
     def init_transactions(self, timeout_s: float | None = None) -> None:
         """Finds the transaction coordinator and gets the producer id for
@@ -735,9 +766,19 @@ class Producer:
         """Sends what is queued, waits for every record's answer, then commits (EndTxn).
         ``TransactionAbortableError``: the transaction must be aborted instead."""
         txn = self._txn()
+        if txn.has_abortable_error:
+            # A batch of it failed meanwhile (Java's maybeFailWithError in beginCommit):
+            # the application aborts, as after a failed commit.
+            raise TransactionAbortableError(f"commit_transaction: {txn.explain(txn.last_error or '')}")
         result = txn.begin_commit()
-        self.flush(timeout_s)
-        self._run_until(result, timeout_s, "commit_transaction")
+        # One deadline for both halves (Java's commitTransaction blocks max.block.ms in all).
+        deadline = self.clock.now_ns() + self._limit_ns(timeout_s)
+        if not self.flush(max(0, deadline - self.clock.now_ns()) / 1e9):
+            limit = (f"{self.config.max_block_ms} ms (max.block.ms)" if timeout_s is None
+                     else f"{timeout_s * 1000:g} ms")
+            raise TransactionTimeoutError(f"commit_transaction: records of the transaction still "
+                                          f"have no answer from the broker after {limit}")
+        self._run_until(result, timeout_s, "commit_transaction", deadline)
 
     def abort_transaction(self, timeout_s: float | None = None) -> None:
         """Fails what was never sent, waits for what was, then aborts (EndTxn); bumps the

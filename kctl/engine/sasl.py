@@ -8,11 +8,20 @@ the blocking client and the non-blocking network client only carry them. A
 refusal is an ``AuthenticationError`` naming the mechanism, the user and the
 broker's own message (never the password); a broker breaking the exchange is a
 ``SaslError``.
+
+Re-authentication (KIP-368): a SaslAuthenticate answer (v1+) may carry
+``session_lifetime_ms``; a broker with ``connections.max.reauth.ms`` closes a
+connection whose session has expired when its next request arrives. The client
+logs in again on the same connection before that, as Java's
+``SaslClientAuthenticator`` does: at a time drawn between 85 % and 95 % of the
+lifetime after the login ended (``reauthentication_time_ns``), with a fresh
+SaslHandshake and mechanism exchange (no new ApiVersions).
 """
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Callable
+from typing import Any, Final
 
 from kctl.config import SecurityConfig
 from kctl.errors import AuthenticationError
@@ -24,7 +33,26 @@ SASL_HANDSHAKE = schema.API_BY_NAME["SaslHandshake"].api_key
 SASL_AUTHENTICATE = schema.API_BY_NAME["SaslAuthenticate"].api_key
 _UNSUPPORTED_SASL_MECHANISM = 33
 
-__all__ = ["SASL_AUTHENTICATE", "SASL_HANDSHAKE", "SaslAuthenticator"]
+#: Java's window for re-authentication: 85 % of the session lifetime (network latency and
+#: clock drift) plus up to 10 % more at random (so many connections do not log in at once).
+REAUTH_WINDOW_START: Final = 0.85
+REAUTH_WINDOW_JITTER: Final = 0.10
+_NS_PER_MS: Final = 1_000_000
+
+__all__ = ["REAUTH_WINDOW_JITTER", "REAUTH_WINDOW_START", "SASL_AUTHENTICATE", "SASL_HANDSHAKE",
+           "SaslAuthenticator", "reauthentication_time_ns"]
+
+
+def reauthentication_time_ns(authenticated_ns: int, session_lifetime_ms: int,
+                             random: Callable[[], float]) -> int | None:
+    """When a connection whose login ended at ``authenticated_ns`` logs in again: a
+    random point between 85 % and 95 % of the broker's session lifetime later (Java's
+    ``ReauthInfo.setAuthenticationEndAndSessionReauthenticationTimes``); ``None`` when
+    the broker set no lifetime (0: the session never expires)."""
+    if session_lifetime_ms <= 0:
+        return None
+    fraction = REAUTH_WINDOW_START + random() * REAUTH_WINDOW_JITTER
+    return authenticated_ns + int(session_lifetime_ms * fraction) * _NS_PER_MS
 
 
 class SaslAuthenticator:
@@ -41,6 +69,8 @@ class SaslAuthenticator:
         self._next: tuple[int, Any] | None = (
             SASL_HANDSHAKE, messages.message_class("SaslHandshakeRequest")(mechanism=self.mechanism_name))
         self.done = False
+        #: The session lifetime the broker's last SaslAuthenticate answer gave (v1+; 0: none).
+        self.session_lifetime_ms = 0
 
     def next_request(self) -> tuple[int, Any] | None:
         """(api_key, request body) to send now, or ``None`` (wait for an answer, or done)."""
@@ -83,6 +113,7 @@ class SaslAuthenticator:
         if body.error_code:
             message = body.error_message or error_for(body.error_code).name
             raise self._fail(message)
+        self.session_lifetime_ms = max(int(body.session_lifetime_ms or 0), 0)
         reply = self._mechanism.respond(bytes(body.auth_bytes or b""))
         if reply is not None:
             self._authenticate(reply)

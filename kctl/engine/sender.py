@@ -55,7 +55,13 @@ from kctl.engine.metadata import Metadata, MetadataUpdate, NodeAddress
 from kctl.engine.metadata_updater import MetadataUpdater
 from kctl.engine.metrics import ProducerMetrics
 from kctl.engine.network import ClientRequest, ClientResponse, NetworkClient
-from kctl.engine.transactions import TransactionState, Transactions, TxnRequest, TxnRequestKind
+from kctl.engine.transactions import (
+    AUTHORIZATION_ERRORS,
+    TransactionState,
+    Transactions,
+    TxnRequest,
+    TxnRequestKind,
+)
 from kctl.protocol import requests, schema
 from kctl.protocol.error_codes import ERRORS_BY_NAME, error_for
 
@@ -102,6 +108,7 @@ class Sender:
         self._produce_requests_in_flight = 0   # Produce requests on the wire (expired batches' too)
         self.metadata_updater = MetadataUpdater(metadata, network, self._on_metadata_update)
         self._init_in_flight = False
+        self._init_not_before_ns = 0      # InitProducerId refused for authorization: not before
         self.fatal_error: str | None = None
 
     # -- one turn ------------------------------------------------------------------------
@@ -180,6 +187,8 @@ class Sender:
         assert idem is not None
         if self._init_in_flight or not idem.needs_producer_id():
             return now_ns + _IDLE_NS
+        if now_ns < self._init_not_before_ns:
+            return self._init_not_before_ns
         if idem.bump_pending and self._produce_requests_in_flight:
             return now_ns + _IDLE_NS   # an answer wakes the loop
         # A node that offers InitProducerId; if no node known does, one that will say so.
@@ -213,6 +222,16 @@ class Sender:
             self._throttle(resp.node, body.throttle_time_ms, resp.received_ns)
         if body.error_code:
             err = error_for(body.error_code)
+            if err.name in AUTHORIZATION_ERRORS:
+                # Java (trunk): abortable, then Sender.shouldHandleAuthorizationError fails
+                # every batch held with it and the producer asks for an id again (here
+                # after retry.backoff.ms, not at once).
+                now = resp.received_ns
+                idem.init_failed(None, retriable=True)
+                self.metrics.errors_by_name[err.name] += 1
+                self._abort_held(err.name, f"InitProducerId refused: {err.name}", now)
+                self._init_not_before_ns = now + self.config.retry_backoff_ms * NS_PER_MS
+                return
             idem.init_failed(err.name, retriable=err.retriable)
             return
         idem.on_producer_id(body.producer_id, body.producer_epoch)
@@ -227,6 +246,13 @@ class Sender:
         idle = now_ns + _IDLE_NS
         if txn.has_in_flight_request:
             return True, idle
+        if txn.has_abortable_error:
+            error = txn.last_error or ""
+            if txn.on_authorization_error():
+                # Java's shouldHandleAuthorizationError: InitProducerId was refused for
+                # authorization; what the producer holds fails, and it is UNINITIALIZED.
+                self._abort_held(error, f"InitProducerId refused: {error}", now_ns)
+                return True, idle
         if txn.has_abortable_error or txn.is_aborting:
             # Batches that never got a sequence fail; those that did must resolve
             # before EndTxn (Java's abortUndrainedBatches).
@@ -444,32 +470,43 @@ class Sender:
         if self.idempotence is not None:
             self.idempotence.on_acked(b, base_offset)
         b.complete(BatchState.ACKED, BatchResult(base_offset, log_append_time_ms))
-        m = self.metrics
-        m.records_acked += b.record_count
-        m.value_bytes_acked += b.value_bytes
-        m.batches_acked += 1
-        m.records_by_partition[b.tp] += b.record_count
-        m.records_by_node[b.node_id] += b.record_count
         if self.transactions is not None:
-            self.transactions.on_records_acked(b.tp, b.node_id, b.record_count, b.value_bytes)
+            # Counted acked when its transaction commits, failed if it never does.
+            self.transactions.on_batch_acked(b.tp, b.node_id, b.record_count, b.value_bytes)
+        else:
+            m = self.metrics
+            m.records_acked += b.record_count
+            m.value_bytes_acked += b.value_bytes
+            m.batches_acked += 1
+            m.records_by_partition[b.tp] += b.record_count
+            m.records_by_node[b.node_id] += b.record_count
         self._done(b)
 
     def _fail(self, b: ProducerBatch, error: str, message: str, now_ns: int,
               state: BatchState = BatchState.FAILED, *, adjust_sequences: bool = False,
-              count_error: bool = False) -> None:
+              count_error: bool = False, aborted: bool = False) -> None:
         """Fails a batch with ``error`` (counted in failed_by_error per record; in
-        errors_by_name too with ``count_error``, for a failure no response carried)."""
+        errors_by_name too with ``count_error``, for a failure no response carried).
+        ``aborted``: the producer gives it up (Java's abortBatches), its failure is no
+        verdict on the producer's state."""
         if b.is_done:
             return
         self._in_flight.discard(b)
         if count_error:
             self.metrics.errors_by_name[error] += 1
-        if self.idempotence is not None:
+        if self.idempotence is not None and not aborted:
             self.idempotence.on_failed(b, error, adjust_sequences=adjust_sequences)
         b.complete(state, BatchResult(-1, -1, error, message))
         self.metrics.records_failed += b.record_count
         self.metrics.failed_by_error[error] += b.record_count
         self._done(b)
+
+    def _abort_held(self, error: str, message: str, now_ns: int) -> None:
+        """Java's maybeAbortBatches after an authorization refusal of InitProducerId:
+        every batch not yet sent fails with ``error`` (none can be in flight: there was
+        no producer id, or a bump waits for the requests in flight)."""
+        for b in self.accumulator.remove_all():
+            self._fail(b, error, message, now_ns, aborted=True)
 
     def abandon(self, b: ProducerBatch, reason: str) -> None:
         """Gives up on a batch without a verdict (the run stopped before it resolved):

@@ -32,16 +32,25 @@ How this works
   bump when the coordinator can bump (InitProducerId v3+, KIP-360), else fatal; a
   failed batch makes the transaction abortable (idempotence.py reports it through
   ``on_abortable_error``), and the abort then bumps the epoch when it can.
-  TRANSACTION_ABORTABLE (KIP-890) answering FindCoordinator, AddPartitionsToTxn or
-  EndTxn is abortable. A coordinator that refuses the
+  TRANSACTION_ABORTABLE (KIP-890) answering FindCoordinator, InitProducerId,
+  AddPartitionsToTxn or EndTxn is abortable. InitProducerId refused for authorization
+  (TRANSACTIONAL_ID_AUTHORIZATION_FAILED, CLUSTER_AUTHORIZATION_FAILED) is abortable, and
+  the sender's next turn undoes it (``on_authorization_error``, Java's
+  Sender.shouldHandleAuthorizationError): pending requests and held batches fail with
+  it and the producer is UNINITIALIZED again, free to ask init_transactions again. A
+  coordinator that refuses the
   epoch bump with anything but fencing or a retriable error is asked again with the
   transactional id alone, as a freshly built producer would ask (Java's producer goes
   fatal there and its application builds that new producer).
-- Accounting: records the broker acknowledged inside a transaction that is then
-  aborted are moved from acked to failed (``TRANSACTION_ABORTED``) when the abort
-  completes, and those of a transaction a fatal error left open (it can never commit)
-  to failed ``TRANSACTION_NOT_COMMITTED``: a read_committed consumer never sees them. (Their handles keep their
-  offsets, as Java's callbacks have already run.)
+- Accounting: a record of a transaction counts as acknowledged (records, value bytes,
+  batches, per partition and per broker) only when its transaction commits: until then
+  the sender hands each acknowledged batch here (``on_batch_acked``) and it waits in
+  ``PendingAcks``. The commit moves them into the acked counts; an abort counts them
+  failed (``TRANSACTION_ABORTED``), and a fatal error inside the transaction (it can
+  never commit) failed ``TRANSACTION_NOT_COMMITTED``: a read_committed consumer never
+  sees them. So no figure ever counts as acked a record that ends failed (the load
+  worker holds the records' latencies back the same way). Their handles keep their
+  offsets, as Java's callbacks have already run.
 
 Time is passed in (``now_ns``); no I/O (conventions rules 1 and 3).
 """
@@ -63,8 +72,9 @@ from kctl.errors import KctlError
 from kctl.protocol import requests, schema
 from kctl.protocol.error_codes import ERRORS_BY_NAME, error_for
 
-__all__ = ["TRANSACTION_ABORTED", "TRANSACTION_NOT_COMMITTED", "TRANSITIONS", "TransactionConfig", "TransactionResult", "TransactionState",
-           "Transactions", "TxnRequest", "TxnRequestKind"]
+__all__ = ["AUTHORIZATION_ERRORS", "TRANSACTION_ABORTED", "TRANSACTION_END_UNKNOWN",
+           "TRANSACTION_NOT_COMMITTED", "TRANSITIONS", "PendingAcks", "TransactionConfig",
+           "TransactionResult", "TransactionState", "Transactions", "TxnRequest", "TxnRequestKind"]
 
 FIND_COORDINATOR: Final = schema.API_BY_NAME["FindCoordinator"].api_key
 INIT_PRODUCER_ID: Final = schema.API_BY_NAME["InitProducerId"].api_key
@@ -78,6 +88,10 @@ TRANSACTION_ABORTED: Final = "TRANSACTION_ABORTED"
 #: How records the broker acknowledged in a transaction that can no longer commit (the
 #: producer hit a fatal error inside it) are counted: failed, for the same reason.
 TRANSACTION_NOT_COMMITTED: Final = "TRANSACTION_NOT_COMMITTED"
+
+#: Why the records of a transaction whose end the producer never learnt (it closed while
+#: the commit had no answer) are abandoned: the broker may have committed them or not.
+TRANSACTION_END_UNKNOWN: Final = "producer closed before the transaction's end was known"
 
 #: Why a fatal error is fatal, for its one line (Java's ProducerFencedException message).
 _FATAL_REASONS: Final = {
@@ -105,7 +119,7 @@ class TransactionState(enum.Enum):
 _T = TransactionState
 #: target state -> the states it may be entered from (Java's isTransitionValid; rule 5).
 TRANSITIONS: Final[dict[TransactionState, frozenset[TransactionState]]] = {
-    _T.UNINITIALIZED: frozenset({_T.READY}),
+    _T.UNINITIALIZED: frozenset({_T.READY, _T.ABORTABLE_ERROR}),
     _T.INITIALIZING: frozenset({_T.UNINITIALIZED, _T.ABORTING_TRANSACTION, _T.COMMITTING_TRANSACTION}),
     _T.READY: frozenset({_T.INITIALIZING, _T.COMMITTING_TRANSACTION, _T.ABORTING_TRANSACTION}),
     _T.IN_TRANSACTION: frozenset({_T.READY}),
@@ -181,10 +195,60 @@ class TxnRequest:
         return self.kind is TxnRequestKind.END_TXN
 
 
+@dataclass(slots=True)
+class PendingAcks:
+    """The batches the broker acknowledged in the open transaction, not yet counted:
+    records, value bytes and batches, records per (partition, broker)."""
+
+    records: int = 0
+    value_bytes: int = 0
+    batches: int = 0
+    by_place: Counter[tuple[TopicPartition, int]] = field(default_factory=Counter)
+
+    def add(self, tp: TopicPartition, node_id: int, records: int, value_bytes: int) -> None:
+        self.records += records
+        self.value_bytes += value_bytes
+        self.batches += 1
+        self.by_place[(tp, node_id)] += records
+
+    def count_acked(self, m: ProducerMetrics) -> None:
+        """The transaction committed: its records count as acknowledged."""
+        m.records_acked += self.records
+        m.value_bytes_acked += self.value_bytes
+        m.batches_acked += self.batches
+        for (tp, node_id), n in self.by_place.items():
+            m.records_by_partition[tp] += n
+            m.records_by_node[node_id] += n
+        self.clear()
+
+    def count_failed(self, m: ProducerMetrics, reason: str) -> None:
+        """The transaction will never commit: its records count as failed with ``reason``."""
+        if self.records:
+            m.records_failed += self.records
+            m.failed_by_error[reason] += self.records
+        self.clear()
+
+    def count_abandoned(self, m: ProducerMetrics, reason: str) -> None:
+        """The producer closed before the transaction's end was known (a commit with no
+        answer): committed or not, nobody can say; counted abandoned with ``reason``."""
+        if self.records:
+            m.records_abandoned += self.records
+            m.abandoned_by_reason[reason] += self.records
+        self.clear()
+
+    def clear(self) -> None:
+        self.records = self.value_bytes = self.batches = 0
+        self.by_place.clear()
+
+
 _COORDINATOR_MOVED = frozenset({"NOT_COORDINATOR", "COORDINATOR_NOT_AVAILABLE"})
 _TRY_AGAIN = frozenset({"COORDINATOR_LOAD_IN_PROGRESS", "CONCURRENT_TRANSACTIONS"})
 _FENCED = frozenset({"INVALID_PRODUCER_EPOCH", "PRODUCER_FENCED"})
 _ABORTABLE_IF_BUMP = frozenset({"UNKNOWN_PRODUCER_ID", "INVALID_PRODUCER_ID_MAPPING"})
+#: Answering InitProducerId, abortable and then undone by the sender (Java's
+#: Sender.shouldHandleAuthorizationError): the producer goes back to UNINITIALIZED.
+AUTHORIZATION_ERRORS: Final = frozenset({"TRANSACTIONAL_ID_AUTHORIZATION_FAILED",
+                                         "CLUSTER_AUTHORIZATION_FAILED"})
 
 
 class Transactions:
@@ -203,6 +267,7 @@ class Transactions:
         self.coordinator_can_bump = False         # its InitProducerId takes id and epoch (v3+)
         self.epoch_bump_required = False
         self.transaction_started = False          # a partition joined (EndTxn needed)
+        self.commit_sent = False                  # this transaction's EndTxn(commit) went out
         self.new_partitions: set[TopicPartition] = set()
         self.pending_partitions: set[TopicPartition] = set()
         self.partitions: set[TopicPartition] = set()
@@ -210,12 +275,9 @@ class Transactions:
         self._queue: list[tuple[int, int, TxnRequest]] = []
         self._order = itertools.count()
         self._pending_result: TransactionResult | None = None
-        # Records the broker acknowledged in the open transaction, by partition and node:
-        # an abort takes them back (no read_committed consumer sees them), as failed
-        # TRANSACTION_ABORTED; a fatal error inside the transaction, as failed
-        # TRANSACTION_NOT_COMMITTED.
-        self.records_acked: Counter[tuple[TopicPartition, int]] = Counter()
-        self.value_bytes_acked = 0
+        # What the broker acknowledged in the open transaction: counted acked at its
+        # commit, failed at its abort or at a fatal error (module docstring).
+        self.pending_acks = PendingAcks()
 
     # -- state ------------------------------------------------------------------------------
     def _move(self, target: TransactionState, error: str | None = None) -> None:
@@ -258,10 +320,9 @@ class Transactions:
         return f"{name}: {reason}"
 
     def fatal(self, error: str) -> None:
-        if self.records_acked:
-            # The open transaction can never commit now (no EndTxn can follow): what the
-            # broker acknowledged in it stays invisible to read_committed consumers.
-            self._take_back_acked(TRANSACTION_NOT_COMMITTED)
+        # The open transaction can never commit now (no EndTxn can follow): what the
+        # broker acknowledged in it stays invisible to read_committed consumers.
+        self.pending_acks.count_failed(self.metrics, TRANSACTION_NOT_COMMITTED)
         self._move(_T.FATAL_ERROR, error)
         if self.idempotence.state is not ProducerIdState.FATAL:
             self.idempotence.set_fatal(error)
@@ -297,9 +358,41 @@ class Transactions:
             self.epoch_bump_required = True
         self.abortable(error)
 
+    def on_authorization_error(self) -> bool:
+        """Java's Sender.shouldHandleAuthorizationError, the transactional half: when
+        InitProducerId was refused for authorization (abortable), every request waiting
+        fails with that error and the producer goes back to UNINITIALIZED with no error
+        (init_transactions may be called again). True when it did so (the sender then
+        fails the batches it holds)."""
+        if self.state is not _T.ABORTABLE_ERROR or self.last_error not in AUTHORIZATION_ERRORS:
+            return False
+        error = self.last_error
+        for _, _, req in self._queue:
+            req.result.complete(error)
+        self._queue.clear()
+        if self._pending_result is not None:
+            self._pending_result.complete(error)
+        self._move(_T.UNINITIALIZED)
+        self.last_error = None
+        self.epoch_bump_required = False
+        return True
+
+    def close(self) -> None:
+        """The producer closes: records acknowledged in a transaction that did not end
+        are counted. One whose EndTxn(commit) went out with no answer may have committed
+        or not: abandoned (``TRANSACTION_END_UNKNOWN``); any other, a commit whose EndTxn
+        never went out (its records still had no answer) included, can no longer commit
+        (the coordinator aborts it at ``transaction.timeout.ms``): failed
+        ``TRANSACTION_NOT_COMMITTED``."""
+        if self.state is _T.COMMITTING_TRANSACTION and self.commit_sent:
+            self.pending_acks.count_abandoned(self.metrics, TRANSACTION_END_UNKNOWN)
+        else:
+            self.pending_acks.count_failed(self.metrics, TRANSACTION_NOT_COMMITTED)
+
     # -- the application's calls -----------------------------------------------------------
     def initialize(self) -> TransactionResult:
         """InitProducerId with the transactional id (after finding the coordinator)."""
+        self._fail_if_error()   # Java's maybeFailWithError
         if self._pending_result is not None and self.state is _T.INITIALIZING:
             return self._pending_result
         self._move(_T.INITIALIZING)
@@ -453,6 +546,8 @@ class Transactions:
     def on_sent(self, req: TxnRequest, now_ns: int) -> None:
         self.in_flight = req
         req.sent_ns = now_ns
+        if req.is_end_txn and req.committed:
+            self.commit_sent = True
 
     def on_disconnect(self, req: TxnRequest, now_ns: int) -> None:
         self.in_flight = None
@@ -509,8 +604,17 @@ class Transactions:
             self.retry(req, now_ns)
         elif self._retriable(name):
             self.retry(req, now_ns)
+        elif name in AUTHORIZATION_ERRORS:
+            # Java (trunk) makes these abortable; the sender's next turn then fails what
+            # is pending and goes back to UNINITIALIZED (``on_authorization_error``), so
+            # init_transactions may be called again once the principal is authorized.
+            req.result.complete(name)
+            self.abortable(name)
         elif name in _FENCED:
             self._fail(req, "PRODUCER_FENCED")
+        elif name == "TRANSACTION_ABORTABLE":
+            req.result.complete(name)   # KIP-890: abortable, as Java's
+            self.abortable(name)
         elif req.kind is TxnRequestKind.EPOCH_BUMP:
             # The coordinator offers InitProducerId v3+ yet refused the bump (Tansu answers
             # UNKNOWN_SERVER_ERROR). Java's producer would be fatal here and its application
@@ -567,29 +671,15 @@ class Transactions:
         self.transaction_started = True
         req.result.complete()
 
-    def on_records_acked(self, tp: TopicPartition, node_id: int, count: int, value_bytes: int) -> None:
-        self.records_acked[(tp, node_id)] += count
-        self.value_bytes_acked += value_bytes
+    def on_batch_acked(self, tp: TopicPartition, node_id: int, records: int, value_bytes: int) -> None:
+        """The broker acknowledged a batch of the open transaction: counted at its end."""
         if self.state is _T.FATAL_ERROR:
             # Acknowledged after the fatal error (a late answer): never committed either.
-            self._take_back_acked(TRANSACTION_NOT_COMMITTED)
-
-    def _take_back_acked(self, reason: str) -> None:
-        """The records acknowledged in this transaction will never be read committed:
-        counted failed with ``reason`` instead of acked."""
-        n = sum(self.records_acked.values())
-        if not n:
+            m = self.metrics
+            m.records_failed += records
+            m.failed_by_error[TRANSACTION_NOT_COMMITTED] += records
             return
-        m = self.metrics
-        m.records_acked -= n
-        m.records_failed += n
-        m.failed_by_error[reason] += n
-        m.value_bytes_acked -= self.value_bytes_acked
-        self.value_bytes_acked = 0
-        for (tp, node_id), count in self.records_acked.items():
-            m.records_by_partition[tp] -= count
-            m.records_by_node[node_id] -= count
-        self.records_acked.clear()
+        self.pending_acks.add(tp, node_id, records, value_bytes)
 
     def _on_end_txn(self, req: TxnRequest, body: Any, now_ns: int) -> None:
         name = error_for(body.error_code).name if body.error_code else None
@@ -597,9 +687,10 @@ class Transactions:
             m = self.metrics
             if req.committed:
                 m.transactions_committed += 1
+                self.pending_acks.count_acked(m)
             else:
                 m.transactions_aborted += 1
-                self._take_back_acked(TRANSACTION_ABORTED)
+                self.pending_acks.count_failed(m, TRANSACTION_ABORTED)
             self._complete_transaction()
             req.result.complete()
         elif name in _COORDINATOR_MOVED:
@@ -636,8 +727,7 @@ class Transactions:
         self.last_error = None
         self.epoch_bump_required = False
         self.transaction_started = False
-        self.records_acked.clear()
-        self.value_bytes_acked = 0
+        self.commit_sent = False
         self.new_partitions.clear()
         self.pending_partitions.clear()
         self.partitions.clear()

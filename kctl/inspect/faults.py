@@ -116,6 +116,9 @@ def _api_keys(names: frozenset[str] | tuple[str, ...] | None) -> frozenset[int] 
 PARTITION_ERROR_APIS: Final = ("Produce", "Fetch", "ListOffsets")
 COORDINATOR_ERROR_APIS: Final = ("FindCoordinator", "InitProducerId", "AddPartitionsToTxn", "EndTxn")
 ERROR_APIS: Final = PARTITION_ERROR_APIS + COORDINATOR_ERROR_APIS
+#: FindCoordinator's ``key_type`` (Kafka's ``CoordinatorType``; v0 requests have none and
+#: look up a group): ``NAME@FindCoordinator/TYPE`` hits only the lookups of that type.
+COORDINATOR_KEY_TYPES: Final = {"group": 0, "transaction": 1, "share": 2}
 
 
 @dataclass(frozen=True, slots=True)
@@ -124,12 +127,15 @@ class ErrorRewrite:
     ``apis`` (``ERROR_APIS``): in Produce, Fetch and ListOffsets each partition with probability
     ``rate``; in FindCoordinator, InitProducerId, AddPartitionsToTxn and EndTxn each
     response with probability ``rate`` (every error code it carries). At most ``limit``
-    responses are touched when ``limit`` is set."""
+    responses are touched when ``limit`` is set. ``key_type`` (``COORDINATOR_KEY_TYPES``):
+    only FindCoordinator lookups of that key type (a transactional producer's, not its
+    consumers' group lookups); None: every lookup."""
 
     error: str
     rate: float = 1.0
     apis: tuple[str, ...] = ("Produce",)
     limit: int | None = None
+    key_type: int | None = None
 
     def __post_init__(self) -> None:
         if self.error == "NONE":
@@ -144,6 +150,13 @@ class ErrorRewrite:
         if bad:
             raise ConfigError(f"error rewriting supports {', '.join(ERROR_APIS)} responses, "
                               f"not {', '.join(bad)}")
+        if self.key_type is not None:
+            if "FindCoordinator" not in self.apis:
+                raise ConfigError("a coordinator key type selects FindCoordinator lookups: "
+                                  "name FindCoordinator among the APIs")
+            if self.key_type not in COORDINATOR_KEY_TYPES.values():
+                raise ConfigError(f"FindCoordinator key type {self.key_type} is not one of "
+                                  + ", ".join(f"{v} ({k})" for k, v in COORDINATOR_KEY_TYPES.items()))
 
     @property
     def code(self) -> int:
@@ -153,27 +166,44 @@ class ErrorRewrite:
     def parse(cls, text: str) -> ErrorRewrite:
         """``NAME[@API[,API...]][:RATE]`` as given to ``--inject-error``
         (``NOT_LEADER_OR_FOLLOWER:0.01``, ``COORDINATOR_LOAD_IN_PROGRESS@EndTxn:0.5``);
-        the APIs are Produce when none is named. API names are Kafka's, any case."""
+        the APIs are Produce when none is named. API names are Kafka's, any case.
+        ``FindCoordinator/TYPE`` (group, transaction, share) hits only the lookups of that
+        key type (``COORDINATOR_NOT_AVAILABLE@FindCoordinator/transaction``)."""
         head, _, rate = text.partition(":")
         name, at, apis_text = head.partition("@")
         apis: tuple[str, ...] = ("Produce",)
+        key_type = None
         if at:
             by_lower = {a.lower(): a for a in ERROR_APIS}
-            given = [a.strip() for a in apis_text.split(",")]
+            given = []
+            for a in apis_text.split(","):
+                api, slash, kind = a.strip().partition("/")
+                if slash:
+                    if api.lower() != "findcoordinator":
+                        raise ConfigError(f"--inject-error {text!r}: only FindCoordinator takes "
+                                          f"a key type (/{kind}), not {api}")
+                    key_type = COORDINATOR_KEY_TYPES.get(kind.strip().lower())
+                    if key_type is None:
+                        raise ConfigError(f"--inject-error {text!r}: FindCoordinator key type "
+                                          f"{kind!r} is not one of "
+                                          f"{', '.join(COORDINATOR_KEY_TYPES)}")
+                given.append(api)
             unknown = [a for a in given if a.lower() not in by_lower]
             if unknown or not apis_text.strip():
                 raise ConfigError(f"--inject-error {text!r}: API {', '.join(unknown) or '(none)'} "
                                   f"is not one of {', '.join(ERROR_APIS)}")
             apis = tuple(dict.fromkeys(by_lower[a.lower()] for a in given))
         try:
-            return cls(name.strip().upper(), float(rate) if rate else 1.0, apis)
+            return cls(name.strip().upper(), float(rate) if rate else 1.0, apis, key_type=key_type)
         except ValueError:
             raise ConfigError(f"--inject-error {text!r}: expected NAME[@API,...][:RATE], e.g. "
                               "NOT_LEADER_OR_FOLLOWER:0.01 or CONCURRENT_TRANSACTIONS@EndTxn:0.5") from None
 
     def describe(self) -> str:
         """``NAME@API,API rate`` for the live view's fault line."""
-        return f"{self.error}@{','.join(self.apis)} {self.rate}"
+        kind = {v: k for k, v in COORDINATOR_KEY_TYPES.items()}.get(self.key_type)
+        apis = [f"{a}/{kind}" if a == "FindCoordinator" and kind else a for a in self.apis]
+        return f"{self.error}@{','.join(apis)} {self.rate}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -322,11 +352,14 @@ class RequestDecision:
                     request itself (acks != 0) or not at all (acks=0)
     offset_counts   (topic, partition) -> offsets taken by each batch that was
                     forwarded, so ``on_response`` can learn each partition's next offset
+    key_type        a FindCoordinator request's key_type, read when the error rewrite
+                    selects one (``ErrorRewrite.key_type``)
     """
 
     lost: LostBatch | None = None
     forward: bool = True
     offset_counts: Mapping[tuple[TopicKey, int], int] = field(default_factory=dict)
+    key_type: int | None = None
 
     @property
     def re_encode(self) -> bool:
@@ -530,13 +563,14 @@ class _Compiled:
     drop_keys: frozenset[int] | None
     error_keys: frozenset[int] | None
     error_code: int | None
+    key_type: int | None        # FindCoordinator lookups of this key type only
 
 
 def _compile(plan: FaultPlan) -> _Compiled:
     err = plan.error
     return _Compiled(plan, _api_keys(plan.delay_apis), _api_keys(plan.throttle_apis),
                      _api_keys(plan.drop_apis), _api_keys(err.apis) if err else None,
-                     err.code if err else None)
+                     err.code if err else None, err.key_type if err else None)
 
 
 def _applies(keys: frozenset[int] | None, api_key: int) -> bool:
@@ -670,8 +704,12 @@ class FaultInjector:
                     or (c.plan.lose_rate and api_key == PRODUCE))
 
     def needs_request_body(self, api_key: int) -> bool:
-        """Whether ``on_request`` may rewrite a request of this API."""
-        return bool(self._c.plan.lose_rate) and api_key == PRODUCE
+        """Whether ``on_request`` may rewrite a request of this API, or must read it (a
+        FindCoordinator request's key_type, when the error rewrite selects one)."""
+        c = self._c
+        if api_key == FIND_COORDINATOR:
+            return c.key_type is not None and _applies(c.error_keys, api_key)
+        return bool(c.plan.lose_rate) and api_key == PRODUCE
 
     def on_request(self, api_key: int, body: Any | None) -> RequestDecision:
         """Decides the fate of one request; with a lose fault, may take one partition's
@@ -681,6 +719,8 @@ class FaultInjector:
         except in an acks=0 request, which is never answered."""
         if body is None or not self.needs_request_body(api_key):
             return NO_REQUEST_FAULT
+        if api_key == FIND_COORDINATOR:
+            return RequestDecision(key_type=body.key_type)     # v0: group, the default
         ledger = self.ledger
         unanswered = body.acks == 0
         counts: dict[tuple[TopicKey, int], int] = {}
@@ -722,11 +762,11 @@ class FaultInjector:
         it) lost. ``frame_size`` counts the 4-byte size prefix. The caller re-encodes
         ``body`` when ``throttle_ms``, ``errors_injected`` or ``forged`` is set."""
         if request is None or body is None or api_key != PRODUCE:
-            return self._response_faults(api_key, frame_size, body)
+            return self._response_faults(api_key, frame_size, body, request)
         # The broker's own answers first (before an error rewrite hides their offsets).
         if request.offset_counts:
             self._learn_offsets(body, request.offset_counts)
-        decision = self._response_faults(api_key, frame_size, body)
+        decision = self._response_faults(api_key, frame_size, body, request)
         lost = request.lost
         if lost is None:
             return decision
@@ -739,7 +779,8 @@ class FaultInjector:
         forge_produce_success(body, lost, base_offset, max(log_start, 0))
         return dataclasses.replace(decision, forged=1)
 
-    def _response_faults(self, api_key: int, frame_size: int, body: Any | None) -> FaultDecision:
+    def _response_faults(self, api_key: int, frame_size: int, body: Any | None,
+                         request: RequestDecision | None = None) -> FaultDecision:
         c = self._c
         plan = c.plan
         if not plan.active:
@@ -753,7 +794,10 @@ class FaultInjector:
             if plan.throttle_ms and _applies(c.throttle_keys, api_key):
                 if inject_throttle(body, plan.throttle_ms):
                     throttle = plan.throttle_ms
-            if c.error_code is not None and _applies(c.error_keys, api_key) and self.budget.take():
+            if (c.error_code is not None and _applies(c.error_keys, api_key)
+                    and (c.key_type is None or api_key != FIND_COORDINATOR
+                         or (request is not None and request.key_type == c.key_type))
+                    and self.budget.take()):
                 assert plan.error is not None
                 errors = rewrite_partition_errors(body, api_key, c.error_code, plan.error.rate, rng)
         delay_ns = 0

@@ -41,7 +41,7 @@ import ssl
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from multiprocessing.connection import Connection as Pipe
 from pathlib import Path
 from typing import Any, Final
@@ -64,14 +64,16 @@ _HANDOFF_BYTES: Final = 4096
 
 @dataclass(frozen=True, slots=True)
 class ListenerTls:
-    """How to terminate TLS from clients: a PEM certificate chain (and key)."""
+    """How to terminate TLS from clients: a PEM certificate chain (and key, and the key's
+    password when it is encrypted)."""
 
     certificate_location: str
     key_location: str | None = None
+    key_password: str | None = field(default=None, repr=False)
 
     def context(self) -> ssl.SSLContext:
         from kctl.engine.tls import listener_context
-        return listener_context(self.certificate_location, self.key_location)
+        return listener_context(self.certificate_location, self.key_location, self.key_password)
 
 
 @dataclass(frozen=True, slots=True)

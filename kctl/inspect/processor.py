@@ -74,7 +74,7 @@ from kctl.engine.tls import tls_failure
 from kctl.errors import DecodeError, KctlError
 from kctl.inspect.capture_writer import CaptureWriter, TcpFlow
 from kctl.inspect.faults import (
-    NO_REQUEST_FAULT, FaultDecision, FaultInjector, FaultSwitch, RequestDecision,
+    FIND_COORDINATOR, NO_REQUEST_FAULT, FaultDecision, FaultInjector, FaultSwitch, RequestDecision,
     empty_produce_response, encode_request_frame, segments)
 from kctl.inspect.legs import Leg
 from kctl.inspect.peek import PRODUCE, produce_acks, produce_answer, produce_summary, request_head
@@ -709,11 +709,8 @@ class Processor:
         if hold:
             injector = link.injector = self.faults.injector(link.id, link.injector)
             if injector.needs_request_body(api_key):
-                try:
-                    request = messages.decode_request(bytes(payload))
-                except KctlError:
-                    stats.on_decode_error()
-                else:
+                request = self._decoded_request(payload)
+                if request is not None:
                     fault = injector.on_request(api_key, request.body)
                     if fault.lost is not None:
                         forward = encode_request_frame(request) if fault.forward else None
@@ -723,6 +720,13 @@ class Processor:
                         stats.on_fault(f"{kind}_records", fault.lost.offset_count)
             if forward is not None:
                 self._forward_frame(link, forward, wall)
+        elif api_key == FIND_COORDINATOR:
+            # Already forwarded as it came: read only (the key_type an error rewrite selects).
+            injector = link.injector = self.faults.injector(link.id, link.injector)
+            if injector.needs_request_body(api_key):
+                request = self._decoded_request(payload)
+                if request is not None:
+                    fault = injector.on_request(api_key, request.body)
         if expects_response:
             link.in_flight[corr] = _Pending(api_key, api_version, now,
                                             None if fault is NO_REQUEST_FAULT else fault,
@@ -734,6 +738,13 @@ class Processor:
                                   show_secrets=self.show_secrets))
         if forward is None:
             self._answer_unforwarded(link, now, wall)
+
+    def _decoded_request(self, payload: memoryview) -> messages.Request | None:
+        try:
+            return messages.decode_request(bytes(payload))
+        except KctlError:
+            self.stats.on_decode_error()
+            return None
 
     # -- upstream -----------------------------------------------------------------------------
     def _up_writable(self, link: _Link) -> None:

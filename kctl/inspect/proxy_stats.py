@@ -98,7 +98,9 @@ class ProcessorLost:
 class StatsSnapshot:
     taken_ns: int
     apis: dict[str, ApiSnapshot]
-    errors: dict[str, int]           # Kafka error name -> times seen in responses
+    # (API, Kafka error name) -> times seen in that API's responses: NOT_LEADER_OR_FOLLOWER
+    # answering Produce is not the one answering Fetch.
+    errors: dict[tuple[str, str], int]
     faults: dict[str, int]           # delayed, throttled, errors_injected, dropped, undelivered,
                                      # swallowed, tiny_segments, lost (batches), lost_records, forged
                                      # (acks of lost batches), rejected, rejected_records (batches
@@ -113,6 +115,14 @@ class StatsSnapshot:
     @property
     def requests(self) -> int:
         return sum(a.requests for a in self.apis.values())
+
+    @property
+    def errors_by_name(self) -> dict[str, int]:
+        """Kafka error name -> times seen in responses, whatever the API."""
+        out: Counter[str] = Counter()
+        for (_api, name), n in self.errors.items():
+            out[name] += n
+        return dict(out)
 
     @property
     def responses(self) -> int:
@@ -168,7 +178,7 @@ class StatsReport:
     processor: int
     taken_ns: int
     apis: tuple[ApiReport, ...]
-    errors: tuple[tuple[str, int], ...]
+    errors: tuple[tuple[str, str, int], ...]     # (API, error name, times seen)
     faults: tuple[tuple[str, int], ...]
     codecs: tuple[tuple[str, int], ...]
     connections: tuple[ConnectionSnapshot, ...]
@@ -208,7 +218,7 @@ class ProxyStats:
         self.processor = processor
         self._lock = threading.Lock()
         self._apis: dict[str, _ApiCounters] = {}
-        self._errors: Counter[str] = Counter()
+        self._errors: Counter[tuple[str, str]] = Counter()     # (API, error name)
         self._faults: Counter[str] = Counter()
         self._codecs: Counter[str] = Counter()
         self._conns: dict[int, _ConnCounters] = {}
@@ -266,7 +276,7 @@ class ProxyStats:
                 a.throttled += 1
                 a.throttle_ms_max = max(a.throttle_ms_max, throttle_ms)
             for e in errors:
-                self._errors[e] += 1
+                self._errors[(api, e)] += 1
             c = self._conns.get(conn_id)
             if c is not None:
                 c.responses += 1
@@ -291,7 +301,8 @@ class ProxyStats:
             conns = tuple(ConnectionSnapshot(i, c.client, c.upstream, c.listener, c.in_flight,
                                              c.requests, c.responses, self.processor, c.state)
                           for i, c in sorted(self._conns.items()))
-            return StatsReport(self.processor, now_ns, apis, tuple(self._errors.items()),
+            return StatsReport(self.processor, now_ns, apis,
+                               tuple((api, e, n) for (api, e), n in self._errors.items()),
                                tuple(self._faults.items()), tuple(self._codecs.items()), conns,
                                self._connections_total, self._decode_errors)
 
@@ -307,7 +318,7 @@ def merge_reports(reports: Iterable[StatsReport], now_ns: int, *, processors: in
     totals: dict[str, list[int]] = {}
     hists: dict[str, HdrHistogram] = {}
     max_ns: Counter[str] = Counter()
-    errors: Counter[str] = Counter()
+    errors: Counter[tuple[str, str]] = Counter()
     faults: Counter[str] = Counter()
     codecs: Counter[str] = Counter()
     conns: list[ConnectionSnapshot] = []
@@ -326,7 +337,8 @@ def merge_reports(reports: Iterable[StatsReport], now_ns: int, *, processors: in
                 if h is None:
                     hists[a.api] = h = _histogram()
                 h.add(decoded)
-        errors.update(dict(r.errors))
+        for api, name, n in r.errors:
+            errors[(api, name)] += n
         faults.update(dict(r.faults))
         codecs.update(dict(r.codecs))
         conns.extend(r.connections)

@@ -383,13 +383,18 @@ class RangeDecoder:
             if isinstance(it, Frame):
                 yield from self._frame(it)
                 continue
+            if it.kind == "request_end":
+                # A cut request's response decodes and is timed, as in decode (marked
+                # request_cut). A header seen while resynchronising only after a gap: in
+                # decode's stream that gap breaks the check and a whole reader repairs the
+                # connection; a range reader's own gaps (before its window) are not decode's.
+                if self._whole or not it.candidate:
+                    self.decoder.stream_notice(it)
+                continue
+            notice = self.decoder.stream_notice(it)     # as CaptureDecoder says it
             gap, after_gap = after_gap, it.kind == "gap"
-            if self._whole and it.kind != "retransmission":     # as CaptureDecoder says it
-                self.notices.append(CaptureNotice(self.range.file, it.kind, it.message, it.offset,
-                                                  it.ts_ns, it.conn, it.direction))
-            if it.head:
-                # A cut request's response decodes, as in decode (marked request_cut).
-                self.decoder.cut_frame(it)
+            if self._whole and notice is not None:
+                self.notices.append(notice)
             cv = self.coverage.get((it.conn, it.direction))
             if cv is None:
                 continue

@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import heapq
 import re
-from bisect import bisect_right
+from bisect import bisect_right, insort
 import struct
 from collections.abc import Callable, Collection, Iterable
 from dataclasses import dataclass, field
@@ -102,6 +102,9 @@ class StreamGap:
     length: int
     ts_ns: int
     reason: str
+    # The bytes were on the wire in a packet the capture holds, cut off by the snap length:
+    # ``ts_ns`` is that packet's time (else they were never seen, and no time is theirs).
+    captured: bool = False
 
 
 class HalfStream:
@@ -208,7 +211,8 @@ class HalfStream:
             out.append(StreamData(self.offset, data, ts_ns, packet, self.next_seq, carrier))
             self.offset += len(data)
         if hole:
-            out.append(StreamGap(self.offset, hole, ts_ns, "bytes cut off by the snap length"))
+            out.append(StreamGap(self.offset, hole, ts_ns, "bytes cut off by the snap length",
+                                 captured=True))
             self.offset += hole
             self.gap_bytes += hole
         self.next_seq = (self.next_seq + len(data) + hole) % _MOD
@@ -317,13 +321,22 @@ class StreamNotice:
     direction: Direction
     offset: int
     ts_ns: int
-    kind: Literal["gap", "framing", "skipped", "incomplete", "retransmission", "tls", "undecodable"]
+    kind: Literal["gap", "framing", "skipped", "incomplete", "retransmission", "tls", "undecodable",
+                  "request_end"]
     message: str
     length: int = 0
     first_packet: int = 0   # 'incomplete' at the end: the packet that carried its first byte
     # ``incomplete``: the cut frame's first bytes (up to ``_HEAD_BYTES``: its size prefix and
     # a request header's fixed fields), for a reader that knows the protocol to name it.
     head: bytes = b""
+    # ``request_end`` (bookkeeping, no damage): the stream has passed the last byte of a
+    # request a gap cut (``head``: its first bytes; ``offset``: its size prefix). ``end_ts_ns``
+    # is the time of the segment that carried that byte (the request's completing segment,
+    # as a whole frame's ``ts_ns``), None when that segment was not captured. ``candidate``:
+    # the header was seen while resynchronising (no ``incomplete`` notice named it; its bytes
+    # are in a ``skipped`` one), so it may be record data that looks like a header.
+    end_ts_ns: int | None = None
+    candidate: bool = False
 
 
 def _looks_like_tls(data: bytes) -> bool:
@@ -425,7 +438,7 @@ class FrameSplitter:
                  "_first_ts", "_resynced_next", "_candidate", "_prefilter", "_verify",
                  "max_resync_frame_bytes", "_scan", "_cands", "_skipped", "_skipped_at", "tls",
                  "undecodable", "_dropped", "_lost_at", "_attempts", "_attempt_bytes", "_chunks",
-                 "_last_chance")
+                 "_last_chance", "_watches")
 
     def __init__(self, conn: ConnectionId, direction: Direction, *, synced: bool,
                  max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES,
@@ -471,6 +484,9 @@ class FrameSplitter:
         # (stream offset, sequence number, carrier packet) of each chunk in _buf, in order;
         # the first one holds _buf[0]. Gives frames their ``seq`` and ``first_packet``.
         self._chunks: list[tuple[int, int, int]] = []
+        # Requests cut by a gap whose header was captured, until the stream passes their last
+        # byte: (end offset, offset, head, seen while resynchronising), sorted by end offset.
+        self._watches: list[tuple[int, int, bytes, bool]] = []
 
     @property
     def buffered(self) -> int:
@@ -490,6 +506,8 @@ class FrameSplitter:
 
     def feed(self, chunk: StreamData) -> list[Frame | StreamNotice]:
         out: list[Frame | StreamNotice] = []
+        if self._watches:
+            self._passed(chunk.offset + len(chunk.data), chunk.ts_ns, out)
         if self.tls:
             return out
         if self.undecodable:
@@ -518,20 +536,33 @@ class FrameSplitter:
 
     def gap(self, gap: StreamGap) -> list[Frame | StreamNotice]:
         out: list[Frame | StreamNotice] = []
+        end = gap.offset + gap.length
+        end_ts = gap.ts_ns if gap.captured else None
         if self.tls or self.undecodable:
+            if self._watches:
+                self._passed(end, end_ts, out)
             return out
         out.append(StreamNotice(self.conn, self.direction, gap.offset, gap.ts_ns, "gap",
                                 f"{gap.length} bytes missing ({gap.reason})", gap.length))
         if self._buf and self.synced:
+            head = bytes(self._buf[:_HEAD_BYTES])
             out.append(StreamNotice(self.conn, self.direction, self._buf_offset, gap.ts_ns,
                                     "incomplete", f"frame cut by a gap after {len(self._buf)} bytes",
-                                    len(self._buf), head=bytes(self._buf[:_HEAD_BYTES])))
+                                    len(self._buf), head=head))
+            self._watch(self._buf_offset, head, False)
         elif self._buf and not self.synced:
-            # Bytes held while resynchronising (an open candidate) are given up too.
+            # Bytes held while resynchronising (an open candidate) are given up too; a
+            # request candidate's header is still told (``request_end``), as tshark pairs a
+            # response with a request whose header it read.
+            for ci, size in self._cands:
+                if ci + 4 + size > len(self._buf):     # cut by this gap (a whole one was tried)
+                    self._watch(self._buf_offset + ci, bytes(self._buf[ci:ci + _HEAD_BYTES]), True)
             if not self._skipped:
                 self._skipped_at = self._buf_offset
             self._skipped += len(self._buf)
         self._flush_skipped(gap.ts_ns, out)
+        if self._watches:
+            self._passed(end, end_ts, out)
         self._buf.clear()
         self._chunks.clear()
         self._buf_offset = gap.offset + gap.length
@@ -541,6 +572,7 @@ class FrameSplitter:
 
     def finish(self, ts_ns: int) -> list[StreamNotice]:
         out: list[StreamNotice] = []
+        self._watches.clear()       # the connection ends: no answer can follow
         if self.undecodable:
             if self._dropped:
                 out.append(StreamNotice(self.conn, self.direction, self._buf_offset, ts_ns,
@@ -562,6 +594,27 @@ class FrameSplitter:
         out.append(StreamNotice(self.conn, self.direction, self._buf_offset, ts_ns, kind, msg, n,
                                 first_packet=first_packet, head=head))
         return out
+
+    def _watch(self, at: int, head: bytes, candidate: bool) -> None:
+        """Waits for the stream to pass the last byte of the request at stream offset ``at``
+        that a gap cut (requests only: the time a response's latency runs from)."""
+        if self.direction != "request" or len(head) < _HEAD_BYTES:
+            return
+        (size,) = _I32.unpack_from(head, 0)
+        insort(self._watches, (at + 4 + size, at, head, candidate))
+        if len(self._watches) > _MAX_CANDIDATES:
+            self._watches.pop()     # the farthest end: record data that looked like a header
+
+    def _passed(self, end: int, ts_ns: int | None, out: list) -> None:
+        """The stream's bytes before offset ``end`` are delivered, the last of them by a
+        segment of time ``ts_ns`` (None: not captured): the requests they end are told."""
+        watches = self._watches
+        while watches and watches[0][0] <= end:
+            _end, at, head, candidate = watches.pop(0)
+            out.append(StreamNotice(self.conn, self.direction, at,
+                                    ts_ns if ts_ns is not None else 0, "request_end",
+                                    "the stream passed a cut request's last byte", head=head,
+                                    end_ts_ns=ts_ns, candidate=candidate))
 
     def _lose_framing(self, at: int) -> None:
         """Start a resynchronisation at stream offset ``at``, with a fresh work budget."""

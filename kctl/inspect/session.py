@@ -9,6 +9,11 @@ version, and gets a latency. Nothing is dropped:
 
 - a response with no request seen (capture started mid-conversation) keeps its
   correlation id and raw body, marked ``unmatched``;
+- a response to a request cut by a gap whose header was captured (tcpdump's snap length,
+  a lost packet) is decoded as that request's API, marked ``request_cut``, and timed from
+  the segment that carried the request's last byte when the capture holds it (the
+  reassembler's ``request_end`` notices); a header seen only while resynchronising pairs
+  only with a response that decodes wholly as its API;
 - an API key or version not in the schema gives the header and the raw body,
   marked ``unknown_api``;
 - a frame that does not decode gives a ``DecodeError`` (offset within the
@@ -216,9 +221,12 @@ class CaptureNotice:
 class _Pending:
     api_key: int
     api_version: int
-    ts_ns: int
+    ts_ns: int | None       # the request's completing segment; None: it was not captured
     known: bool
     group_protocol_type: str | None = None     # JoinGroup/SyncGroup requests
+    # A cut request whose header was seen while resynchronising: it may be record data that
+    # looks like a header, so only a response that decodes wholly as its API pairs with it.
+    resync: bool = False
 
 
 class CaptureDecoder:
@@ -237,9 +245,10 @@ class CaptureDecoder:
         self.budget = budget if budget is not None else DecompressionBudget()
         self._budget_noticed = False
         self._outstanding: dict[ConnectionId, OrderedDict[int, _Pending]] = {}
-        # Requests cut by a gap whose header was captured (an ``incomplete`` notice): their
-        # responses decode, marked ``request_cut``. Looked at only when ``_outstanding`` has
-        # no request for a response.
+        # Requests cut by a gap whose header was captured (an ``incomplete`` notice, or a
+        # ``request_end`` of a header seen while resynchronising): their responses decode,
+        # marked ``request_cut``, timed from the request's completing segment when it was
+        # captured. Looked at only when ``_outstanding`` has no request for a response.
         self._cut_requests: dict[ConnectionId, OrderedDict[int, _Pending]] = {}
         self.topic_names: dict[Any, str] = {}      # topic id (UUID) -> name, from Metadata
         self.group_protocol_types: dict[str, str] = {}  # group id -> protocol_type, from JoinGroup
@@ -282,6 +291,7 @@ class CaptureDecoder:
 
     def _convert(self, items: Iterable[Frame | StreamNotice]) -> list[DecodedFrame | CaptureNotice]:
         out: list[DecodedFrame | CaptureNotice] = []
+        notice: CaptureNotice | None
         for it in items:
             if isinstance(it, Frame):
                 df = self.decode(it)
@@ -295,12 +305,45 @@ class CaptureDecoder:
                         f"decoded (first here: {self.budget.exhausted_reason()}; "
                         "--max-decompress-ratio raises it)", None,
                         it.ts_ns, it.conn, it.direction))
-            elif it.kind != "retransmission":
-                what = self.cut_frame(it) if it.head else None
-                out.append(CaptureNotice(self.file, it.kind,
-                                         it.message if what is None else f"{what}: {it.message}",
-                                         it.offset, it.ts_ns, it.conn, it.direction))
+            elif (notice := self.stream_notice(it)) is not None:
+                out.append(notice)
         return out
+
+    def stream_notice(self, n: StreamNotice) -> CaptureNotice | None:
+        """What decode reports for a reassembler's notice, after keeping what it tells of cut
+        requests (so that their responses decode and are timed); None for bookkeeping that is
+        no damage (a retransmission, a cut request's end). For a reader that takes the
+        reassembler's notices itself (``ranges.RangeDecoder``) too."""
+        if n.kind == "retransmission":
+            return None
+        if n.kind == "request_end":
+            self._cut_request_ended(n)
+            return None
+        what = self.cut_frame(n) if n.head else None
+        return CaptureNotice(self.file, n.kind,
+                             n.message if what is None else f"{what}: {n.message}",
+                             n.offset, n.ts_ns, n.conn, n.direction)
+
+    def _cut_request_ended(self, n: StreamNotice) -> None:
+        """A cut request's last byte has passed: its response's latency runs from then. A
+        header seen while resynchronising is remembered here (no ``incomplete`` notice
+        named it), as tshark pairs a response with any request whose header it read."""
+        api_key, api_version, corr = struct.unpack_from(">hhi", n.head, 4)
+        cut = self._cut_requests.setdefault(n.conn, OrderedDict())
+        if not n.candidate:
+            req = cut.get(corr)
+            if req is not None and (req.api_key, req.api_version) == (api_key, api_version):
+                req.ts_ns = n.end_ts_ns
+            return
+        pending = self._outstanding.get(n.conn)
+        if pending is not None and corr in pending:
+            return      # a whole request of that id is waiting: its response is its own
+        api = schema.API_BY_KEY.get(api_key)
+        known = api is not None and api_version in api.request.valid_versions
+        cut[corr] = _Pending(api_key, api_version, n.end_ts_ns, known, resync=True)
+        cut.move_to_end(corr)
+        if len(cut) > MAX_OUTSTANDING_PER_CONNECTION:
+            cut.popitem(last=False)
 
     def cut_frame(self, n: StreamNotice) -> str | None:
         """What an ``incomplete`` frame was, from the header bytes captured before the cut:
@@ -319,7 +362,8 @@ class CaptureDecoder:
             api = schema.API_BY_KEY.get(api_key)
             known = api is not None and api_version in api.request.valid_versions
             cut = self._cut_requests.setdefault(n.conn, OrderedDict())
-            cut[corr] = _Pending(api_key, api_version, n.ts_ns, known)
+            # Timed when the stream passes its last byte (a ``request_end`` notice).
+            cut[corr] = _Pending(api_key, api_version, None, known)
             cut.move_to_end(corr)
             if len(cut) > MAX_OUTSTANDING_PER_CONNECTION:
                 cut.popitem(last=False)
@@ -349,8 +393,11 @@ class CaptureDecoder:
             return
         if len(data) < 4:
             return
+        corr = struct.unpack_from(">i", data, 0)[0]
         pending = self._outstanding.get(fr.conn)
-        req = pending.pop(struct.unpack_from(">i", data, 0)[0], None) if pending else None
+        req = pending.pop(corr, None) if pending else None
+        if req is None and (cut := self._cut_requests.get(fr.conn)):
+            req = cut.pop(corr, None)
         if req is not None and req.known and req.api_key == METADATA_KEY:
             try:
                 self._learn_topics(decode_response(data, req.api_key, req.api_version).body)
@@ -448,7 +495,8 @@ class CaptureDecoder:
         if req is None:
             return self._response_without_request(fr, base, corr)
         df = DecodedFrame(**base, api_key=req.api_key, api_version=req.api_version,
-                          correlation_id=corr, latency_ns=fr.ts_ns - req.ts_ns)
+                          correlation_id=corr,
+                          latency_ns=None if req.ts_ns is None else fr.ts_ns - req.ts_ns)
         if not req.known:
             df.raw_body = data[4:]
             df.marks = ("unknown_api",)
@@ -475,18 +523,20 @@ class CaptureDecoder:
                                   corr: int) -> DecodedFrame:
         """A response whose request is not outstanding: the answer to a request cut by a
         gap (its header captured) is decoded as the request's API and version, marked
-        ``request_cut``, without a latency (when the cut request was sent whole is not
-        known); else ``unmatched``, its raw body kept."""
+        ``request_cut``, with a latency from the request's completing segment when the
+        capture holds it (a snap length cuts every packet but keeps it; a lost packet
+        does not); else ``unmatched``, its raw body kept. A header seen only while
+        resynchronising pairs only with a response that decodes wholly as its API."""
         cut = self._cut_requests.get(fr.conn)
         req = cut.pop(corr, None) if cut else None
-        if req is None:
-            return DecodedFrame(**base, api_key=None, api_version=None, correlation_id=corr,
-                                raw_body=fr.data[4:], marks=("unmatched",))
-        self._remember(fr.conn, corr, req)
-        df = self._response(fr)
-        df.latency_ns = None
-        df.marks += ("request_cut",)
-        return df
+        if req is not None:
+            self._remember(fr.conn, corr, req)
+            df = self._response(fr)
+            if not req.resync or (df.error is None and df.body is not None):
+                df.marks += ("request_cut",)
+                return df
+        return DecodedFrame(**base, api_key=None, api_version=None, correlation_id=corr,
+                            raw_body=fr.data[4:], marks=("unmatched",))
 
     # -- record sets ----------------------------------------------------
 

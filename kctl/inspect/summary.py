@@ -3,7 +3,14 @@
 Per API: requests, responses, bytes, request->response latency percentiles
 (an HdrHistogram in microseconds, 3 significant digits, beside the exact max); per topic/partition
 (separately for what was produced and what was fetched): records, bytes,
-batches and codecs; errors by name; throttling totals; notices by kind.
+batches and codecs; errors per (API, error name), beside their totals by name; throttling
+totals; marks and notices by kind.
+
+A frame is counted under its own API (a response under its request's; ``unmatched`` when
+its request was not captured, ``api<key>`` when the API is unknown). A request cut by a gap
+is not a frame but an ``incomplete`` (or ``skipped``) notice, so it is not in its API's
+``requests``, while its response, decoded as its API (``request_cut``), is in
+``responses``: an API's responses can outnumber its requests.
 """
 
 from __future__ import annotations
@@ -99,7 +106,9 @@ class CaptureSummary:
         self.apis: dict[str, ApiStats] = {}
         self.produced: dict[tuple[str, int], PartitionStats] = {}
         self.fetched: dict[tuple[str, int], PartitionStats] = {}
-        self.errors: Counter = Counter()
+        # (API, Kafka error name) -> times: NOT_LEADER_OR_FOLLOWER answering Produce is not
+        # the one answering Fetch.
+        self.errors: Counter[tuple[str, str]] = Counter()
         self.marks: Counter = Counter()
         self.notices: Counter = Counter()
         self.throttled_responses = 0
@@ -134,13 +143,13 @@ class CaptureSummary:
             if f.body is not None:
                 for c in error_codes(f.body):
                     if c:
-                        self.errors[error_for(c).name] += 1
+                        self.errors[(name, error_for(c).name)] += 1
                 t = throttle_time_ms(f.body, f.api_version)
                 if t:
                     self.throttled_responses += 1
                     self.throttle_ms_total += t
         if f.error is not None:
-            self.errors["DECODE_ERROR"] += 1
+            self.errors[(name, "DECODE_ERROR")] += 1
         if f.record_sets:
             target = self.produced if f.direction == "request" else self.fetched
             for rs in f.record_sets:
@@ -151,9 +160,24 @@ class CaptureSummary:
                 for b in rs.batches:
                     ps.codecs[b.compression.name.lower()] += 1
                 if isinstance(rs.error, BudgetExceededError):
-                    self.errors["RECORDS_OVER_BUDGET"] += 1
+                    self.errors[(name, "RECORDS_OVER_BUDGET")] += 1
                 elif rs.error is not None:
-                    self.errors["RECORDS_DECODE_ERROR"] += 1
+                    self.errors[(name, "RECORDS_DECODE_ERROR")] += 1
+
+    @property
+    def errors_by_name(self) -> Counter[str]:
+        """Kafka error name -> times seen, whatever the API."""
+        out: Counter[str] = Counter()
+        for (_api, error), n in self.errors.items():
+            out[error] += n
+        return out
+
+    def errors_by_api(self) -> dict[str, dict[str, int]]:
+        """API name -> Kafka error name -> times seen; APIs by name, errors most seen first."""
+        out: dict[str, dict[str, int]] = {}
+        for (api, error), n in sorted(self.errors.items(), key=lambda kv: (kv[0][0], -kv[1], kv[0][1])):
+            out.setdefault(api, {})[error] = n
+        return out
 
     def to_dict(self) -> dict[str, Any]:
         def parts(d: dict[tuple[str, int], PartitionStats]) -> list[dict[str, Any]]:
@@ -166,7 +190,8 @@ class CaptureSummary:
             "apis": {k: v.to_dict() for k, v in sorted(self.apis.items())},
             "produced": parts(self.produced),
             "fetched": parts(self.fetched),
-            "errors": dict(self.errors.most_common()),
+            "errors": dict(self.errors_by_name.most_common()),
+            "errors_by_api": self.errors_by_api(),
             "throttle": {"responses": self.throttled_responses, "total_ms": self.throttle_ms_total},
             "marks": dict(sorted(self.marks.items())),
             "notices": dict(sorted(self.notices.items())),

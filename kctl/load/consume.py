@@ -41,7 +41,7 @@ from kctl.config import Setting, load_properties_file, parse_assignment, redact_
 from kctl.consumer_config import ConsumerConfig, canonical_consumer_setting
 from kctl.engine import admin, setup_retry
 from kctl.engine.batch import TopicPartition
-from kctl.engine.blocking_client import BlockingClient
+from kctl.engine.blocking_client import BlockingClient, setup_timeout_s
 from kctl.engine.setup_retry import SetupRetry
 from kctl.errors import ConfigError, EndOffsetsError, KctlError, RetriesExhaustedError
 from kctl.load.clock_sync import SAME_HOST
@@ -367,7 +367,8 @@ def _execute(plan: ConsumePlan, so_far: _SetUpSoFar, *, on_event: Callable[[str]
         retry = SetupRetry(config.default_api_timeout_ms, "default.api.timeout.ms",
                            min(config.retry_backoff_ms, config.retry_backoff_max_ms), config.retry_backoff_max_ms)
         with closing(BlockingClient(bootstrap.split(",")[0], client_id="kctl-consume-admin",
-                                    security=config.security)) as client:
+                                    security=config.security,
+                                    setup_timeout_s=setup_timeout_s(config.network))) as client:
             partitions = setup_retry.call(client, lambda c: _topic_partitions(c, plan), retry,
                                           what=f"looking up topic {o.topic!r}")
         so_far.partitions = len(partitions)
@@ -414,7 +415,8 @@ def _execute(plan: ConsumePlan, so_far: _SetUpSoFar, *, on_event: Callable[[str]
         result = run.wait()
         summary = _with_final_ends(result.summary, bootstrap=bootstrap.split(",")[0].strip(),
                                    client_for=lambda address: BlockingClient(
-                                       address, client_id="kctl-consume-admin", security=config.security),
+                                       address, client_id="kctl-consume-admin", security=config.security,
+                                       setup_timeout_s=setup_timeout_s(config.network)),
                                    isolation_level=int(config.isolation_level), retry=retry, on_event=on_event)
         if backlog is not None:
             done = stats.caught_up_at()

@@ -147,6 +147,13 @@ class _Listener:
         self.worker.lose(partitions)
 
 
+#: What a connection state means to someone waiting on that broker.
+_STATE_WORDS = {"connecting": "connecting (TCP or TLS not done)",
+                "checking_api_versions": "connected, no answer to ApiVersions yet",
+                "authenticating": "connected, SASL not done",
+                "disconnected": ""}
+
+
 class ConsumerWorker:
     def __init__(self, spec: ConsumeWorkerSpec, reports: Any, stop: Any, control: Any = None,
                  counter: Any = None) -> None:
@@ -241,21 +248,50 @@ class ConsumerWorker:
             return self.assigned_once and c.subscriptions.has_all_fetch_positions()
         return c.subscriptions.has_all_fetch_positions()
 
-    def setup(self, timeout_s: float = 60.0) -> None:
+    def setup_limit(self) -> tuple[float, str]:
+        """How long set-up may take, and the setting that says so: ``default.api.timeout.ms``
+        (Java's bound on ``partitionsFor`` and the position lookups), or the run's
+        ``--duration`` when shorter: a consumer not at its start by then has nothing left
+        to measure, and the run must still stop on time."""
+        limit_s, name = self.spec.config.default_api_timeout_ms / 1000, "default.api.timeout.ms"
+        if self.spec.duration_ns is not None and self.spec.duration_ns / 1e9 < limit_s:
+            limit_s, name = self.spec.duration_ns / 1e9, "the run's --duration"
+        return limit_s, name
+
+    def setup(self) -> None:
         c = self.consumer
         self.setup_wall_ns = self.clock.wall_ns()
-        c.partitions_for(self.spec.topic)
+        limit_s, name = self.setup_limit()
+        deadline = time.monotonic() + limit_s
+        try:
+            c.partitions_for(self.spec.topic, timeout_s=limit_s)
+        except KctlError as e:
+            raise KctlError(f"consumer {self.spec.consumer}: {e} ({name}){self._waiting_on()}") from None
         self._position()
-        deadline = time.monotonic() + timeout_s
         while not self._ready():
             if self.stop.is_set():
                 return
             if time.monotonic() > deadline:
                 what = "join its group" if self.spec.partitions is None else "find its start positions"
-                raise KctlError(f"consumer {self.spec.consumer} did not {what} within {timeout_s:g} s")
+                raise KctlError(f"consumer {self.spec.consumer} did not {what} within {limit_s:g} s "
+                                f"({name}){self._waiting_on()}")
             c.step(POLL_S)
         if self.spec.clock_peer:
             self.clock_offset = measure_offset(self.spec.clock_peer)
+
+    def _waiting_on(self) -> str:
+        """``; waiting on broker 1 at host:port (checking_api_versions; last: why it
+        failed)`` for each broker the consumer has tried that is not ready."""
+        c = self.consumer
+        parts = []
+        for node in sorted(c.network.unready_nodes()):
+            address = c.metadata.node(node)
+            where = f" at {address.host}:{address.port}" if address is not None else ""
+            state = _STATE_WORDS.get(c.network.connection_state(node).value, "")
+            why = c.network.connection_error(node)
+            shown = "bootstrap broker" if node < 0 else f"broker {node}"
+            parts.append(f"{shown}{where} ({'; '.join(x for x in (state, why and f'last: {why}') if x)})")
+        return "; waiting on " + ", ".join(parts) if parts else ""
 
     # -- per batch ---------------------------------------------------------------------------
     def _on_batch(self, cb: ConsumedBatch) -> None:
@@ -463,7 +499,7 @@ class ConsumerWorker:
         rebalance_failed = self.consumer.rebalance_commit_failures
         self.reports.put(ConsumerInterval(
             consumer=self.spec.consumer, start_wall_ns=self._interval_start, end_wall_ns=now_wall,
-            histograms={} if keep else self.e2e.encode_interval(), metrics=self.consumer.metrics.snapshot(),
+            histograms={} if keep else self.e2e.encode_interval(), metrics=self.consumer.metrics_snapshot(),
             partitions=self._progress() if progress is None else progress, matched=self.matched, warmup=self._interval_warmup, final=final,
             close_commit_error=(self.consumer.close_commit_error or "") if final else "",
             rebalance_commit_failures=rebalance_failed.count, rebalance_commit_error=rebalance_failed.last_error,

@@ -26,7 +26,7 @@ from kctl.config import (
     redact_properties,
 )
 from kctl.engine import admin, setup_retry
-from kctl.engine.blocking_client import BlockingClient
+from kctl.engine.blocking_client import BlockingClient, setup_timeout_s
 from kctl.engine.setup_retry import SetupRetry
 from kctl.errors import ConfigError, KctlError
 from kctl.consumer_config import ConsumerConfig, canonical_consumer_setting
@@ -423,7 +423,8 @@ def _execute(plan: ProducePlan, so_far: _SetUpSoFar, *, on_event: Callable[[str]
         # Set-up is asked again over a new connection while the connection breaks, for at
         # most max.block.ms (as the Java producer blocks for its metadata): setup_retry.py.
         retry = SetupRetry.of_producer(plan.config)
-        with closing(BlockingClient(first, client_id="kctl-produce-admin", security=security)) as client:
+        with closing(BlockingClient(first, client_id="kctl-produce-admin", security=security,
+                                    setup_timeout_s=setup_timeout_s(plan.config.network))) as client:
             partitions = setup_retry.call(client, lambda c: ensure_topic(c, plan), retry,
                                           what=f"setting up topic {plan.options.topic!r} on {first}")
         so_far.partitions = partitions

@@ -28,7 +28,12 @@ processes, each with its own engine and connections). Its loop:
   transaction begun at the start and committed whenever it is that old (and at the
   end); each commit's time (flush and EndTxn) goes into a commit-latency histogram.
   A commit that fails with an abortable error aborts the transaction and goes on;
-  a fatal one (fenced) fails the worker;
+  a fatal one (fenced) fails the worker. A batch acknowledged in a transaction is
+  held (``_HeldAck``) until the transaction ends: at the commit its records enter
+  the interval's latencies with their acknowledgement's latency, as the engine then
+  counts them acked; an aborted (or never committed) transaction's records enter no
+  acknowledged figure (the engine counts them failed). So counts, rates, latencies,
+  the .hlog and the per-partition and per-broker figures cover the same records;
 - ``stop`` (set by the parent on Ctrl-C) ends the schedule early; what is in
   flight is given ``stop_grace_s`` to finish, then abandoned (counted, with the
   reason); ``hurry`` (the parent's second stop) ends that wait at once
@@ -61,14 +66,15 @@ import random
 import time
 import traceback
 from collections import Counter, defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from kctl.config import ProducerConfig
-from kctl.engine.batch import AppendSlice, BatchState, ProducerBatch
+from kctl.engine.batch import AppendSlice, BatchState, ProducerBatch, TopicPartition
 from kctl.engine.bulk import RecordPool, RecordShape
 from kctl.engine.clock import SystemClock
-from kctl.engine.producer import Producer, TransactionAbortableError
+from kctl.engine.producer import Producer, TransactionAbortableError, TransactionTimeoutError
 from kctl.errors import KctlError
 from kctl.load.payload import KeySpec, PayloadPool
 from kctl.load.priority import short_slice
@@ -219,11 +225,26 @@ class _MovedAcks:
     by_partition: Counter = field(default_factory=Counter)
     by_node: Counter = field(default_factory=Counter)
 
-    def add(self, batch: ProducerBatch, n: int) -> None:
+    def add(self, batch: ProducerBatch | _HeldAck, n: int) -> None:
         self.records += n
         self.value_bytes += batch.value_bytes * n // max(1, batch.record_count)
         self.by_partition[(batch.tp.topic, batch.tp.partition)] += n
         self.by_node[batch.node_id] += n
+
+
+@dataclass(frozen=True, slots=True)
+class _HeldAck:
+    """An acknowledged batch of the open transaction, as its latencies and counts need it
+    (not the batch: its records would stay in memory until the commit)."""
+
+    tp: TopicPartition
+    node_id: int
+    record_count: int
+    value_bytes: int
+    sent_ns: int
+    slices: list[AppendSlice]
+    acked_ns: int
+    acked_wall_ns: int
 
 
 def record_shape(spec: WorkerSpec) -> RecordShape:
@@ -307,8 +328,10 @@ class Worker:
         self.txn_started_ns = 0
         self._txn_mark: dict[int, int] = {}
         self._txn_open = False
+        self._txn_acks: list[_HeldAck] = []     # acknowledged in the open transaction
         self.commit_latency = new_histogram()   # µs, this interval's commits
         self.last_done_wall_ns = 0              # the latest batch completion (acked or failed)
+        self._stop_seen_ns: int | None = None   # when this worker first saw the stop (its grace runs)
         self.first_measured_done_wall_ns = 0    # the first acknowledgement of a measured record
 
     def _set_start(self, start_wall_ns: int) -> None:
@@ -338,22 +361,33 @@ class Worker:
         if batch.state is BatchState.ACKED:
             if self.spec.verify:
                 self.acked.add(batch)
-            now = self.clock.now_ns()
-            if not self.split:
-                if not self.first_measured_done_wall_ns:
-                    self.first_measured_done_wall_ns = self.last_done_wall_ns
-                self.latency.record_batch(now, batch.sent_ns, batch.slices)
+            if self.txn_ns:
+                # Counted when its transaction commits (as the engine counts it), with the
+                # latency of its acknowledgement; dropped if the transaction never commits.
+                self._txn_acks.append(_HeldAck(batch.tp, batch.node_id, batch.record_count,
+                                               batch.value_bytes, batch.sent_ns, batch.slices,
+                                               self.clock.now_ns(), self.last_done_wall_ns))
                 return
-            warm, measured = split_warmup(batch.slices, self.measured_from_ns, self.spec.warmup_records)
-            if measured and not self.first_measured_done_wall_ns:
-                self.first_measured_done_wall_ns = self.last_done_wall_ns
-            self.latency.record_batch(now, batch.sent_ns, measured)
-            self.warmup_latency.record_batch(now, batch.sent_ns, warm)
-            moved, other = ((self.measured_early, measured) if self._interval_warmup
-                            else (self.warmup_late, warm))
-            n = sum(s.count for s in other)
-            if n:
-                moved.add(batch, n)
+            self._count_ack(batch, self.clock.now_ns(), self.last_done_wall_ns)
+
+    def _count_ack(self, batch: ProducerBatch | _HeldAck, now: int, wall: int) -> None:
+        """An acknowledged batch's records into this interval's latencies (acknowledged at
+        ``now``, ``wall``), warm-up records apart."""
+        if not self.split:
+            if not self.first_measured_done_wall_ns:
+                self.first_measured_done_wall_ns = wall
+            self.latency.record_batch(now, batch.sent_ns, batch.slices)
+            return
+        warm, measured = split_warmup(batch.slices, self.measured_from_ns, self.spec.warmup_records)
+        if measured and not self.first_measured_done_wall_ns:
+            self.first_measured_done_wall_ns = wall
+        self.latency.record_batch(now, batch.sent_ns, measured)
+        self.warmup_latency.record_batch(now, batch.sent_ns, warm)
+        moved, other = ((self.measured_early, measured) if self._interval_warmup
+                        else (self.warmup_late, warm))
+        n = sum(s.count for s in other)
+        if n:
+            moved.add(batch, n)
 
     # -- the loop ------------------------------------------------------------------------------
     def run(self) -> None:
@@ -400,7 +434,13 @@ class Worker:
                 if sched.over(self.seq, now):
                     break
                 if txn_ns and now - self.txn_started_ns >= txn_ns:
-                    self._end_transaction(None)
+                    ended = self._end_transaction(None)
+                    if not ended or self.stop.is_set():
+                        # Stopped while the transaction ended (the grace may have run out
+                        # first): no new one. The records due while it waited, up to the
+                        # stop, were scheduled too (abandoned, never handed over).
+                        turn_ns = self._stop_turn_ns()
+                        break
                     self._begin_transaction()
                     now = self.clock.now_ns()
                 due = sched.due(now)
@@ -422,7 +462,9 @@ class Worker:
                     except TransactionAbortableError:
                         # The open transaction failed (a batch of it did): abort it and go on
                         # in a new one; the slice was not taken and goes again.
-                        self._abort_transaction(None)
+                        if not self._abort_transaction(None) or self.stop.is_set():
+                            turn_ns = self._stop_turn_ns()
+                            break
                         self._begin_transaction()
                         continue
                     self.seq = seq + k
@@ -460,8 +502,9 @@ class Worker:
         except KctlError as error:
             # A fatal producer error (fenced, not authorized, ...) ends the schedule as a
             # stop does: every record still gets its verdict, and the last report (with
-            # the complete counts) goes out before the error fails the worker.
-            self.unsent = sched.unsent_at_stop(self.seq, turn_ns)
+            # the complete counts) goes out before the error fails the worker. Records due
+            # until the error (a commit can wait max.block.ms) count, as at a stop.
+            self.unsent = sched.unsent_at_stop(self.seq, self.clock.now_ns())
             try:
                 self._finish(failed=True)
             except KctlError as late:
@@ -501,22 +544,75 @@ class Worker:
         self._txn_mark = self.acked.mark()
         self._txn_open = True
 
-    def _end_transaction(self, timeout_s: float | None) -> None:
+    def _end_transaction(self, timeout_s: float | None) -> bool:
         """Commits the open transaction (its records flushed first) and records how long
-        that took; an abortable error aborts it instead (counted by the engine)."""
+        that took; an abortable error aborts it instead (counted by the engine). The wait
+        is bounded as ``_await_end`` says; False: a stop's grace ran out first, the
+        transaction is left open (``_finish`` closes the producer, which counts it)."""
         p = self.producer
         t0 = self.clock.now_ns()
         try:
-            p.commit_transaction(timeout_s)
+            if not self._await_end(p.commit_transaction, timeout_s, "commit_transaction"):
+                return False
         except TransactionAbortableError:
-            self._abort_transaction(timeout_s)
-            return
+            return self._abort_transaction(timeout_s)
         self._txn_open = False
         self.commit_latency.record_value(max(1, (self.clock.now_ns() - t0) // 1000))
+        for ack in self._txn_acks:
+            self._count_ack(ack, ack.acked_ns, ack.acked_wall_ns)
+        self._txn_acks.clear()
+        return True
 
-    def _abort_transaction(self, timeout_s: float | None) -> None:
-        self.producer.abort_transaction(timeout_s)
-        self.acked.truncate(self._txn_mark)   # --verify: an aborted transaction's records are not expected
+    def _abort_transaction(self, timeout_s: float | None) -> bool:
+        if not self._await_end(self.producer.abort_transaction, timeout_s, "abort_transaction"):
+            return False
+        self._drop_transaction()
+        return True
+
+    def _await_end(self, call: Callable[[float], None], timeout_s: float | None, what: str) -> bool:
+        """Runs ``call`` (the producer's commit_transaction or abort_transaction, which go
+        on with the same commit or abort when asked again after a timeout, as Java's) in
+        turns of ``FINISH_STOP_CHECK_S``, so that a stop is seen while it waits: within
+        ``timeout_s`` (max.block.ms when None, as Java's commitTransaction blocks), and once
+        a stop is under way within what is left of the stop grace, kctl's promise for a
+        stop. False: the stop grace ran out first. Without a stop, a timeout raises."""
+        limit_s = self.config.max_block_ms / 1000 if timeout_s is None else timeout_s
+        deadline = self.clock.now_ns() + int(limit_s * 1e9)
+        while True:
+            left_s = (deadline - self.clock.now_ns()) / 1e9
+            if self.stop.is_set():
+                left_s = min(left_s, self._grace_left_s())
+            try:
+                call(max(0.0, min(left_s, FINISH_STOP_CHECK_S)))
+                return True
+            except TransactionTimeoutError:
+                if self.stop.is_set() and self._grace_left_s() <= 0:
+                    return False
+                if self.clock.now_ns() >= deadline:
+                    if self.stop.is_set():
+                        return False
+                    raise TransactionTimeoutError(
+                        f"{what}: the transaction did not end within {limit_s * 1000:g} ms"
+                        + (" (max.block.ms)" if timeout_s is None else "")) from None
+
+    def _stop_turn_ns(self) -> int:
+        """The time this worker saw the stop: its last turn, for the records due by then."""
+        return self._stop_seen_ns if self._stop_seen_ns is not None else self.clock.now_ns()
+
+    def _grace_left_s(self) -> float:
+        """What is left of the stop grace, which runs from when this worker first saw the
+        stop: every wait after a stop (the transaction's end, the last verdicts) shares it,
+        so the final report goes out within the grace, before the parent's kill."""
+        now = self.clock.now_ns()
+        if self._stop_seen_ns is None:
+            self._stop_seen_ns = now
+        return max(0.0, (self._stop_seen_ns + int(self.spec.stop_grace_s * 1e9) - now) / 1e9)
+
+    def _drop_transaction(self) -> None:
+        """The open transaction will never commit: its records are in no acknowledged
+        figure (the engine counts them failed) and --verify does not expect them."""
+        self.acked.truncate(self._txn_mark)
+        self._txn_acks.clear()
         self._txn_open = False
 
     def _finish(self, *, failed: bool = False) -> None:
@@ -528,7 +624,9 @@ class Worker:
         (``self.unsent``) are abandoned too, under ``UNSENT_AT_STOP``."""
         p = self.producer
         grace = self.spec.stop_grace_s
-        if failed or self.stop.is_set():
+        if self.stop.is_set():
+            done = self._flush_within(self._grace_left_s())
+        elif failed:
             done = self._flush_within(grace)
         else:
             # The schedule ended on its own: every verdict is awaited, but a stop that comes
@@ -539,18 +637,28 @@ class Worker:
             while not done and not self.stop.is_set():
                 done = p.flush(FINISH_STOP_CHECK_S)
             if not done:
-                done = self._flush_within(grace)
+                done = self._flush_within(self._grace_left_s())
         txn = p.transactions
+        late: KctlError | None = None
         if done and not failed and txn is not None and txn.in_transaction:
-            self._end_transaction(grace)
+            # Within the stop grace once stopped (_await_end), else max.block.ms as Java's.
+            try:
+                done = self._end_transaction(self._grace_left_s() if self.stop.is_set() else None)
+            except KctlError as error:      # fenced, timed out: reported, then raised
+                late, done = error, False
+        if txn is not None and txn.is_completing:
+            # A commit or abort the stop grace cut short: close counts its records (failed
+            # TRANSACTION_NOT_COMMITTED, or abandoned when its EndTxn(commit) went out).
+            done = False
         if txn is not None and txn.has_fatal_error and self._txn_open:
             # A fatal error left the transaction open: it never commits, so its records are
             # not expected (the engine counts them failed, TRANSACTION_NOT_COMMITTED).
-            self.acked.truncate(self._txn_mark)
-            self._txn_open = False
+            self._drop_transaction()
         reason = None if done else STOPPED_AGAIN if self._hurried() else \
             f"run stopped: no verdict within the {grace:g} s stop grace"
         p.close(0 if not done else None, abandon_reason=reason)
+        if self._txn_open:
+            self._drop_transaction()   # close aborted it (it could not commit)
         by_reason = dict(p.metrics.abandoned_by_reason)
         if self.unsent:
             by_reason[UNSENT_AT_STOP] = self.unsent
@@ -559,7 +667,9 @@ class Worker:
         gc.unfreeze()
         # A failing worker's last report is not final: its WorkerFailed follows and ends it
         # (the parent stops listening to a worker at its final report).
-        self._report(final=not failed)
+        self._report(final=not failed and late is None)
+        if late is not None:
+            raise late
 
     def _flush_within(self, grace_s: float) -> bool:
         """Waits for the verdicts for ``grace_s`` at most; a second stop (the parent's
@@ -589,7 +699,7 @@ class Worker:
                 self.warmup_latency.encode_interval()   # the warm-up's stragglers: left out
         self.reports.put(WorkerInterval(
             worker=self.spec.worker, start_wall_ns=self._interval_start_wall, end_wall_ns=now_wall,
-            histograms=histograms, metrics=p.metrics.snapshot(),
+            histograms=histograms, metrics=p.metrics_snapshot(),
             in_flight_by_node=in_flight, buffer_available=p.pool.available_memory,
             buffer_total=p.pool.total_memory,
             warmup=self._interval_warmup, final=final,

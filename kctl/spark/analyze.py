@@ -39,7 +39,9 @@ How this works
 
 6. Summaries, in Spark SQL over those tables: latency percentiles per API (exact nearest
    rank, as Java's HdrHistogram ranks), throughput per topic per time bucket, top clients by
-   bytes, errors by name, notices by kind. Counting follows ``kctl decode --summary``.
+   bytes, errors per (API, error name) and their totals by name, notices by kind. Counting
+   follows ``kctl decode --summary`` (an error under the API of the row that carried it,
+   ``unmatched`` for a response whose request no reader saw).
 """
 
 from __future__ import annotations
@@ -120,14 +122,15 @@ class AnalyzeResult:
     latency: list[dict[str, Any]] = field(default_factory=list)
     throughput: list[dict[str, Any]] = field(default_factory=list)
     clients: list[dict[str, Any]] = field(default_factory=list)
-    errors: list[dict[str, Any]] = field(default_factory=list)
+    errors: list[dict[str, Any]] = field(default_factory=list)            # {error, count}
+    errors_by_api: list[dict[str, Any]] = field(default_factory=list)     # {api_name, error, count}
 
     def to_dict(self) -> dict[str, Any]:
         return {"out": self.out, "tasks": self.tasks, "requests": self.requests,
                 "partitions": self.partitions, "repaired_connections": self.repaired,
                 "damaged": self.damaged, "notices": self.notices, "latency": self.latency,
                 "throughput": self.throughput, "top_clients": self.clients,
-                "errors": self.errors}
+                "errors": self.errors, "errors_by_api": self.errors_by_api}
 
 
 # -- plan -----------------------------------------------------------------------------------------
@@ -461,8 +464,9 @@ def _write_and_summarise(spark: Any, requests: Any, partitions: Any, repair_noti
                coalesce(sum(response_bytes), 0) AS response_bytes
         FROM requests GROUP BY client_id ORDER BY bytes DESC, client_id LIMIT {int(top)}"""),
         sql("""
-        SELECT error, count(*) AS count FROM requests LATERAL VIEW explode(errors) e AS error
-        GROUP BY error ORDER BY count DESC, error"""),
+        SELECT api_name, error, count(*) AS count
+        FROM requests LATERAL VIEW explode(errors) e AS error
+        GROUP BY api_name, error ORDER BY count DESC, api_name, error"""),
         lambda: _later_notices(requests, repair_notices))
     total_rows = 0
     for r in lat:
@@ -473,7 +477,17 @@ def _write_and_summarise(spark: Any, requests: Any, partitions: Any, repair_noti
                            if r["latency_count"] else None)
     part_rows = sum(r.pop("rows") for r in throughput)
     return AnalyzeResult("", 0, total_rows, part_rows, latency=lat, throughput=throughput,
-                         clients=clients, errors=errors, notices=notices)
+                         clients=clients, errors=errors_by_name(errors), errors_by_api=errors,
+                         notices=notices)
+
+
+def errors_by_name(per_api: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
+    """``{error, count}`` rows, whatever the API, from ``{api_name, error, count}`` rows; most
+    seen first."""
+    totals: Counter[str] = Counter()
+    for r in per_api:
+        totals[r["error"]] += r["count"]
+    return [{"error": e, "count": n} for e, n in sorted(totals.items(), key=lambda kv: (-kv[1], kv[0]))]
 
 
 def _later_notices(requests: Any, repair_notices: Any) -> dict[str, int]:

@@ -631,7 +631,8 @@ class RunStats:
                 abandoned_by_reason=_summed(self._abandoned_by_reason.values()),
                 bytes_sent=res.bytes_sent, value_bytes=res.value_bytes_acked,
                 batches_sent=res.batches_sent, batches_acked=res.batches_acked,
-                requests_sent=res.requests_sent, responses_received=res.responses_received),
+                requests_sent=res.requests_sent, responses_received=res.responses_received,
+                reauthentications=total.reauthentications),
             rates=Rates(
                 records_per_s=round(_ratio(res.records_acked, span), 3),
                 mb_per_s=round(_ratio(res.value_bytes_acked, span) / MB, 6),

@@ -316,7 +316,8 @@ class ConsumeStats:
                     foreign=sum(self._foreign.values()), aborted_records_skipped=total.aborted_records_skipped,
                     control_batches=total.control_batches, records_decoded=total.records_decoded,
                     rebalances=total.rebalances, commits=total.commits, commit_failures=total.commit_failures,
-                    offset_resets=total.offset_resets, throttle_time_ms=total.throttle_time_ms),
+                    offset_resets=total.offset_resets, throttle_time_ms=total.throttle_time_ms,
+                    reauthentications=total.reauthentications),
                 rates=ConsumeRates(
                     records_per_s=round(res.records_consumed / span, 3) if span else 0.0,
                     mb_per_s=round(res.key_value_bytes / span / MB, 6) if span else 0.0,

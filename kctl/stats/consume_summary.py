@@ -80,6 +80,7 @@ class ConsumeCounts:
     commit_failures: int = 0
     offset_resets: int = 0
     throttle_time_ms: int = 0
+    reauthentications: int = 0     # whole run: SASL logins again on open connections (KIP-368)
 
     def to_json(self) -> dict[str, int]:
         return numbers_to_json(self)
@@ -183,8 +184,9 @@ class FailedCommit:
     def warning(self) -> str:
         """The run's one line for it (stderr)."""
         if self.when == "close":
+            # "may": a commit left unanswered may still have been stored by the coordinator.
             return (f"WARNING: consumer {self.consumer}: the commit on close failed ({self.error}): the group's "
-                    "committed offsets are behind what was read")
+                    "committed offsets may be behind what was read")
         times = "a commit" if self.count == 1 else f"{self.count} commits"
         return (f"WARNING: consumer {self.consumer}: {times} before a rebalance failed (last: {self.error}): "
                 "the group's committed offsets were behind what was read, so the partitions' next owners "

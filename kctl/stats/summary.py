@@ -123,6 +123,7 @@ class Counts:
     requests_sent: int = 0
     responses_received: int = 0
     abandoned_by_reason: Mapping[str, int] = field(default_factory=dict)
+    reauthentications: int = 0       # whole run: SASL logins again on open connections (KIP-368)
 
     def to_json(self) -> dict[str, Any]:
         return {"sent": self.sent, "acked": self.acked, "failed": self.failed,
@@ -132,13 +133,15 @@ class Counts:
                 "scheduled": self.scheduled,
                 "bytes_sent": self.bytes_sent, "value_bytes": self.value_bytes,
                 "batches_sent": self.batches_sent, "batches_acked": self.batches_acked,
-                "requests_sent": self.requests_sent, "responses_received": self.responses_received}
+                "requests_sent": self.requests_sent, "responses_received": self.responses_received,
+                "reauthentications": self.reauthentications}
 
     @classmethod
     def from_json(cls, d: Mapping[str, Any]) -> Counts:
         ints = {k: int(d.get(k, 0)) for k in ("sent", "acked", "failed", "abandoned", "scheduled",
                                               "bytes_sent", "value_bytes", "batches_sent",
-                                              "batches_acked", "requests_sent", "responses_received")}
+                                              "batches_acked", "requests_sent", "responses_received",
+                                              "reauthentications")}
         return cls(failed_by_error={str(k): int(v) for k, v in (d.get("failed_by_error") or {}).items()},
                    abandoned_by_reason={str(k): int(v)
                                         for k, v in (d.get("abandoned_by_reason") or {}).items()},

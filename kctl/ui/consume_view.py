@@ -139,6 +139,8 @@ def summary_renderable(summary: ConsumeSummary) -> Group:
     if c.rebalances or run.mode == "group":
         head.add_row("group", f"{c.rebalances} rebalance(s), {c.commits} commit(s), "
                               f"{c.commit_failures} failed")
+    if c.reauthentications:
+        head.add_row("SASL re-authentications", f"{c.reauthentications:,} (KIP-368, whole run)")
     if summary.backlog is not None:
         b = summary.backlog
         head.add_row("backlog", f"{b.records:,} records drained in {b.drain_s:.2f} s "

@@ -78,8 +78,12 @@ def summary_tables(s: dict[str, Any]) -> list[Table]:
         t = Table(title="Errors, throttling, notices")
         t.add_column("what")
         t.add_column("count", justify="right")
-        for name, n in s["errors"].items():
-            t.add_row(Text(name), str(n))
+        # Per API, as kctl inspect's plain lines name them (API/ERROR): NOT_LEADER_OR_FOLLOWER
+        # answering Produce is not the one answering Fetch.
+        per_api = [(api, name, n) for api, errors in s["errors_by_api"].items()
+                   for name, n in errors.items()]
+        for api, name, n in sorted(per_api, key=lambda x: (-x[2], x[0], x[1])):
+            t.add_row(Text(f"{api}/{name}"), str(n))
         if s["throttle"]["responses"]:
             t.add_row(f"throttled responses ({s['throttle']['total_ms']} ms in all)",
                       str(s["throttle"]["responses"]))

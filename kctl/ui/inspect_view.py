@@ -75,10 +75,11 @@ class InspectView:
             parts.append(Text(str(lost), style="bold red"))
         if s.errors:
             errs = Table(title="error codes in responses", expand=False)
+            errs.add_column("API")
             errs.add_column("error")
             errs.add_column("count", justify="right")
-            for name, n in sorted(s.errors.items(), key=lambda kv: -kv[1]):
-                errs.add_row(name, str(n))
+            for (api, name), n in sorted(s.errors.items(), key=lambda kv: (-kv[1], kv[0])):
+                errs.add_row(api, name, str(n))
             parts.append(errs)
         if s.faults:
             parts.append(Text("faults applied: " + ", ".join(f"{k} {v}" for k, v in sorted(s.faults.items())),
@@ -104,7 +105,8 @@ def stats_lines(snapshot: StatsSnapshot, previous: StatsSnapshot | None = None) 
            f"in_flight={snapshot.in_flight} processors={snapshot.processors}"
            + (f" lost_processors={len(snapshot.lost)}" if snapshot.lost else ""))
     if snapshot.errors:
-        yield "errors: " + ", ".join(f"{k}={v}" for k, v in sorted(snapshot.errors.items()))
+        yield "errors: " + ", ".join(f"{api}/{name}={n}"
+                                     for (api, name), n in sorted(snapshot.errors.items()))
     if snapshot.faults:
         yield "faults: " + ", ".join(f"{k}={v}" for k, v in sorted(snapshot.faults.items()))
 

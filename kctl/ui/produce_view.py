@@ -20,6 +20,7 @@ from rich.progress_bar import ProgressBar
 from rich.table import Table
 from rich.text import Text
 
+from kctl.engine.transactions import TRANSACTION_ABORTED, TRANSACTION_NOT_COMMITTED
 from kctl.stats.aggregate import DashboardState
 from kctl.stats.consume_aggregate import ConsumeDashboard
 from kctl.stats.latency import CLOCKS, LatencyFigures
@@ -338,9 +339,16 @@ def summary_renderable(summary: RunSummary) -> Group:
                      f"{b.compression_rate_avg:.3f} (compressed / uncompressed, per batch)")
     head.add_row(f"throttled{measured}", f"{summary.throttle.time_ms:,} ms in {summary.throttle.requests:,} requests")
     head.add_row(f"retries{measured}", f"{summary.retries:,} ({summary.batching.splits:,} splits)")
+    if summary.counts.reauthentications:
+        head.add_row("SASL re-authentications", f"{summary.counts.reauthentications:,} (KIP-368, whole run)")
     txn = summary.transactions
     if txn is not None:
         head.add_row("transactions", f"{txn.committed:,} committed, {txn.aborted:,} aborted")
+        # How the figures above count a transaction's records (engine/transactions.py).
+        never = sum(counts.failed_by_error.get(k, 0) for k in (TRANSACTION_ABORTED, TRANSACTION_NOT_COMMITTED))
+        head.add_row("transaction records", "acked at their transaction's commit (latency: their "
+                     f"acknowledgement's); {never:,} acknowledged in transactions that never "
+                     "committed are failed, in no acked figure")
         if txn.commit_latency is not None and txn.commit_latency.count:
             c = txn.commit_latency
             head.add_row("commit latency", f"p50 {_ms(c.p50_ms)} / p99 {_ms(c.p99_ms)} / "

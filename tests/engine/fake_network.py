@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 
-from kctl.engine.network import ClientRequest, ClientResponse
+from kctl.engine.network import ClientRequest, ClientResponse, NetworkMetrics
 from kctl.protocol import messages, schema
 from kctl.protocol.client_versions import CLIENT_MAX_VERSIONS
 from kctl.protocol.versions import NegotiatedVersions, VersionRange
@@ -21,6 +21,7 @@ ALL_VERSIONS = dict(CLIENT_MAX_VERSIONS)
 class FakeNetwork:
     def __init__(self, clock, nodes=(0,), *, max_in_flight=5, versions=None):
         self.clock = clock
+        self.metrics = NetworkMetrics()        # as NetworkClient's (re-authentications stay 0)
         self.node_ids = list(nodes)
         self.max_in_flight = max_in_flight
         self.versions = dict(ALL_VERSIONS if versions is None else versions)
@@ -126,7 +127,7 @@ class FakeNetwork:
             return sum(len(v) for v in self.in_flight.values())
         return len(self.in_flight[node])
 
-    def close_all(self):
+    def close_all(self, linger_s=0.0):
         pass
 
     # -- scripting -----------------------------------------------------------------

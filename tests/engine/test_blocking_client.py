@@ -106,3 +106,111 @@ def test_negotiate_picks_highest_common_and_skips_disjoint():
     ("127.0.0.1:9093", ("127.0.0.1", 9093)), ("[::1]:19092", ("::1", 19092)), ("host", ("host", 9092))])
 def test_parse_address(text, expected):
     assert parse_address(text) == expected
+
+
+# -- connection set-up failures: one line naming the broker and what happened, within
+# socket.connection.setup.timeout.ms, with a hint when security.protocol looks wrong.
+
+class RawListener:
+    """Accepts connections on 127.0.0.1 and either never answers (``silent``) or resets
+    each after reading a few bytes (``reset``)."""
+
+    def __init__(self, mode: str):
+        self.mode = mode
+        self.sock = socket.create_server(("127.0.0.1", 0))
+        self.sock.settimeout(0.2)
+        self.address = f"127.0.0.1:{self.sock.getsockname()[1]}"
+        self.conns = []
+        self.stopped = threading.Event()
+        self.thread = threading.Thread(target=self._serve, daemon=True)
+        self.thread.start()
+
+    def _serve(self):
+        while not self.stopped.is_set():
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                continue
+            if self.mode == "reset":
+                conn.recv(10)
+                conn.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+                conn.close()
+            else:
+                self.conns.append(conn)
+
+    def close(self):
+        self.stopped.set()
+        self.thread.join(2)
+        for c in self.conns:
+            c.close()
+        self.sock.close()
+
+
+def _tls():
+    from kctl.config import ProducerConfig
+    return ProducerConfig.from_properties({"security.protocol": "SSL"}).security
+
+
+@pytest.fixture
+def silent():
+    listener = RawListener("silent")
+    yield listener
+    listener.close()
+
+
+def test_a_tls_handshake_without_answer_is_one_line_within_the_setup_timeout(silent):
+    import time
+    start = time.monotonic()
+    with pytest.raises(BrokerUnavailableError) as info:
+        BlockingClient(silent.address, security=_tls(), timeout_s=30, setup_timeout_s=0.5).connect()
+    assert time.monotonic() - start < 3
+    text = str(info.value)
+    assert silent.address in text and "TLS handshake within 0.5 s" in text and "is this a TLS port" in text
+
+
+def test_a_tls_handshake_reset_is_one_line():
+    listener = RawListener("reset")
+    try:
+        with pytest.raises(BrokerUnavailableError) as info:
+            BlockingClient(listener.address, security=_tls(), setup_timeout_s=5).connect()
+    finally:
+        listener.close()
+    text = str(info.value)
+    assert listener.address in text and "during the TLS handshake" in text and "is this a TLS port" in text
+
+
+def test_plaintext_without_answer_hints_at_tls_and_follows_the_setup_timeout(silent):
+    with pytest.raises(BrokerUnavailableError) as info:
+        BlockingClient(silent.address, timeout_s=30, setup_timeout_s=0.5).connect()
+    text = str(info.value)
+    assert "within 0.5 s" in text and "socket.connection.setup.timeout.ms" in text
+    assert "may expect TLS" in text and "security.protocol" in text
+
+
+def test_plaintext_answered_with_a_tls_alert_says_to_use_tls():
+    server = socket.create_server(("127.0.0.1", 0))
+
+    def answer():
+        conn, _ = server.accept()
+        with conn:
+            conn.recv(65536)
+            conn.sendall(b"\x15\x03\x03\x00\x02\x02\x46")    # a TLS alert record, as a TLS listener sends
+    thread = threading.Thread(target=answer, daemon=True)
+    thread.start()
+    with pytest.raises(RemoteProtocolError, match="answered with TLS: set security.protocol=SSL"):
+        BlockingClient(f"127.0.0.1:{server.getsockname()[1]}", timeout_s=5).connect()
+    thread.join(5)
+    server.close()
+
+
+def test_kctl_metadata_against_a_silent_port_with_ssl_is_one_line_within_the_setup_timeout(silent):
+    import subprocess
+    import sys
+    import time
+    start = time.monotonic()
+    run = subprocess.run([sys.executable, "-m", "kctl", "metadata", "-b", silent.address,
+                          "-X", "security.protocol=SSL", "-X", "socket.connection.setup.timeout.ms=1000"],
+                         capture_output=True, text=True, timeout=30)
+    assert time.monotonic() - start < 8
+    assert run.returncode != 0 and "Traceback" not in run.stderr
+    assert len(run.stderr.strip().splitlines()) == 1 and "is this a TLS port" in run.stderr, run.stderr

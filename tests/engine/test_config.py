@@ -481,3 +481,55 @@ def test_the_other_clients_property_is_named_so_both_ways():
         ConsumerConfig.from_properties({"linger.ms": "5"})
     with pytest.raises(ConfigError, match=r"'lingr.ms' \(did you mean 'linger.ms'\?\)"):
         ProducerConfig.from_properties({"lingr.ms": "5"})
+
+
+# -- ssl.cipher.suites: Java's IANA names, mapped to OpenSSL's ---------------------------
+
+def test_ssl_cipher_suites_maps_iana_names_and_caps_the_version_as_java_does():
+    import ssl
+    from kctl.engine.tls import context_for
+    sec = ProducerConfig.from_properties({
+        "security.protocol": "SSL",
+        "ssl.cipher.suites": "TLS_RSA_WITH_AES_128_GCM_SHA256, TLS_ECDHE_RSA_WITH_AES_128_CBC_SHA"}).security
+    assert sec.ssl_cipher_suites == ("TLS_RSA_WITH_AES_128_GCM_SHA256", "TLS_ECDHE_RSA_WITH_AES_128_CBC_SHA")
+    ctx = context_for(sec)
+    assert {c["name"] for c in ctx.get_ciphers() if c["protocol"] != "TLSv1.3"} == {
+        "AES128-GCM-SHA256", "ECDHE-RSA-AES128-SHA"}
+    assert ctx.maximum_version == ssl.TLSVersion.TLSv1_2      # no TLS 1.3 suite listed
+    consumer = ConsumerConfig.from_properties({"bootstrap.servers": "b:9092", "security.protocol": "SSL",
+                                               "ssl.cipher.suites": "TLS_RSA_WITH_AES_256_CBC_SHA"})
+    assert consumer.security.ssl_cipher_suites == ("TLS_RSA_WITH_AES_256_CBC_SHA",)
+
+
+def test_the_default_offer_is_jdk17s_enabled_suites():
+    from kctl.cipher_suites import JDK17_CIPHER_SUITES, iana_name
+    from kctl.engine.tls import context_for
+    ctx = context_for(ProducerConfig.from_properties({"security.protocol": "SSL"}).security)
+    offered = {iana_name(c["name"]) for c in ctx.get_ciphers()}
+    # every JDK 17 suite this OpenSSL allows at its security level (the DSS ones need a DSA key)
+    assert {s for s in JDK17_CIPHER_SUITES if "_DSS_" not in s} <= offered
+    assert "TLS_RSA_WITH_AES_128_CBC_SHA" in offered and "TLS_ECDHE_RSA_WITH_AES_256_CBC_SHA" in offered
+
+
+@pytest.mark.parametrize("value, needle", [
+    ("TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256,TLS_RSA_WITH_RC4_128_SHA", "TLS_RSA_WITH_RC4_128_SHA is not among"),
+    ("ECDHE-RSA-AES128-GCM-SHA256", "IANA names"),
+    ("TLS_AES_128_GCM_SHA256", "TLS 1.3 suites all or none"),
+])
+def test_ssl_cipher_suites_refuses_what_it_cannot_do_in_one_line(value, needle):
+    with pytest.raises(ConfigError) as info:
+        ProducerConfig.from_properties({"ssl.cipher.suites": value})
+    assert needle in str(info.value) and "\n" not in str(info.value)
+
+
+def test_the_cipher_table_agrees_with_openssl():
+    import shutil
+    import subprocess
+    from kctl.cipher_suites import JDK17_CIPHER_SUITES, openssl_cipher_string
+    if shutil.which("openssl") is None:
+        pytest.skip("no openssl command")
+    out = subprocess.run(["openssl", "ciphers", "-stdname", "ALL:@SECLEVEL=0"], capture_output=True,
+                         text=True, timeout=10).stdout
+    stdname = dict(line.split()[0:3:2] for line in out.splitlines() if " - " in line)
+    for iana in JDK17_CIPHER_SUITES:
+        assert stdname.get(iana) == (openssl_cipher_string((iana,)) or iana), iana

@@ -9,11 +9,12 @@ import pytest
 from kctl.config import ProducerConfig
 from kctl.engine.handshake import (
     API_VERSIONS, TRANSITIONS, ClientHandshake, HandshakeObserver, HandshakeState)
-from kctl.engine.sasl import SASL_AUTHENTICATE, SASL_HANDSHAKE
+from kctl.engine.sasl import SASL_AUTHENTICATE, SASL_HANDSHAKE, reauthentication_time_ns
 from kctl.errors import AuthenticationError, RemoteProtocolError
 from kctl.protocol import messages
 
 METADATA = 3
+MS = 1_000_000
 ADDRESS = "broker-1:9092"
 
 
@@ -132,7 +133,71 @@ def test_broker_without_sasl_handshake_v1_is_refused():
 def test_transitions_table_is_closed():
     for state, targets in TRANSITIONS.items():
         assert targets <= set(HandshakeState), state
-    assert not TRANSITIONS[HandshakeState.READY] and not TRANSITIONS[HandshakeState.FAILED]
+    # READY leaves only to log in again (KIP-368); FAILED is final.
+    assert TRANSITIONS[HandshakeState.READY] == {HandshakeState.SASL_HANDSHAKE}
+    assert not TRANSITIONS[HandshakeState.FAILED]
+
+
+def _plain_login(h: ClientHandshake, *, lifetime_ms: int, api_versions: bool = True) -> None:
+    if api_versions:
+        h.on_response(_api_versions(h.next_request().api_version))
+    hs = h.next_request()
+    assert hs.api_key == SASL_HANDSHAKE
+    h.on_response(_answer(SASL_HANDSHAKE, hs.api_version, error_code=0, mechanisms=["PLAIN"]))
+    auth = h.next_request()
+    assert auth.api_key == SASL_AUTHENTICATE
+    h.on_response(_answer(SASL_AUTHENTICATE, auth.api_version, error_code=0, auth_bytes=b"",
+                          session_lifetime_ms=lifetime_ms))
+
+
+def test_reauthentication_logs_in_again_without_api_versions():
+    """KIP-368 (Java: SaslAuthenticatorTest's re-authentication cases): the session
+    lifetime is read from SaslAuthenticate v1+, and a READY handshake logs in again
+    with SaslHandshake, the versions already negotiated."""
+    h = ClientHandshake(_security(**{"security.protocol": "SASL_PLAINTEXT", "sasl.mechanism": "PLAIN",
+                                     "sasl.username": "alice", "sasl.password": "pw"}), ADDRESS)
+    _plain_login(h, lifetime_ms=3000)
+    assert h.ready and h.session_lifetime_ms == 3000 and h.reauthentications == 0
+    versions = h.versions
+    h.reauthenticate()
+    assert h.state is HandshakeState.SASL_HANDSHAKE and h.reauthenticating and not h.ready
+    _plain_login(h, lifetime_ms=2500, api_versions=False)
+    assert h.ready and h.session_lifetime_ms == 2500 and h.reauthentications == 1
+    assert h.versions is versions and not h.reauthenticating
+
+
+def test_reauthentication_refused_fails_the_handshake():
+    h = ClientHandshake(_security(**{"security.protocol": "SASL_PLAINTEXT", "sasl.mechanism": "PLAIN",
+                                     "sasl.username": "alice", "sasl.password": "pw"}), ADDRESS)
+    _plain_login(h, lifetime_ms=1000)
+    h.reauthenticate()
+    hs = h.next_request()
+    h.on_response(_answer(SASL_HANDSHAKE, hs.api_version, error_code=0, mechanisms=["PLAIN"]))
+    auth = h.next_request()
+    with pytest.raises(AuthenticationError, match="failed at broker"):
+        h.on_response(_answer(SASL_AUTHENTICATE, auth.api_version, error_code=58,
+                              error_message="Cannot change principals during re-authentication"))
+    assert h.state is HandshakeState.FAILED and h.reauthentications == 0
+
+
+def test_no_session_lifetime_from_saslauthenticate_v0_and_no_reauthentication_without_sasl():
+    h = ClientHandshake(_security(**{"security.protocol": "SASL_PLAINTEXT", "sasl.mechanism": "PLAIN",
+                                     "sasl.username": "a", "sasl.password": "b"}), ADDRESS)
+    h.on_response(_api_versions(h.next_request().api_version, ranges={
+        API_VERSIONS: (0, 3), SASL_HANDSHAKE: (0, 1), SASL_AUTHENTICATE: (0, 0)}))
+    _plain_login(h, lifetime_ms=0, api_versions=False)
+    assert h.ready and h.session_lifetime_ms == 0
+    plain = ClientHandshake(_security(), ADDRESS)
+    plain.on_response(_api_versions(plain.next_request().api_version))
+    with pytest.raises(AssertionError, match="did not use SASL"):
+        plain.reauthenticate()
+
+
+@pytest.mark.parametrize("draw,expected_ms", [(0.0, 850), (0.5, 900), (0.999999, 949)])
+def test_reauthentication_time_is_85_to_95_percent_of_the_lifetime(draw, expected_ms):
+    """Java's ReauthInfo: 0.85 + random * 0.10 of the lifetime after the login ended."""
+    assert reauthentication_time_ns(7 * MS, 1000, lambda: draw) == 7 * MS + expected_ms * MS
+    assert reauthentication_time_ns(7 * MS, 0, lambda: draw) is None
 
 
 def test_observer_follows_a_v1_exchange_and_raw_v0_tokens():

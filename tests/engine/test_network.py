@@ -233,6 +233,113 @@ def test_an_answer_to_a_no_response_request_is_dropped():
 
 
 # ---------------------------------------------------------------------------
+# SASL re-authentication (KIP-368)
+
+SASL_HANDSHAKE = schema.API_BY_NAME["SaslHandshake"].api_key
+SASL_AUTHENTICATE = schema.API_BY_NAME["SaslAuthenticate"].api_key
+SASL_VERSIONS = {API_VERSIONS: (0, 4), METADATA: (0, 12), SASL_HANDSHAKE: (0, 1),
+                 SASL_AUTHENTICATE: (0, 2)}
+SASL_PLAIN = {"security_protocol": "SASL_PLAINTEXT", "sasl_mechanism": "PLAIN",
+              "sasl_username": "alice", "sasl_password": "pw"}
+
+
+class _SaslResponder:
+    """PLAIN's server side with a session lifetime; Metadata answers are held until the
+    next SASL request arrives, then written first, as a broker answers in order."""
+
+    def __init__(self, lifetime_ms: int, refuse_login: int = 0) -> None:
+        self.lifetime_ms = lifetime_ms
+        self.refuse_login = refuse_login     # the n-th login (1-based) is refused
+        self.logins = 0
+        self.held: list[bytes] = []
+
+    def __call__(self, broker, conn_id, req):
+        key = req.header.request_api_key
+        if key == METADATA:
+            self.held.append(answer_metadata(broker, conn_id, req))
+            return None
+        out, self.held = b"".join(self.held), []
+        cls = messages.response_class(key)
+        if key == SASL_HANDSHAKE:
+            return out + broker.response_frame(req, cls(error_code=0, mechanisms=["PLAIN"]))
+        self.logins += 1
+        if self.logins == self.refuse_login:
+            return out + broker.response_frame(req, cls(
+                error_code=58, error_message="Cannot change principals during re-authentication"))
+        return out + broker.response_frame(req, cls(error_code=0, auth_bytes=b"",
+                                                    session_lifetime_ms=self.lifetime_ms))
+
+
+def _poll_while(client, clock, cond, timeout_s: float = 5.0) -> list:
+    out: list = []
+    deadline = time.monotonic() + timeout_s
+    while cond():
+        assert time.monotonic() < deadline, "timed out"
+        out += client.poll(20 * MS, clock.now_ns())
+    return out
+
+
+def test_reauthenticates_on_the_same_connection_before_the_session_expires():
+    """KIP-368 as Java's client does it (SaslAuthenticatorTest, re-authentication): the node
+    stops taking requests at 85-95 % of the session lifetime (here 90 %: random 0.5), logs
+    in again on the same connection after the request in flight, and is READY again."""
+    responder = _SaslResponder(lifetime_ms=1000)
+    clock = FakeClock()
+    with FakeBroker(responder, api_versions=SASL_VERSIONS) as fake, \
+            make_client(fake.address, clock=clock, **SASL_PLAIN) as c:
+        connect(c, clock=clock)
+        assert responder.logins == 1
+        clock.advance(ms=899)
+        assert c.ready(-1, clock.now_ns())
+        c.send(metadata_request(user="before"), clock.now_ns())
+        fake.wait_requests(1, api_key=METADATA)
+        clock.advance(ms=1)                                   # 900 ms: due
+        assert not c.ready(-1, clock.now_ns()) and not c.is_ready(-1, clock.now_ns())
+        out: list = []
+        deadline = time.monotonic() + 5
+        while not out or c.connection_state(-1) is not ConnectionState.READY:
+            assert time.monotonic() < deadline, f"{out}, {c.connection_state(-1)}"
+            out += c.poll(20 * MS, clock.now_ns())
+        assert [r.request.user for r in out] == ["before"] and out[0].body is not None
+        assert responder.logins == 2 and c.metrics.reauthentications_total == 1
+        assert c.metrics.connection_creation_total == 1 and c.metrics.connection_close_total == 0
+        keys = [r.header.request_api_key for cid, r in fake.requests]
+        assert {cid for cid, _ in fake.requests} == {0}       # one connection throughout
+        assert keys == [API_VERSIONS, SASL_HANDSHAKE, SASL_AUTHENTICATE, METADATA,
+                        SASL_HANDSHAKE, SASL_AUTHENTICATE]    # no second ApiVersions
+        # The next session counts from the second login: due again 900 ms after it.
+        assert c.ready(-1, clock.advance(ms=899))
+        assert not c.ready(-1, clock.advance(ms=1))
+        _poll_while(c, clock, lambda: c.metrics.reauthentications_total < 2)
+        assert c.ready(-1, clock.now_ns()) and c.metrics.connection_close_total == 0
+
+
+def test_a_refused_reauthentication_closes_the_connection_with_the_reason():
+    responder = _SaslResponder(lifetime_ms=1000, refuse_login=2)
+    clock = FakeClock()
+    with FakeBroker(responder, api_versions=SASL_VERSIONS) as fake, \
+            make_client(fake.address, clock=clock, **SASL_PLAIN) as c:
+        connect(c, clock=clock)
+        clock.advance(ms=900)
+        _poll_while(c, clock, lambda: c.connection_state(-1) is not ConnectionState.DISCONNECTED)
+        err = c.authentication_error(-1)
+        assert err is not None and "Cannot change principals" in str(err)
+        assert c.metrics.reauthentications_total == 0
+
+
+def test_no_session_lifetime_means_no_reauthentication():
+    responder = _SaslResponder(lifetime_ms=0)
+    clock = FakeClock()
+    with FakeBroker(responder, api_versions=SASL_VERSIONS) as fake, \
+            make_client(fake.address, clock=clock, **SASL_PLAIN) as c:
+        connect(c, clock=clock)
+        clock.advance(ms=300_000)   # (under connections.max.idle.ms)
+        assert c.ready(-1, clock.now_ns())
+        c.poll(0, clock.now_ns())
+        assert responder.logins == 1 and c.connection_state(-1) is ConnectionState.READY
+
+
+# ---------------------------------------------------------------------------
 # failures
 
 def test_killed_connection_returns_every_in_flight_request_as_disconnected():
@@ -434,6 +541,26 @@ def test_connection_states_table():
     assert not s.is_ready(1, 400 * MS) and s.poll_delay_ns(1, 400 * MS) == 100 * MS
     with pytest.raises(AssertionError, match="READY -> CONNECTING"):
         s.connecting(1, 0)
+
+
+def test_connection_states_reauthentication():
+    """KIP-368: READY with a renewal time, not ready from then on, AUTHENTICATING on the
+    same connection, READY again with the next time."""
+    s = ClusterConnectionStates(10, 80, 100, 400, random=lambda: 0.5)
+    s.connecting(1, 0)
+    s.checking_api_versions(1)
+    s.authenticating(1)
+    s.ready(1, reauthenticate_at_ns=900 * MS)
+    assert s.is_ready(1, 899 * MS) and not s.is_ready(1, 900 * MS)
+    assert s.reauthentication_due(899 * MS) == [] and s.reauthentication_due(900 * MS) == [1]
+    assert s.next_reauthentication_ns() == 900 * MS
+    s.reauthenticating(1)
+    assert s.state(1) is ConnectionState.AUTHENTICATING and s.next_reauthentication_ns() is None
+    with pytest.raises(AssertionError, match="not READY"):
+        s.reauthenticating(1)
+    s.ready(1, reauthenticate_at_ns=1800 * MS)
+    s.disconnected(1, 1000 * MS)
+    assert s.next_reauthentication_ns() is None
 
 
 # ---------------------------------------------------------------------------

@@ -543,3 +543,29 @@ def test_broker_that_cannot_bump_gets_asked_for_a_new_producer_id():
     h.respond(r, base_offset=5)
     h.step()
     assert handles[0].offset == 5
+
+
+@pytest.mark.parametrize("error", ["CLUSTER_AUTHORIZATION_FAILED", "TRANSACTIONAL_ID_AUTHORIZATION_FAILED"])
+def test_cluster_authorization_exception_in_init_producer_id_request(error):
+    """SenderTest.testClusterAuthorizationExceptionInInitProducerIdRequest (Java trunk):
+    an idempotent producer's InitProducerId refused for authorization is not fatal: what
+    it holds fails with the error (Sender.shouldHandleAuthorizationError), and it asks for
+    an id again (here after retry.backoff.ms); then sends succeed."""
+    h = Harness(**{"enable.idempotence": "true", "linger.ms": "0", "retry.backoff.ms": "10",
+                   "retry.backoff.max.ms": "10"})
+    h.step()
+    h.answer_metadata()
+    held = h.send(2)
+    h.answer_init(error=error)
+    assert [x.error for x in held] == [error, error]
+    assert h.producer.fatal_error is None
+    assert h.producer.metrics.failed_by_error == {error: 2}
+    assert not h.net.pending("InitProducerId"), "asked again after retry.backoff.ms"
+    h.answer_init(producer_id=7, epoch=0)
+    handles = h.send(1)
+    h.step()
+    (r,) = h.net.pending("Produce")
+    assert h.batch(r).producer_id == 7
+    h.respond(r, base_offset=0)
+    h.step()
+    assert handles[0].offset == 0 and handles[0].error is None

@@ -8,7 +8,7 @@ import pytest
 
 from kctl.engine.transactions import TransactionState
 
-from .sender_harness import Harness
+from .sender_harness import EndTxnResponse, Harness
 
 TXN = {"transactional.id": "txn", "linger.ms": "0", "retry.backoff.ms": "10",
        "retry.backoff.max.ms": "10"}
@@ -412,3 +412,216 @@ def test_transaction_abortable_exception_in_find_coordinator():
     h.step(ms=10)   # InitProducerId's retry comes due: it fails with the error
     assert txn.has_abortable_error and not txn.has_fatal_error
     assert init.done and init.error == "TRANSACTION_ABORTABLE"
+
+
+def test_records_count_as_acked_only_when_their_transaction_commits():
+    """kctl's accounting: a transaction's records are acknowledged for good only when it
+    commits (until then an abort can still take them back), so records, value bytes,
+    batches and the per-partition and per-broker counts move to acked at the commit,
+    not at the Produce answer."""
+    h, txn = transactional()
+    begin_and_send(h, txn, 3)
+    h.respond(h.produce_requests()[-1], base_offset=0)
+    h.step()
+    m = h.producer.metrics
+    assert (m.records_acked, m.batches_acked, m.value_bytes_acked) == (0, 0, 0)
+    assert sum(m.records_by_partition.values()) == 0 and sum(m.records_by_node.values()) == 0
+    txn.begin_commit()
+    h.step()
+    h.answer_end_txn()
+    assert (m.records_acked, m.batches_acked, m.value_bytes_acked) == (3, 1, 6)
+    assert dict(m.records_by_node) == {0: 3} and sum(m.records_by_partition.values()) == 3
+    assert m.records_failed == 0
+
+
+def test_an_aborted_transaction_leaves_no_acked_batch_partition_or_broker_count():
+    """kctl's accounting: after the abort, the batch the broker had acknowledged is in
+    no acked figure (batches, hence records per batch, per partition, per broker)."""
+    h, txn = transactional()
+    begin_and_send(h, txn, 2)
+    h.respond(h.produce_requests()[-1], base_offset=0)
+    h.step()
+    txn.begin_abort()
+    h.step()
+    h.answer_end_txn()
+    m = h.producer.metrics
+    assert (m.records_acked, m.batches_acked, m.value_bytes_acked) == (0, 0, 0)
+    assert sum(m.records_by_partition.values()) == 0 and sum(m.records_by_node.values()) == 0
+    assert m.failed_by_error == {"TRANSACTION_ABORTED": 2} and m.transactions_aborted == 1
+
+
+def uninitialized():
+    h = Harness(**TXN)
+    h.step()
+    h.answer_metadata()
+    txn = h.producer.transactions
+    init = txn.initialize()
+    h.step()
+    h.answer_find_coordinator()
+    return h, txn, init
+
+
+@pytest.mark.parametrize("error", ["TRANSACTIONAL_ID_AUTHORIZATION_FAILED", "CLUSTER_AUTHORIZATION_FAILED"])
+def test_transactional_id_authorization_failure_in_init_producer_id(error):
+    """TransactionManagerTest.testTransactionalIdAuthorizationFailureInInitProducerId and
+    SenderTest.testClusterAuthorizationExceptionInInitProducerIdRequest (Java trunk): the
+    error is abortable, not fatal; init_transactions fails with it, the sender's next turn
+    (Sender.shouldHandleAuthorizationError) takes the producer back to UNINITIALIZED, and
+    init_transactions may be called again: it gets the producer id."""
+    h, txn, init = uninitialized()
+    h.answer_init(error=error)
+    assert init.done and init.error == error
+    assert not txn.has_fatal_error and not h.producer.sender.fatal_error
+    h.step()
+    assert txn.state is TransactionState.UNINITIALIZED and not txn.has_error
+    again = txn.initialize()
+    r = h.answer_init(producer_id=43, epoch=0)
+    assert r.body.transactional_id == "txn"
+    assert again.done and again.error is None and txn.state is TransactionState.READY
+    begin_and_send(h, txn)
+    assert h.batch(h.produce_requests()[-1]).producer_id == 43
+
+
+def test_init_transactions_raises_an_authorization_error_as_neither_fatal_nor_abortable():
+    """KafkaProducer.initTransactions as an application sees it: the authorization error
+    is raised, not as fatal nor as an abortable transaction error (nothing to abort: the
+    producer is UNINITIALIZED and init_transactions may be called again)."""
+    from kctl.engine.producer import ProducerFatalError, TransactionAbortableError
+    from kctl.errors import KctlError
+
+    h, txn, init = uninitialized()
+    h.answer_init(error="TRANSACTIONAL_ID_AUTHORIZATION_FAILED")
+    with pytest.raises(KctlError) as e:
+        h.producer._run_until(init, 1.0, "init_transactions")
+    assert not isinstance(e.value, ProducerFatalError | TransactionAbortableError)
+    assert str(e.value).startswith("init_transactions: TRANSACTIONAL_ID_AUTHORIZATION_FAILED")
+    assert txn.state is TransactionState.UNINITIALIZED
+
+
+def test_transaction_abortable_exception_in_init_producer_id():
+    """TransactionManagerTest.testTransactionAbortableExceptionInInitProducerId (KIP-890):
+    TRANSACTION_ABORTABLE answering InitProducerId is abortable, not fatal: a commit is
+    refused with it (Java's assertAbortableError) and an abort clears it."""
+    h, txn, init = uninitialized()
+    h.answer_init(error="TRANSACTION_ABORTABLE")
+    h.step()
+    assert init.done and init.error == "TRANSACTION_ABORTABLE"
+    assert txn.has_abortable_error and not txn.has_fatal_error
+    from kctl.errors import KctlError
+    with pytest.raises(KctlError, match="TRANSACTION_ABORTABLE"):
+        txn.begin_commit()
+    txn.begin_abort()
+    assert not txn.has_error
+
+
+def test_closing_while_a_commit_has_no_answer_abandons_its_records():
+    """kctl's accounting: the producer closes while EndTxn(commit) is unanswered: whether
+    the transaction committed is unknown, so its acknowledged records are abandoned (with
+    the reason), neither acked nor failed; every record is still counted once."""
+    from kctl.engine.transactions import TRANSACTION_END_UNKNOWN
+
+    h, txn = transactional(**{"max.block.ms": "50"})
+    begin_and_send(h, txn, 2)
+    h.respond(h.produce_requests()[-1], base_offset=0)
+    h.step()
+    txn.begin_commit()
+    h.await_request("EndTxn")
+    h.producer.close(0)
+    m = h.producer.metrics
+    assert (m.records_acked, m.records_failed, m.records_abandoned) == (0, 0, 2)
+    assert m.abandoned_by_reason == {TRANSACTION_END_UNKNOWN: 2}
+
+
+def test_closing_in_an_open_transaction_that_cannot_be_aborted_fails_its_records():
+    """kctl's accounting: close aborts the open transaction (as Java's); when the abort has
+    no answer either, the transaction can no longer commit (the coordinator aborts it at
+    transaction.timeout.ms): its acknowledged records count failed TRANSACTION_NOT_COMMITTED."""
+    h, txn = transactional()
+    begin_and_send(h, txn, 2)
+    h.respond(h.produce_requests()[-1], base_offset=0)
+    h.step()
+    h.producer.close(0)
+    m = h.producer.metrics
+    assert (m.records_acked, m.records_failed) == (0, 2)
+    assert m.failed_by_error == {"TRANSACTION_NOT_COMMITTED": 2}
+
+
+def test_commit_of_a_transaction_a_failed_batch_made_abortable_raises_the_abortable_error():
+    """KafkaProducer.commitTransaction -> beginCommit's maybeFailWithError: a batch of the
+    transaction failed (INVALID_PRODUCER_EPOCH, abortable) before the application commits:
+    the commit raises the abortable error (so a load worker aborts and goes on), not a
+    plain error that ends the run; the abort then succeeds."""
+    from kctl.engine.producer import TransactionAbortableError
+
+    h, txn = transactional()
+    begin_and_send(h, txn)
+    h.respond(h.produce_requests()[-1], errors={0: "INVALID_PRODUCER_EPOCH"})
+    h.step()
+    assert txn.has_abortable_error
+    with pytest.raises(TransactionAbortableError, match="INVALID_PRODUCER_EPOCH"):
+        h.producer.commit_transaction(0.01)
+    txn.begin_abort()
+    h.step()
+    h.answer_end_txn()
+    h.answer_init(producer_id=42, epoch=1)
+    assert txn.state is TransactionState.READY
+
+
+def _time_passes_while_waiting(h):
+    """The fake network answers nothing by itself: a loop turn's wait lets the clock run."""
+    poll = h.net.poll
+
+    def waiting(timeout_ns, now_ns):
+        h.clock.advance(ns=max(timeout_ns, 1000))
+        return poll(timeout_ns, h.clock.now_ns())
+    h.net.poll = waiting
+
+
+def test_commit_transaction_times_out_and_a_second_call_goes_on_with_the_same_commit():
+    """TransactionManagerTest.testRetryCommitTransactionAfterTimeout (KafkaProducer's
+    commitTransaction may be called again after its TimeoutException): the commit's flush
+    and EndTxn share one deadline; the second call waits for the same EndTxn, sends none
+    again, and completes when it is answered."""
+    from kctl.engine.producer import TransactionTimeoutError
+
+    h, txn = transactional()
+    begin_and_send(h, txn, 2)
+    _time_passes_while_waiting(h)
+    t0 = h.clock.now_ns()
+    with pytest.raises(TransactionTimeoutError, match="still have no answer"):
+        h.producer.commit_transaction(0.2)
+    assert 0.2e9 <= h.clock.now_ns() - t0 < 0.3e9, "the flush is bounded by the commit's time"
+    assert not h.net.requests("EndTxn") and txn.state is TransactionState.COMMITTING_TRANSACTION
+    h.respond(h.produce_requests()[-1], base_offset=0)
+    t0 = h.clock.now_ns()
+    with pytest.raises(TransactionTimeoutError, match="commit_transaction"):
+        h.producer.commit_transaction(0.2)   # flushed; EndTxn sent, no answer within the rest
+    assert h.clock.now_ns() - t0 < 0.3e9, "one deadline for the flush and the EndTxn"
+    (end,) = h.net.pending("EndTxn")
+    h.net.respond(end, EndTxnResponse(throttle_time_ms=0, error_code=0))
+    h.producer.commit_transaction(0.2)
+    assert len(h.net.requests("EndTxn")) == 1 and txn.state is TransactionState.READY
+    assert h.producer.metrics.records_acked == 2
+
+
+def test_closing_while_a_commit_waits_for_its_records_fails_them_not_committed():
+    """kctl's accounting: the producer closes in a commit whose EndTxn never went out (a
+    record of the transaction still had no answer): the transaction cannot have committed
+    (the coordinator aborts it at transaction.timeout.ms), so what the broker acknowledged
+    in it counts failed TRANSACTION_NOT_COMMITTED, not abandoned as a commit of unknown end."""
+    h, txn = transactional()
+    begin_and_send(h, txn, 2)
+    (first,) = h.produce_requests()
+    h.respond(first, base_offset=0)
+    h.step()
+    h.send(3, partition=0)
+    h.step()
+    assert len(h.net.pending("Produce")) == 3, "sent, unanswered (a request each, linger.ms=0)"
+    txn.begin_commit()
+    h.step(ms=5)
+    assert not h.net.requests("EndTxn")
+    h.producer.close(0, abandon_reason="stopped")
+    m = h.producer.metrics
+    assert (m.records_acked, m.records_failed, m.records_abandoned) == (0, 2, 3)
+    assert m.failed_by_error == {"TRANSACTION_NOT_COMMITTED": 2}
+    assert m.abandoned_by_reason == {"stopped": 3}

@@ -169,3 +169,33 @@ def test_transactional_produce_verify_read_back_read_committed(broker, tmp_path)
     finally:
         consumer.close()
     assert len(ids) == 2000 and max(ids.values()) == 1
+
+
+@pytest.mark.parametrize("error", ["TRANSACTIONAL_ID_AUTHORIZATION_FAILED", "CLUSTER_AUTHORIZATION_FAILED"])
+def test_init_transactions_refused_for_authorization_can_be_asked_again(broker, error):
+    """``--inject-error NAME@InitProducerId`` on the first InitProducerId answer: as Java's
+    (trunk) InitProducerIdHandler and Sender, the refusal is not fatal; init_transactions
+    raises it, the producer is back to UNINITIALIZED, and a second init_transactions gets
+    a producer id: the transaction then commits."""
+    from kctl.engine.transactions import TransactionState
+    from kctl.errors import KctlError
+    from kctl.inspect.faults import ErrorRewrite, FaultPlan
+    from kctl.inspect.proxy import InspectorProxy
+
+    topic = new_topic(broker)
+    plan = FaultPlan(error=ErrorRewrite(error, 1.0, ("InitProducerId",), limit=1), seed=1)
+    with InspectorProxy([broker.bootstrap], faults=plan) as proxy:
+        with Producer(ProducerConfig.from_properties(
+                {"bootstrap.servers": proxy.bootstrap, "transactional.id": f"auth-{error}",
+                 "linger.ms": "2"})) as p:
+            with pytest.raises(KctlError, match=error) as refused:
+                p.init_transactions(10)
+            assert not isinstance(refused.value, ProducerFatalError | TransactionAbortableError)
+            assert p.transactions.state is TransactionState.UNINITIALIZED and p.fatal_error is None
+            p.init_transactions(10)
+            p.begin_transaction()
+            handles = [p.send(topic, b"v%d" % i, partition=i % 2) for i in range(4)]
+            p.commit_transaction(10)
+        assert proxy.snapshot().faults.get("errors_injected") == 1
+    assert all(h.error is None for h in handles)
+    assert (p.metrics.records_acked, p.metrics.transactions_committed) == (4, 1)

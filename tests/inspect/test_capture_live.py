@@ -102,7 +102,11 @@ def test_decode_a_real_capture_of_every_codec(live_capture, snappy_shim):  # noq
                 produced[(rs.topic, rs.partition)] += rs.record_count
                 codecs_seen.setdefault(rs.topic, set()).update(rs.codecs)
     assert produced == delivered
-    assert {t: codecs_seen[t] for t in topics.values()} == {t: {c} for c, t in topics.items()}
+    # Each topic's batches carry its codec. kafka-python sends a batch uncompressed when
+    # the codec would not make it smaller (a one-record batch under lz4's framing), so
+    # "none" may be beside the codec (its DefaultRecordBatchBuilder._maybe_compress).
+    for c, t in topics.items():
+        assert c in codecs_seen[t] and codecs_seen[t] <= {c, "none"}, (c, codecs_seen[t])
 
     fetched = {(v.topic, v.partition, v.record.offset) for f in frames
                if f.api_key == 1 and f.direction == "response" for v in iter_records(f)}

@@ -181,3 +181,42 @@ def test_limit_counts_coordinator_responses():
                                                      ("EndTxn",), limit=2), seed=3))
     injected = [inj.on_response(END_TXN, 100, _end_txn(1)).errors_injected for _ in range(4)]
     assert injected == [1, 1, 0, 0]
+
+
+def test_parse_find_coordinator_key_type():
+    e = ErrorRewrite.parse("coordinator_not_available@FindCoordinator/transaction,EndTxn:0.5")
+    assert (e.apis, e.key_type, e.rate) == (("FindCoordinator", "EndTxn"), 1, 0.5)
+    assert e.describe() == "COORDINATOR_NOT_AVAILABLE@FindCoordinator/transaction,EndTxn 0.5"
+    assert ErrorRewrite.parse("NOT_COORDINATOR@findcoordinator/GROUP").key_type == 0
+    assert ErrorRewrite.parse("NOT_COORDINATOR@FindCoordinator").key_type is None
+    for bad, said in (("NOT_COORDINATOR@FindCoordinator/txn", "'txn' is not one of group, "
+                                                             "transaction, share"),
+                      ("NOT_COORDINATOR@EndTxn/transaction", "only FindCoordinator takes")):
+        with pytest.raises(ConfigError, match=said):
+            ErrorRewrite.parse(bad)
+    with pytest.raises(ConfigError, match="name FindCoordinator"):
+        ErrorRewrite("NOT_COORDINATOR", apis=("EndTxn",), key_type=1)
+
+
+@pytest.mark.parametrize("version", [0, 3, 4])
+def test_a_key_type_hits_only_the_lookups_of_that_type(version):
+    """A transactional producer's coordinator lookup (key_type 1) fails; the group lookups
+    of the consumers beside it (key_type 0, and every v0 request) are left alone."""
+    inj = FaultInjector(FaultPlan(error=ErrorRewrite.parse(
+        "COORDINATOR_NOT_AVAILABLE@FindCoordinator/transaction"), seed=3))
+    assert inj.needs_request_body(FIND_COORDINATOR) and not inj.needs_request_body(PRODUCE)
+    req_cls = messages.request_class(FIND_COORDINATOR)
+    hit = []
+    for key_type in ((0,) if version == 0 else (0, 1)):
+        req = (req_cls(coordinator_keys=["k"], key_type=key_type) if version >= 4
+               else req_cls(key="k", key_type=key_type))
+        wire = messages.encode_request(FIND_COORDINATOR, version, 1, "c", req)
+        decision = inj.on_request(FIND_COORDINATOR, messages.decode_request(wire).body)
+        assert decision.key_type == key_type
+        body = _find_coordinator(version)
+        hit.append(inj.on_response(FIND_COORDINATOR, 100, body, decision).errors_injected)
+    assert hit == ([0] if version == 0 else [0, 2 if version >= 4 else 1])
+    # Without a key type, every lookup is hit, and no request is read for it.
+    every = FaultInjector(FaultPlan(error=ErrorRewrite.parse("NOT_COORDINATOR@FindCoordinator")))
+    assert not every.needs_request_body(FIND_COORDINATOR)
+    assert every.on_response(FIND_COORDINATOR, 100, _find_coordinator(version)).errors_injected

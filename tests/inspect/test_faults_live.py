@@ -86,17 +86,29 @@ def test_throttle_is_seen_by_the_client(broker):
     assert snap.apis["Produce"].throttle_ms_max == 30
 
 
-def test_error_rewrite_then_off_producer_retries(broker):
+def test_error_rewrite_then_off_producer_retries(broker, tmp_path):
+    """The rewritten answers reach the producer, which retries; the proxy counts their errors
+    per (API, error) as kctl decode --summary counts them on the capture's client leg."""
+    from typer.testing import CliRunner
+
+    from kctl.cli import app
+    from kctl.commands.inspect import summary_json
     topic = _topic(broker, "fault-errors")
     plan = FaultPlan(error=ErrorRewrite("NOT_LEADER_OR_FOLLOWER", 1.0, limit=4), seed=3)
-    with InspectorProxy([broker.bootstrap], faults=plan) as proxy, \
+    path = tmp_path / "errors.pcapng"
+    with InspectorProxy([broker.bootstrap], faults=plan, capture=path) as proxy, \
             _producer(proxy.bootstrap, **{"enable.idempotence": "true"}) as p:
         handles = _send_all(p, topic, 120)
         m = p.metrics.snapshot()
-        snap = proxy.snapshot()
+    snap = proxy.snapshot()
     assert all(h.done and h.error is None for h in handles)
     assert m.errors_by_name.get("NOT_LEADER_OR_FOLLOWER", 0) >= 4 and m.retries >= 4
-    assert snap.errors["NOT_LEADER_OR_FOLLOWER"] >= 4 and snap.faults["errors_injected"] >= 4
+    assert snap.errors[("Produce", "NOT_LEADER_OR_FOLLOWER")] >= 4 and snap.faults["errors_injected"] >= 4
+    decoded = CliRunner().invoke(app, ["decode", str(path), "--summary", "--json"])
+    assert decoded.exit_code == 0, decoded.output
+    d = json.loads(decoded.stdout)
+    js = summary_json(snap)
+    assert d["errors_by_api"] == js["errors_by_api"] and d["errors"] == js["errors"]
     values = _read_values(broker, topic, 3)
     assert sorted(values) == sorted(f"{topic}-{i}".encode() for i in range(120))   # no duplicates
 
@@ -336,7 +348,7 @@ def test_transactional_produce_retries_end_txn_through_injected_coordinator_erro
     assert s["verify"]["ok"] and t["committed"] >= 5
     ended = t["committed"] + t["aborted"]
     assert snap.faults["errors_injected"] >= 1
-    assert snap.errors["COORDINATOR_LOAD_IN_PROGRESS"] == snap.faults["errors_injected"]
+    assert snap.errors[("EndTxn", "COORDINATOR_LOAD_IN_PROGRESS")] == snap.faults["errors_injected"]
     assert snap.apis["EndTxn"].responses == ended + snap.faults["errors_injected"]
     kept = 0
     commits = 0

@@ -165,3 +165,56 @@ def test_latency_ends_when_the_client_socket_takes_the_last_byte(tmp_path):
     [resp] = [f for f in decode_files([path], {port}, interfaces={0}, decode_records=False)
               if isinstance(f, DecodedFrame) and f.direction == "response"]
     assert resp.latency_ns / 1e6 == pytest.approx(live_ms, abs=2)
+
+
+def test_an_error_injected_into_one_coordinator_key_type_only(tmp_path):
+    """--inject-error NAME@FindCoordinator/transaction through a processor: it reads each
+    FindCoordinator request's key_type and rewrites the answers of transactional lookups
+    only; the group lookup on the same connection is answered as the broker answered, and
+    the error table counts the error under FindCoordinator."""
+    from kctl.inspect.faults import ErrorRewrite
+    find = 10
+    nodes = {0: 1, 1: 2}
+
+    def answer(broker, conn_id, req):
+        body = messages.response_class(find)(error_code=0, node_id=nodes[req.body.key_type],
+                                             host="127.0.0.1", port=broker.port)
+        return broker.response_frame(req, body)
+
+    clock = FakeClock(now_ns=1_000_000_000)
+    plan = FaultPlan(error=ErrorRewrite.parse("COORDINATOR_NOT_AVAILABLE@FindCoordinator/transaction"))
+    with FakeBroker(answer) as fake:
+        stats = ProxyStats()
+        proc = Processor(0, clock=clock, faults=FaultSwitch(plan),
+                         rewriter=ResponseRewriter("127.0.0.1", lambda host, port: 19092), stats=stats)
+        listener = socket.create_server(("127.0.0.1", 0))
+        client = socket.create_connection(listener.getsockname())
+        accepted, addr = listener.accept()
+        listener.close()
+        try:
+            proc.adopt(accepted, Handoff(7, addr[:2], ("127.0.0.1", 19092), ("127.0.0.1", fake.port)))
+            client.setblocking(False)
+            req = messages.request_class(find)
+            for corr, key_type in ((1, 0), (2, 1)):
+                client.sendall(frame(messages.encode_request(find, 3, corr, "c",
+                                                             req(key="k", key_type=key_type))))
+            got = {}
+            dec = FrameDecoder()
+
+            def answered() -> bool:
+                try:
+                    dec.feed(client.recv(65536))
+                except BlockingIOError:
+                    pass
+                for f in dec.frames():
+                    r = messages.decode_response(f, find, 3)
+                    got[r.header.correlation_id] = (r.body.error_code, r.body.node_id)
+                return len(got) == 2
+            _until(proc, answered)
+        finally:
+            client.close()
+            proc.close()
+    assert got == {1: (0, 1), 2: (15, -1)}        # 15: COORDINATOR_NOT_AVAILABLE
+    snap = stats.snapshot(clock.now_ns())
+    assert snap.errors == {("FindCoordinator", "COORDINATOR_NOT_AVAILABLE"): 1}
+    assert snap.faults["errors_injected"] == 1

@@ -204,7 +204,36 @@ def test_summary_totals(tmp_path):
         {"topic": "orders", "partition": 2, "records": 1, "bytes": d["produced"][1]["bytes"],
          "batches": 1, "codecs": {"zstd": 1}}]
     assert d["errors"] == {"NOT_LEADER_OR_FOLLOWER": 2, "UNKNOWN_TOPIC_OR_PARTITION": 1}
+    assert d["errors_by_api"] == {"Metadata": {"UNKNOWN_TOPIC_OR_PARTITION": 1},
+                                  "Produce": {"NOT_LEADER_OR_FOLLOWER": 2}}
     assert d["throttle"] == {"responses": 1, "total_ms": 25}
+
+
+def test_summary_counts_errors_per_api_beside_the_totals_by_name(tmp_path):
+    """UNKNOWN_TOPIC_OR_PARTITION answering Produce is not the one answering Metadata: counted
+    apart in --json's errors_by_api and the table's rows (API/ERROR, as kctl inspect's plain
+    lines), while errors keeps the total by name for its readers."""
+    c = cb.Conversation()
+    c.send(produce_request(1, "orders", {0: 1, 1: 1}))
+    c.reply(produce_response(1, "orders", (0, 1), error_code=3))
+    c.send(metadata_request(2, ("orders",)))
+    c.reply(metadata_response(2))                   # its topic: UNKNOWN_TOPIC_OR_PARTITION
+    c.send(produce_request(3, "orders", {0: 1}))
+    c.reply(produce_response(3, "orders", (0,), error_code=6))
+    c.close()
+    p = write(tmp_path, c.segs)
+    r = runner.invoke(app, ["decode", str(p), "--summary", "--json"])
+    d = json.loads(r.stdout)
+    assert d["errors_by_api"] == {"Metadata": {"UNKNOWN_TOPIC_OR_PARTITION": 1},
+                                  "Produce": {"UNKNOWN_TOPIC_OR_PARTITION": 2,
+                                              "NOT_LEADER_OR_FOLLOWER": 1}}
+    assert d["errors"] == {"UNKNOWN_TOPIC_OR_PARTITION": 3, "NOT_LEADER_OR_FOLLOWER": 1}
+    r = runner.invoke(app, ["decode", str(p), "--summary"])
+    rows = [[x.strip() for x in line.split("│")[1:-1]] for line in r.stdout.splitlines()
+            if "_" in line and line.count("│") == 3]
+    assert rows == [["Produce/UNKNOWN_TOPIC_OR_PARTITION", "2"],
+                    ["Metadata/UNKNOWN_TOPIC_OR_PARTITION", "1"],
+                    ["Produce/NOT_LEADER_OR_FOLLOWER", "1"]], r.stdout
 
 
 # -- the command ----------------------------------------------------------------

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -16,9 +17,11 @@ import time
 
 import pytest
 
-from kctl.inspect.faults import FaultPlan
+from kctl.inspect.faults import ErrorRewrite, FaultPlan
 from kctl.inspect.proxy import InspectorProxy
+from kctl.stats.hlog import read_interval_log
 from kctl.stats.summary import RunSummary
+from kctl.ui.produce_view import summary_line
 from tests.stop_signal import group_gone
 
 pytestmark = pytest.mark.broker
@@ -310,7 +313,9 @@ def test_a_fenced_transactional_run_counts_its_open_transaction_failed(broker, t
     failed (TRANSACTION_NOT_COMMITTED), not acked; the fatal line says why; every record is
     accounted for and the committed ones read back (read_committed)."""
     out = tmp_path / "s.json"
-    plan = FaultPlan(lose_rate=0.05, lose_limit=1, lose_error="PRODUCER_FENCED", seed=5)
+    # The first Produce request that may be refused (a partition's second batch): always
+    # inside the first transaction, whatever the machine's load makes of the batching.
+    plan = FaultPlan(lose_rate=1.0, lose_limit=1, lose_error="PRODUCER_FENCED", seed=5)
     with InspectorProxy([broker.bootstrap], faults=plan) as proxy:
         r = run(proxy.bootstrap, out, "--rate", "1000", "--num-records", "2000",
                 "--transaction-duration-ms", "300")
@@ -324,3 +329,154 @@ def test_a_fenced_transactional_run_counts_its_open_transaction_failed(broker, t
     assert s.transactions is not None and s.transactions.committed == 0
     assert c.acked == 0 and c.failed_by_error.get("TRANSACTION_NOT_COMMITTED", 0) > 0, c
     assert s.unaccounted == 0 and c.failed == sum(c.failed_by_error.values())
+    check_acked_figures_agree(s)      # no latency for "0 records sent"
+    assert summary_line(s).startswith("0 records sent, 0.000000 records/sec (0.00 MB/sec), "
+                                      "0.00 ms avg latency, 0.00 ms max latency"), summary_line(s)
+
+
+def check_acked_figures_agree(s: RunSummary, hlog=None):
+    """Every acknowledged figure covers the records counted acked, no more: latencies on
+    each clock, the per-partition and per-broker counts, records per batch, the .hlog."""
+    c = s.counts
+    for clock, lat in s.latency.items():
+        assert lat.count == c.acked, (clock, lat.count, c.acked)
+    assert sum(p.records_acked for p in s.partitions) == c.acked
+    assert sum(b.records_acked for b in s.brokers) == c.acked
+    assert c.batches_acked <= c.acked
+    if c.batches_acked:
+        assert abs(s.batching.records_per_batch - c.acked / c.batches_acked) < 1e-3
+    if hlog is not None:
+        logged: dict[str, int] = {}
+        for interval in read_interval_log(hlog):
+            logged[interval.tag] = logged.get(interval.tag, 0) + interval.histogram.get_total_count()
+        assert logged and all(n == c.acked for n in logged.values()), (logged, c.acked)
+
+
+def test_an_aborted_transaction_is_in_no_acked_figure(broker, tmp_path):
+    """``--inject-error TRANSACTION_ABORTABLE@EndTxn`` on the first EndTxn (KIP-890): that
+    commit fails, the worker aborts the transaction and goes on. The records the broker had
+    acknowledged in it count failed (TRANSACTION_ABORTED), and no acknowledged figure holds
+    them: the latencies of every clock, the .hlog, the per-partition and per-broker counts
+    and records per batch cover exactly the records counted acked, which read back."""
+    out, hlog = tmp_path / "s.json", tmp_path / "run.hlog"
+    plan = FaultPlan(error=ErrorRewrite("TRANSACTION_ABORTABLE", 1.0, ("EndTxn",), limit=1), seed=2)
+    with InspectorProxy([broker.bootstrap], faults=plan) as proxy:
+        r = run(proxy.bootstrap, out, "--rate", "1000", "--duration", "2s",
+                "--transaction-duration-ms", "400", "--hdr-out", str(hlog))
+        assert proxy.snapshot().faults.get("errors_injected") == 1
+    assert "Traceback" not in r.stderr, r.stderr
+    doc, s = read_summary(out)
+    t, c = s.transactions, s.counts
+    assert t is not None and t.aborted == 1 and t.committed >= 3
+    assert c.failed_by_error.get("TRANSACTION_ABORTED", 0) > 0 and c.acked > 0
+    check_acked_figures_agree(s, hlog)
+    check_accounted_and_read_back(doc, s)
+
+
+def test_an_idempotent_run_goes_on_after_init_producer_id_is_refused_for_authorization(broker, tmp_path):
+    """``--inject-error CLUSTER_AUTHORIZATION_FAILED@InitProducerId`` on the first answer:
+    as Java's (trunk) idempotent producer, not fatal: the records held fail with the error,
+    the producer asks again and the run goes on; every record is accounted for."""
+    out = tmp_path / "s.json"
+    plan = FaultPlan(error=ErrorRewrite("CLUSTER_AUTHORIZATION_FAILED", 1.0, ("InitProducerId",), limit=1),
+                     seed=1)
+    with InspectorProxy([broker.bootstrap], faults=plan) as proxy:
+        r = run(proxy.bootstrap, out, "--rate", "1000", "--num-records", "1500",
+                "-X", "enable.idempotence=true", "-X", "acks=all")
+        assert proxy.snapshot().faults.get("errors_injected") == 1
+    assert r.returncode in (0, 1) and "Traceback" not in r.stderr, r.stderr
+    doc, s = read_summary(out)
+    c = s.counts
+    assert not s.run.workers_failed and c.acked > 1000
+    assert c.failed == c.failed_by_error.get("CLUSTER_AUTHORIZATION_FAILED", 0)
+    assert s.errors_by_name.get("CLUSTER_AUTHORIZATION_FAILED") == 1
+    check_acked_figures_agree(s)
+    check_accounted_and_read_back(doc, s)
+
+
+def test_inspect_inject_error_aborted_transactions_leave_the_summary_consistent(broker, tmp_path):
+    """Through ``kctl inspect --inject-error INVALID_PRODUCER_EPOCH:0.02`` (the CLI, in its
+    own process): Produce answers refused at random make their transactions abortable;
+    the run aborts them and goes on. The summary's figures agree with the verdicts: every
+    latency count and the .hlog equal the acked count, as do the per-partition and
+    per-broker counts; aborted records are failed TRANSACTION_ABORTED; every record is
+    accounted for and the committed ones read back."""
+    from kctl.broker import free_port
+
+    port = free_port()
+    proxy = subprocess.Popen([sys.executable, "-m", "kctl", "inspect", "--listen", f"127.0.0.1:{port}",
+                              "--upstream", broker.bootstrap, "--inject-error", "INVALID_PRODUCER_EPOCH:0.02",
+                              "--seed", "3", "--duration", "90"],
+                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    out, hlog = tmp_path / "s.json", tmp_path / "run.hlog"
+    try:
+        deadline = time.monotonic() + 20
+        while True:
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                break
+            except OSError:
+                assert time.monotonic() < deadline and proxy.poll() is None, "kctl inspect did not listen"
+                time.sleep(0.05)
+        r = run(f"127.0.0.1:{port}", out, "--rate", "1000", "--num-records", "3000",
+                "--transaction-duration-ms", "300", "--hdr-out", str(hlog))
+    finally:
+        proxy.send_signal(signal.SIGINT)
+        try:
+            _, proxy_err = proxy.communicate(timeout=20)
+        except subprocess.TimeoutExpired:
+            proxy.kill()
+            raise
+    assert "Traceback" not in r.stderr, r.stderr
+    assert "(faults: INVALID_PRODUCER_EPOCH@Produce 0.02, seed 3)" in proxy_err, proxy_err
+    doc, s = read_summary(out)
+    assert not s.run.workers_failed, r.stderr
+    t, c = s.transactions, s.counts
+    assert t is not None and t.aborted >= 1 and t.committed >= 1
+    assert c.failed_by_error.get("INVALID_PRODUCER_EPOCH", 0) >= 1
+    assert c.failed_by_error.get("TRANSACTION_ABORTED", 0) > 0 and c.acked > 0
+    check_acked_figures_agree(s, hlog)
+    check_accounted_and_read_back(doc, s)
+
+
+def test_a_stop_during_a_stalled_commit_ends_within_the_stop_grace(broker, tmp_path):
+    """Produce, AddPartitionsToTxn and EndTxn answers held 60 s mid-run, then SIGTERM while
+    the worker waits to commit: the wait ends within the stop grace (not max.block.ms, not
+    the parent's kill), the worker reports every verdict; the stalled transaction's records
+    the broker acknowledged count failed TRANSACTION_NOT_COMMITTED (its EndTxn never went
+    out), or abandoned when its EndTxn had, none acked; --verify expects exactly the
+    committed records, which read back."""
+    out = tmp_path / "s.json"
+    responses = ProduceResponses()
+    stall = FaultPlan(delay_ms=60_000, delay_apis=("Produce", "AddPartitionsToTxn", "EndTxn"))
+
+    with InspectorProxy([broker.bootstrap], on_frame=responses) as proxy:
+        def stall_then_wait(proc):
+            time.sleep(1.0)                   # a few transactions commit
+            proxy.set_faults(stall)
+            time.sleep(2.0)                   # the worker is waiting for its commit
+        started = time.monotonic()
+        _, status, err, stop_unix_ms = run_and_stop(
+            produce_args(proxy.bootstrap, out, "--rate", "1000", "--duration", "30s",
+                         "--transaction-duration-ms", "500"),
+            responses, signal.SIGTERM, stall_then_wait)
+        after_stop_s = time.time_ns() / 1e9 - stop_unix_ms / 1000
+        proxy.set_faults(None)
+    assert time.monotonic() - started < 40
+    assert status == 130, err
+    assert "no verdict in the summary" not in err and "Traceback" not in err, err
+    # The grace (5 s), then the summary and --verify; the parent's SIGKILL would come
+    # only 10 s after the stop (grace + 5 s).
+    assert after_stop_s < 9.5, f"{after_stop_s:.1f} s after the stop (grace 5 s)"
+    doc, s = read_summary(out)
+    c, t = s.counts, s.transactions
+    assert t is not None and t.committed >= 1
+    stalled = (c.failed_by_error.get("TRANSACTION_NOT_COMMITTED", 0)
+               + c.abandoned_by_reason.get("producer closed before the transaction's end was known", 0))
+    assert stalled > 0, c
+    # The records due while the worker waited for its commit, up to the stop, were
+    # scheduled too: abandoned, never handed over (the schedule's rate over the run).
+    assert c.abandoned_by_reason.get("run stopped: due, never handed to the producer", 0) > 500, c
+    assert c.scheduled >= 1000 * (stop_unix_ms - doc["run"]["start_unix_ms"]) / 1000 - 200, c
+    check_accounted_and_read_back(doc, s)
+    check_acked_figures_agree(s)

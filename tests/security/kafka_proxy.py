@@ -8,6 +8,12 @@ the parts a real broker would:
   independent implementation), and refuses anything but ApiVersions before a
   successful login, as a Kafka SASL listener does. ``server_first_hook`` may
   tamper with the SCRAM server-first-message (iterations, nonce).
+- ``session_lifetime_ms`` (KIP-368, a broker with ``connections.max.reauth.ms``):
+  SaslAuthenticate v1+ answers carry it; a request other than SaslHandshake or
+  SaslAuthenticate arriving after the session expired closes the connection
+  (``expired_closes``, the client ids); a SaslHandshake on a logged-in connection
+  is a re-authentication (``reauthentications``). SASL answers wait for the
+  answers of requests forwarded before them, as a broker answers in order.
 - ``caps`` (api key -> highest version): it advertises at most those versions and
   no flexible version at all (an old broker), and answers an ApiVersions request
   newer than it advertises with UNSUPPORTED_VERSION in the v0 layout (KIP-511).
@@ -22,6 +28,7 @@ from __future__ import annotations
 
 import socket
 import threading
+import time
 from collections.abc import Callable
 
 from scramp import ScramException, ScramMechanism
@@ -45,13 +52,17 @@ class KafkaProxy:
     def __init__(self, upstream: str, *, users: dict[str, str] | None = None,
                  mechanisms: tuple[str, ...] = MECHANISMS, caps: dict[int, int] | None = None,
                  iterations: int = 4096,
-                 server_first_hook: Callable[[str], str] | None = None) -> None:
+                 server_first_hook: Callable[[str], str] | None = None,
+                 session_lifetime_ms: int = 0) -> None:
         host, _, port = upstream.rpartition(":")
         self.upstream = (host, int(port))
         self.users = users
         self.mechanisms = mechanisms
         self.caps = caps
         self.server_first_hook = server_first_hook
+        self.session_lifetime_ms = session_lifetime_ms
+        self.expired_closes: list[str | None] = []     # client ids of connections closed
+        self.reauthentications: list[str | None] = []  # client ids, one per login again
         self._scram = {}
         if users is not None:
             for name in ("SCRAM-SHA-256", "SCRAM-SHA-512"):
@@ -99,6 +110,8 @@ class _Session:
         self.lock = threading.Lock()
         self.upstream: socket.socket | None = None
         self.pending: dict[int, tuple[int, int]] = {}
+        self.answered = threading.Condition()
+        self.expires_at: float | None = None    # time.monotonic() of the session's end
         self.authenticated = proxy.users is None
         self.mechanism: str | None = None
         self.scram_server = None
@@ -137,19 +150,26 @@ class _Session:
             self.respond(req, cls(error_code=UNSUPPORTED_VERSION, api_keys=[cls.ApiVersion(
                 api_key=API_VERSIONS, min_version=0, max_version=self.cap(API_VERSIONS))]), version=0)
             return
-        if key == SASL_HANDSHAKE and self.proxy.users is not None:
-            self.on_handshake(req)
+        if key in (SASL_HANDSHAKE, SASL_AUTHENTICATE) and self.proxy.users is not None:
+            with self.answered:     # a broker answers a connection's requests in order
+                if not self.answered.wait_for(lambda: not self.pending, timeout=10):
+                    raise OSError("upstream never answered")
+            if key == SASL_HANDSHAKE:
+                self.on_handshake(req)
+            else:
+                self.on_authenticate(req)
             return
-        if key == SASL_AUTHENTICATE and self.proxy.users is not None:
-            self.on_authenticate(req)
-            return
+        if self.expires_at is not None and time.monotonic() > self.expires_at:
+            self.proxy.expired_closes.append(req.header.client_id)
+            raise OSError("session expired")  # Kafka closes the connection (KIP-368)
         if not self.authenticated and key != API_VERSIONS:
             raise OSError("request before authentication")  # a broker closes the connection
         if self.upstream is None:
             self.upstream = socket.create_connection(self.proxy.upstream)
             self.proxy._socks.append(self.upstream)
             threading.Thread(target=self.read_upstream, daemon=True).start()
-        self.pending[req.header.correlation_id] = (key, version)
+        with self.answered:
+            self.pending[req.header.correlation_id] = (key, version)
         self.upstream.sendall(frame(raw))
 
     def cap(self, key: int) -> int:
@@ -174,7 +194,9 @@ class _Session:
 
     def on_response(self, raw: bytes) -> None:
         cid = messages.peek_correlation_id(raw)
-        key, version = self.pending.pop(cid, (None, None))
+        with self.answered:
+            key, version = self.pending.pop(cid, (None, None))
+            self.answered.notify_all()
         if key == API_VERSIONS:
             body = messages.decode_response(raw, key, version).body
             keys = []
@@ -210,6 +232,9 @@ class _Session:
                                   mechanisms=list(self.proxy.mechanisms)))
             return
         self.mechanism = mech
+        self.scram_server = None
+        if self.authenticated and self.proxy.users is not None:
+            self.proxy.reauthentications.append(req.header.client_id)
         self.respond(req, cls(error_code=0, mechanisms=list(self.proxy.mechanisms)))
 
     def fail(self, req: messages.Request) -> None:
@@ -224,7 +249,10 @@ class _Session:
         cls = messages.response_class(SASL_AUTHENTICATE)
         self.authenticated = True
         self.proxy.logins.append((self.mechanism, self.user, True))
-        self.respond(req, cls(error_code=0, auth_bytes=auth_bytes, session_lifetime_ms=0))
+        lifetime = self.proxy.session_lifetime_ms
+        if lifetime > 0 and req.header.request_api_version >= 1:
+            self.expires_at = time.monotonic() + lifetime / 1000
+        self.respond(req, cls(error_code=0, auth_bytes=auth_bytes, session_lifetime_ms=lifetime))
 
     def on_authenticate(self, req: messages.Request) -> None:
         cls = messages.response_class(SASL_AUTHENTICATE)

@@ -28,7 +28,16 @@ def certs(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("inspect-tls")
     ca = trustme.CA()
     ca.cert_pem.write_to_path(str(tmp / "ca.pem"))
-    ca.issue_cert("localhost").private_key_and_cert_chain_pem.write_to_path(str(tmp / "server.pem"))
+    server = ca.issue_cert("localhost")
+    server.private_key_and_cert_chain_pem.write_to_path(str(tmp / "server.pem"))
+    # the same key encrypted, as a Kafka engineer's key files often are
+    from cryptography.hazmat.primitives import serialization
+    key = serialization.load_pem_private_key(server.private_key_pem.bytes(), None)
+    (tmp / "server.enc.key").write_bytes(key.private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+        serialization.BestAvailableEncryption(b"s3cret")))
+    server.cert_chain_pems[0].write_to_path(str(tmp / "server.crt"))
+    (tmp / "password").write_text("s3cret\n")
     return tmp
 
 
@@ -152,8 +161,23 @@ def test_plain_client_through_the_proxy_to_a_tls_broker(tmp_path):
         tls.stop()
 
 
-def test_cli_tls_options_are_checked():
-    cases = [(["--upstream-ca", "/nonexistent"], "--upstream-tls"),
+def test_an_encrypted_listener_key_opens_with_its_password(certs):
+    from kctl.commands.inspect import _secret
+    from kctl.inspect.proxy import ListenerTls
+    password = _secret(f"@{certs / 'password'}", "--listen-tls-key-password")
+    tls = ListenerTls(str(certs / "server.crt"), str(certs / "server.enc.key"), password)
+    assert tls.context() is not None and "s3cret" not in repr(tls)
+
+
+def test_cli_tls_options_are_checked(certs):
+    enc = ["--listen-tls-cert", str(certs / "server.crt"), "--listen-tls-key", str(certs / "server.enc.key")]
+    up_enc = ["--upstream-tls", "--upstream-cert", str(certs / "server.crt"),
+              "--upstream-key", str(certs / "server.enc.key")]
+    cases = [(enc, "the key is encrypted; set --listen-tls-key-password"),
+             (up_enc, "the key is encrypted; set ssl.key.password"),
+             ([*enc, "--listen-tls-key-password", "wrong"], "does not decrypt with --listen-tls-key-password"),
+             ([*enc, "--listen-tls-key-password", "@/nonexistent"], "cannot read the secret file"),
+             (["--upstream-ca", "/nonexistent"], "--upstream-tls"),
              (["--upstream-tls", "--upstream-ca", "/nonexistent"], "ssl.ca.location"),
              (["-X", "security.protocol=SASL_SSL"], "passes SASL through"),
              (["--listen-tls-cert", "/nonexistent"], "listener certificate")]

@@ -24,6 +24,15 @@ def _decode_summary(paths, ports) -> dict:
     return json.loads(res.output)
 
 
+def _per_api(rows) -> dict[str, dict[str, int]]:
+    """analyze's errors_by_api rows as decode --summary's {API: {NAME: count}}."""
+    out: dict[str, dict[str, int]] = {}
+    for r in rows:
+        assert r["error"] not in out.get(r["api_name"], {}), r      # one row per (API, error)
+        out.setdefault(r["api_name"], {})[r["error"]] = r["count"]
+    return out
+
+
 def _table(spark, path) -> list[tuple]:
     rows = spark.read.parquet(path).collect()
     return sorted((tuple(json.dumps(v, sort_keys=True, default=str) for v in r.asDict(recursive=True).values())
@@ -58,6 +67,8 @@ def test_many_small_ranges_match_decode_summary(spark, captures, tmp_path):
                 assert math.isclose(g["latency_ms"][p], e["latency_ms"][p], rel_tol=0.01, abs_tol=0.002), (name, p)
     assert sum(g["requests"] + g["responses"] for g in got.latency) == expected["frames"]
     assert {r["error"]: r["count"] for r in got.errors} == expected["errors"]
+    assert _per_api(got.errors_by_api) == expected["errors_by_api"]
+    assert expected["errors_by_api"]["Metadata"]["UNKNOWN_TOPIC_OR_PARTITION"] >= 1
     assert "Produce" in by_api and "Fetch" in by_api
     parts = spark.read.parquet(str(tmp_path / "out" / "partitions"))
     for direction, key in (("produce", "produced"), ("fetch", "fetched")):
@@ -183,6 +194,7 @@ def test_kctl_captures_are_read_one_leg_as_decode_reads_them(spark, captures, tm
         got = json.loads(res.stdout)
         frames[leg] = json.loads(dec.stdout)["frames"]
         assert sum(r["requests"] + r["responses"] for r in got["latency"]) == frames[leg]
+        assert _per_api(got["errors_by_api"]) == json.loads(dec.stdout)["errors_by_api"], leg
     assert frames["both"] == 2 * frames["client"] > 0
     res = CliRunner().invoke(app, ["analyze", *paths, "--out", str(tmp_path / "x"), "--leg", "left"])
     assert res.exit_code != 0 and "--leg 'left'" in str(res.exception or res.output)
@@ -251,7 +263,8 @@ def test_automatic_ranges_two_per_slot_and_one_on_a_single_slot():
 
 def _damaged_captures(tmp_path) -> list[str]:
     """Captures with the damage decode reports: a record set that does not decode (CRC),
-    packets cut by the snap length, a lost segment, a malformed packet, a connection the
+    answered CORRUPT_MESSAGE, and a Produce answered UNKNOWN_TOPIC_OR_PARTITION (as every
+    Metadata answer here is), packets cut by the snap length, a lost segment, a malformed packet, a connection the
     capture begins inside, a frame the capture ends inside, a file cut inside a record."""
     import random
 
@@ -266,7 +279,9 @@ def _damaged_captures(tmp_path) -> list[str]:
             bad = bytearray(produce_request(90, "orders", {0: 4}, pad=300))
             bad[-12] ^= 0xFF                    # inside the last record: the batch's CRC fails
             c.send(bytes(bad), mss=400)
-            c.reply(produce_response(90, "orders", (0,)))
+            c.reply(produce_response(90, "orders", (0,), error_code=2), mss=400)
+            c.send(produce_request(91, "gone", {0: 2}), mss=400)
+            c.reply(produce_response(91, "gone", (0,), error_code=3), mss=400)
             _traffic(c, 4, rng, mss=400, first_corr=100)
             c.close()
         if k == 2:                              # ends inside a frame
@@ -309,6 +324,11 @@ def test_damage_is_counted_as_decode_counts_it_however_the_ranges_cut(spark, tmp
     paths = _damaged_captures(tmp_path)
     want = _decode_summary(paths, [9092])
     assert want["errors"]["RECORDS_DECODE_ERROR"] == 1
+    assert want["marks"]["request_cut"] == 1 and want["apis"]["Produce"]["latency_count"] == 23
+    # The same error name under two APIs, and a record set's error under the request's API.
+    assert want["errors_by_api"]["Produce"] == {"CORRUPT_MESSAGE": 1, "UNKNOWN_TOPIC_OR_PARTITION": 1,
+                                                "RECORDS_DECODE_ERROR": 1}
+    assert want["errors_by_api"]["Metadata"]["UNKNOWN_TOPIC_OR_PARTITION"] >= 1
     assert {"gap", "incomplete", "skipped", "malformed", "truncated"} <= set(want["notices"])
     clean = _decode_summary(paths[1:], [9092])["notices"]
     assert clean["skipped"] and clean["incomplete"]     # streams no reader breaks
@@ -317,7 +337,13 @@ def test_damage_is_counted_as_decode_counts_it_however_the_ranges_cut(spark, tmp
         res = analyze(sources(paths, [9092]), str(tmp_path / name), spark=spark, **kw)
         assert res.notices == want["notices"], name
         assert {r["error"]: r["count"] for r in res.errors} == want["errors"], name
+        assert _per_api(res.errors_by_api) == want["errors_by_api"], name
         assert sum(g["requests"] + g["responses"] for g in res.latency) == want["frames"], name
+        # Pairs as decode pairs them: responses to cut requests (one cut while the stream was
+        # resynchronising) decoded and timed from the packet that completed the request.
+        assert {g["api_name"]: (g["requests"], g["responses"], g["latency_count"])
+                for g in res.latency} == {a: (e["requests"], e["responses"], e["latency_count"])
+                                          for a, e in want["apis"].items()}, name
         repaired = {r.split(": ")[0] for r in res.repaired}
         if name == "many":
             assert res.tasks > 20 and repaired == {paths[0]}, res.repaired
@@ -332,11 +358,15 @@ def test_damage_is_counted_as_decode_counts_it_however_the_ranges_cut(spark, tmp
 
 def test_the_summary_prints_the_notices_and_json_has_them(spark, tmp_path):
     paths = _damaged_captures(tmp_path)
-    want = _decode_summary(paths, [9092])["notices"]
+    decoded = _decode_summary(paths, [9092])
+    want = decoded["notices"]
     res = CliRunner().invoke(app, ["analyze", *paths, "--out", str(tmp_path / "a"), "--json",
                                    "--port", "9092"])
     assert res.exit_code == 0, res.output
-    assert json.loads(res.stdout)["notices"] == want
+    got = json.loads(res.stdout)
+    assert got["notices"] == want
+    assert _per_api(got["errors_by_api"]) == decoded["errors_by_api"]
+    assert {r["error"]: r["count"] for r in got["errors"]} == decoded["errors"]
     res = CliRunner().invoke(app, ["analyze", *paths, "--out", str(tmp_path / "b"), "--port", "9092"])
     assert res.exit_code == 0, res.output
     assert "Notices by kind" in res.stdout and "RECORDS_DECODE_ERROR" in res.stdout
@@ -344,6 +374,10 @@ def test_the_summary_prints_the_notices_and_json_has_them(spark, tmp_path):
              if line.startswith("│")]
     for kind, n in want.items():
         assert [kind, str(n)] in cells, kind
+    assert "Errors per API" in res.stdout
+    for api, errors in decoded["errors_by_api"].items():        # api_name, error, count
+        for error, n in errors.items():
+            assert [api, error, str(n)] in cells, (api, error)
 
 
 def test_sql_nearest_rank_is_javas_hdrhistogram_rank(spark):

@@ -167,3 +167,20 @@ def test_records_without_a_verdict_are_explained_by_how_the_run_ran():
     local = no_verdict_line(120, spark=False)
     assert "Spark" not in local and "worker was ended after the stop grace" in local
     assert "the Spark job was cancelled" in no_verdict_line(120, spark=True)
+
+
+def test_a_transactional_summary_says_how_its_records_are_counted() -> None:
+    """The summary says a transaction's records count as acked at its commit and how many
+    acknowledged in transactions that never committed are failed instead."""
+    import dataclasses
+
+    from kctl.stats.latency import EMPTY_FIGURES
+    from kctl.stats.summary import TransactionTotals
+    s = _stats().summary()
+    counts = dataclasses.replace(s.counts, failed_by_error={"TRANSACTION_ABORTED": 40,
+                                                            "TRANSACTION_NOT_COMMITTED": 2})
+    s = dataclasses.replace(s, counts=counts, transactions=TransactionTotals(5, 1, EMPTY_FIGURES))
+    text = " ".join(_render(summary_renderable(s), width=200).split())
+    assert "5 committed, 1 aborted" in text
+    assert "acked at their transaction's commit" in text and "42 acknowledged in transactions that never" in text
+    assert "transaction records" not in _render(summary_renderable(_stats().summary()))
