@@ -40,6 +40,8 @@ def replay(
     import time
 
     from kctl.load.produce import ProduceOptions, execute, prepare
+    from kctl.commands.produce import interrupted_line
+    from kctl.load.stop import later_stops_hurry
     from kctl.quantities import parse_duration, parse_rate
     from kctl.topics import validate_topic_name
     from kctl.spark.replay import load_records, replay_run_factory
@@ -79,35 +81,42 @@ def replay(
         if not quiet:
             print(plain_line(stats.snapshot(time.time_ns())), flush=True)
 
-    on_event(f"replaying {count} rows of {dataset} with {n} Spark task(s)")
-    outcome = execute(plan, on_event=on_event, on_round=on_round,
-                      hdr_out=str(hdr_out) if hdr_out else None,
-                      run_factory=replay_run_factory(records, keyed=key_col is not None, master=master))
-    summary = replace(outcome.summary, config=dict(
-        outcome.summary.config, dataset=dataset, key_col=key_col, value_col=value_col,
-        value_format=value_format, record_size=None, payload="dataset",
-        keys=f"column:{key_col}" if key_col is not None else "none"))
-    if json_out:
-        json_out.write_text(json.dumps(summary.to_json(), indent=2) + "\n")
-    if (line := spark_start_line(summary)) is not None:
-        print(line)
-    print(clock_line(summary))
-    print(summary_line(summary), flush=True)
-    if outcome.result.interrupted:
-        # As kctl produce: the tasks were stopped and the summary is written, then 130.
-        err.print("interrupted: the Spark tasks were stopped; the summary covers what ran")
-        if summary.unaccounted:
-            err.print(no_verdict_line(summary.unaccounted, spark=True))   # replay runs on Spark
-        sys.exit(EXIT_INTERRUPTED)
-    if summary.verify_error is not None:
-        # As kctl produce: the summary stands; the read back failed: one line, exit 2.
-        print(f"kctl: error: {summary.verify_error}", file=sys.stderr, flush=True)
-        sys.exit(2)
-    if outcome.verify is not None:
-        v = outcome.verify
-        print(verify_line(v, acks=plan.config.acks))
-        if not v.ok:
-            sys.exit(1)
+    # A second stop shortens the stop (load/stop.py) but the summary is still written.
+    with later_stops_hurry():
+        on_event(f"replaying {count} rows of {dataset} with {n} Spark task(s)")
+        outcome = execute(plan, on_event=on_event, on_round=on_round,
+                          hdr_out=str(hdr_out) if hdr_out else None,
+                          run_factory=replay_run_factory(records, keyed=key_col is not None, master=master))
+        summary = replace(outcome.summary, config=dict(
+            outcome.summary.config, dataset=dataset, key_col=key_col, value_col=value_col,
+            value_format=value_format, record_size=None, payload="dataset",
+            keys=f"column:{key_col}" if key_col is not None else "none"))
+        if json_out:
+            json_out.write_text(json.dumps(summary.to_json(), indent=2) + "\n")
+        if (line := spark_start_line(summary)) is not None:
+            print(line)
+        print(clock_line(summary))
+        print(summary_line(summary), flush=True)
+        if outcome.result.interrupted:
+            # As kctl produce: the tasks were stopped and the summary is written, then 130.
+            if summary.verify_error is not None:
+                print(f"kctl: error: {summary.verify_error}", file=sys.stderr, flush=True)
+            if outcome.verify is not None:
+                print(verify_line(outcome.verify, acks=plan.config.acks), flush=True)
+            err.print("interrupted: the Spark tasks were stopped; the summary covers what ran"
+                      if summary.run.stopped_in == "run" else interrupted_line(summary))
+            if summary.unaccounted:
+                err.print(no_verdict_line(summary.unaccounted, spark=True))   # replay runs on Spark
+            sys.exit(EXIT_INTERRUPTED)
+        if summary.verify_error is not None:
+            # As kctl produce: the summary stands; the read back failed: one line, exit 2.
+            print(f"kctl: error: {summary.verify_error}", file=sys.stderr, flush=True)
+            sys.exit(2)
+        if outcome.verify is not None:
+            v = outcome.verify
+            print(verify_line(v, acks=plan.config.acks))
+            if not v.ok:
+                sys.exit(1)
 
 
 def register(app: typer.Typer) -> None:

@@ -50,7 +50,7 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 from kctl.errors import ConfigError, KctlError
-from kctl.load.stop import stops_held
+from kctl.load.stop import PARENT_STOPS, stops_held
 
 T = TypeVar("T")
 DEFAULT_MASTER = "local[*]"
@@ -503,12 +503,13 @@ def run_job(spark: Any, action: Callable[[], T], *, description: str = "kctl",
 def _wait_after_stop(done: threading.Event, on_stop: Callable[[], None],
                      on_wait: Callable[[], None] | None, stop_wait_s: float) -> None:
     """The stop's wait: ``on_stop``, then until the job's thread is ``done``,
-    ``stop_wait_s`` passes or a second stop (Ctrl-C, SIGTERM) comes."""
+    ``stop_wait_s`` passes or a second stop (Ctrl-C, SIGTERM: a ``KeyboardInterrupt``, or
+    ``PARENT_STOPS.again`` under load/stop.py's ``later_stops_hurry``) comes."""
     import time
     try:
         on_stop()
         deadline = time.monotonic() + stop_wait_s
-        while not done.wait(0.05) and time.monotonic() < deadline:
+        while not done.wait(0.05) and time.monotonic() < deadline and not PARENT_STOPS.again.is_set():
             if on_wait is not None:
                 on_wait()
     except KeyboardInterrupt:

@@ -317,6 +317,7 @@ class RunStats:
         self.duration_s = duration_s
         self.window_s = window_s
         self.interrupted = False   # Ctrl-C stopped the run (LoadRun says so)
+        self.stopped_in: str | None = None   # where: "set-up" (before the start), else the run
         self.transactional = transactional
         self._had_warmup = False
         self._commit_latency = new_histogram()   # every commit of the run (warm-up too)
@@ -627,7 +628,8 @@ class RunStats:
             intervals=self._measured_rounds, max_throughput=not self.open_loop,
             warmup=WarmupTotals(self._warmup_rounds, wu.records_sent, wu.records_acked,
                                 wu.records_failed, wu.bytes_sent),
-            interrupted=self.interrupted)
+            interrupted=self.interrupted,
+            stopped_in=(self.stopped_in or "run") if self.interrupted else None)
         total = metrics_sum(res, wu)
         return RunSummary(
             run=run,
