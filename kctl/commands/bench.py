@@ -130,6 +130,12 @@ def bench(
                              workload={**results.workload, "environment": results.environment})
         on_event(f"wrote {out_dir / 'results.json'}, {len(results.cells)} interval log(s) in "
                  f"{out_dir / 'hlog'}, " + ", ".join(str(p) for p in paths))
+    elif out_dir is not None and results.interrupted is not None:
+        # Stopped before any run completed: results.json still says so (no cells, which
+        # run was cut short, which never ran); there is nothing to chart.
+        out_dir.mkdir(parents=True, exist_ok=True)
+        results.write(out_dir / "results.json")
+        on_event(f"wrote {out_dir / 'results.json'} (no run completed: no charts)")
     if results.interrupted is not None:
         # What the completed runs measured is written; the gate is not judged on part of a
         # matrix; the status says the bench was cut short (cli.py: 'kctl: interrupted').

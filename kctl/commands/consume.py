@@ -26,7 +26,7 @@ def consume(
     bootstrap_server: Optional[str] = typer.Option(
         None, "-b", "--bootstrap-server", help="Brokers (host:port,...). None: start the embedded broker (then --backlog is needed to have something to read)."),
     topic: str = typer.Option("kctl-perf", "-t", "--topic", help="Topic to read."),
-    group: Optional[str] = typer.Option(None, "--group", help="Consume as this consumer group (JoinGroup/SyncGroup/Heartbeat, commits); default: assign mode, no group."),
+    group: Optional[str] = typer.Option(None, "--group", help="Consume as this consumer group (JoinGroup/SyncGroup/Heartbeat, commits; each consumer's close commits and leaves within min(30 s, request.timeout.ms), as Java's close()); default: assign mode, no group."),
     consumers: Optional[int] = typer.Option(None, "--consumers", help="Consumer processes (default: cores - 1 when the broker is on this host, else one per core; assign mode: at most one per partition)."),
     start: Optional[str] = typer.Option(None, "--from", help="beginning (default; in assign mode an -X/--consumer-config auto.offset.reset decides instead when --from is not given, as Java's assign() without a seek: latest reads only new records, none fails), end, an offset, or a time: ISO 8601, @<unix ms>, -5m. With --group the positions are the group's committed offsets (committed, the default) and this says where partitions without one start: beginning|end (committed: beginning unless -X/--consumer-config set auto.offset.reset; the Java client's own default, latest, is --from end)."),
     from_latest: bool = typer.Option(False, "--from-latest", help="perf-test's spelling of --from end."),
@@ -140,7 +140,9 @@ def consume(
     print(values, flush=True)
     if outcome.result.interrupted:
         # The summary (and --json-out, --hdr-out) are written; the status says the run was cut short.
-        err.print("interrupted: the consumers were stopped early; the summary covers what ran")
+        err.print("interrupted: stopped before the consumers started (in the set-up): nothing was read"
+                  if summary.run.stopped_in == "set-up"
+                  else "interrupted: the consumers were stopped early; the summary covers what ran")
         sys.exit(EXIT_INTERRUPTED)
     failures = outcome.result.failures
     if failures:

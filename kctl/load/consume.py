@@ -293,6 +293,8 @@ def _write_backlog(plan: ConsumePlan, bootstrap: str, on_event: Callable[[str], 
     t0 = time.monotonic()
     outcome = produce(pp)
     produce_s = time.monotonic() - t0
+    if outcome.result.interrupted:
+        raise KeyboardInterrupt     # a stop while the backlog was written: the consumers never start
     if outcome.result.failures:
         w, err = sorted(outcome.result.failures.items())[0]
         raise KctlError(f"writing the backlog failed: producer worker {w}: {err.splitlines()[0]}")
@@ -325,20 +327,64 @@ def _commit_group_start(config: ConsumerConfig, topic: str, offsets: dict[int, i
                             f"{sorted(set(result.errors.values()))}")
 
 
+@dataclass
+class _SetUpSoFar:
+    """What ``execute``'s set-up has learned, for the summary of a run stopped before its
+    common start."""
+    bootstrap: str | None = None
+    embedded: bool = False
+    partitions: int | None = None
+    consumers: int | None = None
+    started: bool = False
+
+
 def execute(plan: ConsumePlan, *, on_event: Callable[[str], None] = lambda _m: None,
             on_round: Callable[[ConsumeStats, int], None] | None = None,
             on_start: Callable[[ConsumeStats], None] | None = None,
             hdr_out: str | None = None) -> ConsumeOutcome:
+    """A stop (Ctrl-C, SIGTERM) before the consumers' common start (the embedded broker,
+    the topic's look-up, writing a --backlog, the consumers starting or joining their
+    group) ends set-up and returns an interrupted outcome whose summary has zero counts and
+    ``run.stopped_in`` "set-up"."""
+    so_far = _SetUpSoFar()
+    try:
+        return _execute(plan, so_far, on_event=on_event, on_round=on_round, on_start=on_start,
+                        hdr_out=hdr_out)
+    except KeyboardInterrupt:
+        if so_far.started:
+            raise
+        return _stopped_before_start(plan, so_far)
+
+
+def _stopped_before_start(plan: ConsumePlan, so_far: _SetUpSoFar) -> ConsumeOutcome:
+    o = plan.options
+    config = {"bootstrap": so_far.bootstrap, "embedded_broker": so_far.embedded, "topic": o.topic,
+              "partitions": so_far.partitions, "consumers": so_far.consumers, "group": o.group,
+              "duration_s": plan.duration_s, "num_records": plan.num_records, "backlog": o.backlog,
+              "verify": o.verify, "consumer": redact_properties({s.name: str(s.value) for s in plan.settings})}
+    stats = ConsumeStats(consumers=so_far.consumers or 0, start_wall_ns=time.time_ns(), config=config,
+                         mode="group" if o.group is not None else "assign")
+    stats.interrupted = True
+    stats.stopped_in = "set-up"
+    summary = stats.summary()
+    result = ConsumeResult(summary, {}, {}, True, stats)
+    return ConsumeOutcome(so_far.bootstrap or "", so_far.embedded, result, summary, None)
+
+
+def _execute(plan: ConsumePlan, so_far: _SetUpSoFar, *, on_event: Callable[[str], None],
+             on_round: Callable[[ConsumeStats, int], None] | None,
+             on_start: Callable[[ConsumeStats], None] | None, hdr_out: str | None) -> ConsumeOutcome:
     o = plan.options
     with ExitStack() as stack:
         bootstrap = _bootstrap_from(plan)
-        embedded = bootstrap is None
+        embedded = so_far.embedded = bootstrap is None
         if embedded:
             from kctl.broker import EmbeddedBroker
             broker = stack.enter_context(EmbeddedBroker())
             bootstrap = broker.bootstrap
             on_event(f"no --bootstrap-server given: started the embedded broker (Tansu) at {bootstrap}; "
                      "it stops when the run ends")
+        so_far.bootstrap = bootstrap
         config = plan.config.with_properties({"bootstrap.servers": bootstrap})
         # The topic check is asked again over a new connection while the connection breaks,
         # for at most default.api.timeout.ms (as the Java consumer's partitionsFor); so are
@@ -350,6 +396,7 @@ def execute(plan: ConsumePlan, *, on_event: Callable[[str], None] = lambda _m: N
                                     setup_timeout_s=setup_timeout_s(config.network))) as client:
             partitions = setup_retry.call(client, lambda c: _topic_partitions(c, plan), retry,
                                           what=f"looking up topic {o.topic!r}")
+        so_far.partitions = len(partitions)
         backlog = _write_backlog(plan, bootstrap, on_event) if o.backlog is not None else None
         group = o.group is not None
         consumers = plan.consumers.count
@@ -381,8 +428,10 @@ def execute(plan: ConsumePlan, *, on_event: Callable[[str], None] = lambda _m: N
             "warmup_s": plan.warmup_s, "backlog": o.backlog, "verify": o.verify,
             "consumer": redact_properties({**{s.name: str(s.value) for s in plan.settings},
                                            "bootstrap.servers": bootstrap})}
+        so_far.consumers = consumers
         run = ConsumeRun(spec, config_for_summary=summary_config, hdr_out=hdr_out, on_round=on_round)
         run.start()
+        so_far.started = True
         stats = run.begin()
         if backlog is not None and o.clock_peer is None:
             stats.clock = SAME_HOST   # the backlog was written from this host

@@ -38,7 +38,8 @@ How this works
    a partition per range would only add tasks to every job after the decode.
 
 6. Summaries, in Spark SQL over those tables: latency percentiles per API (exact nearest
-   rank, as Java's HdrHistogram ranks), throughput per topic per time bucket, top clients by
+   rank, as Java's HdrHistogram ranks, then given as decode's histogram gives that rank:
+   kctl/percentiles.py ``bucket_latency_ms``), throughput per topic per time bucket, top clients by
    bytes, errors per (API, error name) and their totals by name, notices by kind. Counting
    follows ``kctl decode --summary`` (an error under the API of the row that carried it,
    ``unmatched`` for a response whose request no reader saw).
@@ -58,7 +59,7 @@ from kctl.inspect.ranges import (
     DEFAULT_LOOKBACK_BYTES, CaptureIndex, CaptureRange, RangeDecoder, check_coverage,
     index_capture,
 )
-from kctl.percentiles import requested_percentile
+from kctl.percentiles import bucket_latency_ms, requested_percentile
 from kctl.spark import capture_rows as rows_
 from kctl.spark.storage import CaptureFile, locate, open_at
 
@@ -418,7 +419,8 @@ def percentile_columns(rank: str = "rn", count: str = "n", value: str = "latency
     (and kctl decode --summary) defines it, the ``value`` of rank max(1, ceil(p' * n / 100))
     in ascending order of the ``count`` values (``rank``: their row_number), p' the
     percentile one ulp lower (kctl/percentiles.py: the same doubles in the same order, the
-    nudged percentile a double literal); no interpolation."""
+    nudged percentile a double literal); no interpolation. The driver then turns each
+    rank's latency into decode's figure (``bucket_latency_ms``)."""
     return ", ".join(f"max(CASE WHEN {value} IS NOT NULL AND "
                      f"{rank} = greatest(1, ceil({requested_percentile(p)!r}D * {count} / 100D)) "
                      f"THEN {value} END) AS p{i}" for i, p in enumerate(PERCENTILES))
@@ -474,6 +476,12 @@ def _write_and_summarise(spark: Any, requests: Any, partitions: Any, repair_noti
     for r in lat:
         total_rows += r.pop("rows")
         p = [r.pop(f"p{i}") for i in range(len(PERCENTILES))]
+        if r["latency_count"]:
+            # Each rank's exact latency as decode --summary's histogram gives it (one rule,
+            # kctl/percentiles.py): its µs bucket's highest value, capped at the largest
+            # latency (p100, exact; ns back from the ms double exactly).
+            max_ns = round(p[-1] * 1e6)
+            p = [bucket_latency_ms(round(v * 1e6), max_ns) for v in p]
         mean = r.pop("latency_mean")
         r["latency_ms"] = ({f"p{q:g}": v for q, v in zip(PERCENTILES, p)} | {"mean": mean}
                            if r["latency_count"] else None)
