@@ -11,11 +11,13 @@ from tests.test_cli_habits import run_main
 
 @pytest.fixture
 def no_spark(monkeypatch):
-    import kctl.spark.session as session
+    import kctl.spark.replay as replay    # imported first: its module-level import of
+    import kctl.spark.session as session  # spark_session must bind the real one, not the stub
 
     def refuse(*_a, **_k):
         raise AssertionError("Spark started before the options were checked")
     monkeypatch.setattr(session, "spark_session", refuse)
+    monkeypatch.setattr(replay, "spark_session", refuse)
 
 
 @pytest.fixture
