@@ -140,7 +140,7 @@ def main() -> None:
             for master in ("local[1]", "local[2]"):
                 out = work / master.replace("[", "").replace("]", "")
                 t, text = timed(["analyze", str(path), "--port", str(port), "--out", str(out),
-                                 "--master", master, "--json"])
+                                 "--master", master, "--json", "--overwrite"])
                 times[master] = min(t, times.get(master, t))
                 results[master] = json.loads(text) | {"dir": str(out)}
         # Start-up and fixed costs: the same command on the capture's first packets only.
@@ -149,7 +149,7 @@ def main() -> None:
         startup: dict[str, float] = {}
         for master in ("local[1]", "local[2]"):
             startup[master] = timed(["analyze", str(head), "--port", str(port), "--out",
-                                     str(work / "head-out"), "--master", master, "--json"])[0]
+                                     str(work / "head-out"), "--master", master, "--json", "--overwrite"])[0]
         summary = json.loads(timed(["decode", str(path), "--port", str(port), "--summary", "--json"])[1])
         if not a.no_cluster:
             from tests.spark.standalone import StandaloneCluster

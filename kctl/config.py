@@ -271,13 +271,13 @@ def parse_properties(text: str, source: str = "<properties>") -> list[Setting]:
     return settings
 
 
-def load_properties_file(path: str | Path) -> list[Setting]:
-    """Read a ``.properties`` file; errors name the file."""
+def load_properties_file(path: str | Path, what: str = "producer") -> list[Setting]:
+    """Read a ``.properties`` file; errors name the file (``what``: whose properties it holds)."""
     path = Path(path)
     try:
         data = path.read_bytes()
     except OSError as exc:
-        raise ConfigError(f"cannot read producer properties file {str(path)!r}: {exc.strerror}") from None
+        raise ConfigError(f"cannot read {what} properties file {str(path)!r}: {exc.strerror}") from None
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError:

@@ -512,7 +512,7 @@ class ConsumerConfig:
         """Properties files in order, then ``-X name=value`` overrides."""
         settings: list[Setting] = []
         for path in files:
-            settings.extend(load_properties_file(path))
+            settings.extend(load_properties_file(path, what="consumer"))
         settings.extend(parse_assignment(text, what="consumer") for text in overrides)
         return cls.from_settings(settings)
 

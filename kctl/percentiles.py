@@ -19,18 +19,59 @@ a whole number plus rounding error. Python's ``hdrh`` rounds half up instead
 (``int(p/100 * n + 0.5)``): p99 of 5999 values is the 5939th for hdrh, the 5940th for Java.
 kafka-producer-perf-test's ``sorted[(int)(n * p)]`` is the ceil rank too.
 
+Request latencies of a capture (``kctl decode --summary``, ``kctl inspect``'s summary,
+``kctl analyze``) follow one rule, so the three give the same figures for the same traffic:
+a latency is recorded as whole microseconds rounded UP (``latency_us``: 1 µs to 1 h) in
+an HdrHistogram of 3 significant digits; a percentile is the highest equivalent value of
+the bucket of its rank's latency (Java's ``getValueAtPercentile``), capped at the largest
+latency measured, exact (``bucket_latency_ms``). Rounding up makes the cap the only thing
+between a bucket value and its latency: the top rank's figure is the largest latency
+itself, so ``p100 == max`` (one sample: every percentile is it). decode and inspect get
+there through their histograms (``capped_percentiles``); analyze ranks the exact latencies
+in Spark SQL and turns each rank's latency into the same figure with ``bucket_latency_ms``.
+
 This module imports only ``hdrh``: ``kctl decode``/``inspect`` use it without loading the
 engine (kctl.stats would).
 """
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Iterable
 
 from hdrh.histogram import HdrHistogram
 
-__all__ = ["count_at_percentile", "requested_percentile", "value_at_percentile", "values_at_counts", "values_at_percentiles"]
+__all__ = ["LATENCY_MAX_US", "bucket_latency_ms", "count_at_percentile", "latency_histogram", "latency_us",
+           "requested_percentile", "value_at_percentile", "values_at_counts", "values_at_percentiles"]
+
+#: A capture's request latencies: whole µs from 1 µs to an hour, 3 significant digits.
+LATENCY_MAX_US = 3_600 * 1_000_000
+
+
+def latency_histogram() -> HdrHistogram:
+    """An empty histogram of request latencies (µs, 3 significant digits)."""
+    return HdrHistogram(1, LATENCY_MAX_US, 3)
+
+
+def latency_us(latency_ns: int) -> int:
+    """What a latency histogram records for ``latency_ns``: microseconds rounded up (the
+    bucket's highest value is then never below the latency), within 1 µs .. 1 h."""
+    return min(max(1, -(-latency_ns // 1000)), LATENCY_MAX_US)
+
+
+@functools.cache
+def _latency_shape() -> HdrHistogram:
+    return latency_histogram()
+
+
+def bucket_latency_ms(latency_ns: int, max_ns: int) -> float:
+    """The figure (ms) a latency histogram gives for the rank ``latency_ns`` holds: the
+    highest equivalent value of ``latency_us``'s bucket, capped at the largest latency
+    measured, ``max_ns``; the same float ``capped_percentiles(..., unit_ns=1_000_000)``
+    gives. ``kctl analyze`` applies it to the exact latency of each percentile's rank."""
+    highest = _latency_shape().get_highest_equivalent_value(latency_us(latency_ns))
+    return min(highest / 1000, max_ns / 1_000_000)
 
 
 def requested_percentile(percentile: float) -> float:

@@ -81,3 +81,33 @@ def test_one_walk_answers_many_percentiles_as_each_alone():
                 assert together[p] == edges[count_at_percentile(p, n) - 1], (n, p)
         low = values_at_counts(h, [1, n], highest=False)
         assert low[1] == h.get_lowest_equivalent_value(min(values))
+
+
+def test_a_capture_latency_rank_reads_the_same_from_a_histogram_and_exactly():
+    """One rule for decode/inspect (histogram of rounded-up µs, capped at the exact max)
+    and analyze (exact latencies ranked, then ``bucket_latency_ms``): the same float for
+    every percentile, and the top rank is the max itself."""
+    from kctl.inspect.summary import PERCENTILES, capped_percentiles
+    from kctl.percentiles import bucket_latency_ms, latency_histogram, latency_us
+    rng = random.Random(7)
+    for n in (1, 2, 7, 101, 5999):
+        lat = sorted(rng.choice((rng.randrange(1, 5_000), rng.randrange(1_000, 50_000_000),
+                                 rng.randrange(1_000_000, 40_000_000_000))) for _ in range(n))
+        h = latency_histogram()
+        for x in lat:
+            h.record_value(latency_us(x))
+        top = lat[-1]
+        from_hist = capped_percentiles(h, PERCENTILES, top, unit_ns=1_000_000)
+        exact = {p: bucket_latency_ms(lat[count_at_percentile(p, n) - 1], top) for p in PERCENTILES}
+        assert from_hist == exact, n
+        assert exact[100.0] == top / 1e6
+
+
+def test_one_latency_is_every_percentile_and_the_max():
+    """One CreateTopics of 2.0779 ms: p50 = p100 = max = 2.0779 (before: whole µs rounded
+    down put it in the 2076-2077 µs bucket, p50 2.077 beside a max of 2.078)."""
+    from kctl.inspect.summary import ApiStats
+    a = ApiStats()
+    a.record_latency(2_077_900)
+    lat = a.to_dict()["latency_ms"]
+    assert lat["p50"] == lat["p99"] == lat["p100"] == lat["max"] == 2.0779 == lat["mean"]

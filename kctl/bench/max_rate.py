@@ -52,7 +52,7 @@ _PERCENTILES = {"p50": "p50_ms", "p90": "p90_ms", "p95": "p95_ms", "p99": "p99_m
                 "mean": "mean_ms"}
 _SLO = re.compile(r"\s*(?:(?P<clock>[a-z][a-z0-9]*)[.:])?(?P<pct>p[0-9.]+|max|mean)\s*<\s*(?P<num>[0-9.]+)\s*"
                   r"(?P<unit>ns|us|µs|ms|s)?\s*")
-_UNIT_MS = {"ns": 1e-6, "us": 1e-3, "µs": 1e-3, "ms": 1.0, "s": 1000.0, None: 1.0}
+_UNIT_MS = {"ns": 1e-6, "us": 1e-3, "µs": 1e-3, "ms": 1.0, "s": 1000.0}
 
 
 @dataclass(frozen=True)
@@ -83,6 +83,9 @@ def parse_slo(text: str) -> Slo:
     if not m or m.group("pct") not in _PERCENTILES:
         raise ConfigError(f"--slo {text!r}: expected [clock.]percentile<bound, e.g. p99<50ms or e2e.p99.9<200ms "
                           f"(clocks: {', '.join(CLOCKS)}; percentiles: p50 p90 p95 p99 p99.9 p99.99 max mean)")
+    if m.group("unit") is None:
+        raise ConfigError(f"--slo {text!r}: give the bound's unit (ns, us, ms or s), e.g. "
+                          f"{m.group('pct')}<{m.group('num')}ms")
     clock = m.group("clock") or "intended"
     if clock not in CLOCKS:
         raise ConfigError(f"--slo {text!r}: unknown clock {clock!r} (one of {', '.join(CLOCKS)})")

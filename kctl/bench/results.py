@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import json
 import statistics
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -29,7 +29,7 @@ from hdrh.histogram import HdrHistogram
 
 from kctl.errors import ConfigError
 from kctl.percentiles import value_at_percentile, values_at_percentiles
-from kctl.stats.hlog import LoggedInterval, read_interval_log
+from kctl.stats.hlog import HlogDamaged, LoggedInterval, read_interval_log
 from kctl.stats.latency import EMPTY_FIGURES, decode_histogram, encode_histogram, new_histogram
 from kctl.stats.summary import RunSummary
 
@@ -327,10 +327,24 @@ def _read_json(p: Path) -> Any:
         raise ConfigError(f"cannot read {p}: {e}") from None
 
 
-def load_run(path: str | Path, *, hlog_unit: str = "us") -> list[CellResult]:
+#: The first bytes of files report is often handed by mistake, and what reads them.
+_FOREIGN_MAGIC = {
+    b"\x0a\x0d\x0d\x0a": "a pcapng capture (kctl decode reads those)",
+    b"\xd4\xc3\xb2\xa1": "a pcap capture (kctl decode reads those)",
+    b"\xa1\xb2\xc3\xd4": "a pcap capture (kctl decode reads those)",
+    b"\x4d\x3c\xb2\xa1": "a pcap capture (kctl decode reads those)",
+    b"\xa1\xb2\x3c\x4d": "a pcap capture (kctl decode reads those)",
+    b"PAR1": "a Parquet file (kctl analyze writes those; kctl replay reads them)",
+}
+
+
+def load_run(path: str | Path, *, hlog_unit: str = "us",
+             on_warning: Callable[[str], None] | None = None) -> list[CellResult]:
     """The cells of one earlier run: a bench ``results.json`` (or its directory), a
     ``kctl produce`` summary JSON, or an HdrHistogram interval log (values in
-    ``hlog_unit``: kctl writes microseconds; other tools often nanoseconds)."""
+    ``hlog_unit``: kctl writes microseconds; other tools often nanoseconds). An interval
+    log cut short in its last line gives the whole intervals before it, said through
+    ``on_warning`` (without it, the log is refused)."""
     p = Path(path)
     if p.is_dir():
         if not (p / "results.json").exists() and (p / "max-rate.json").exists():
@@ -342,7 +356,12 @@ def load_run(path: str | Path, *, hlog_unit: str = "us") -> list[CellResult]:
         raise ConfigError(f"{path}: no such file ({_READS})")
     if hlog_unit not in _UNIT_MS:
         raise ConfigError(f"--hlog-unit must be one of {', '.join(_UNIT_MS)}, not {hlog_unit!r}")
-    head = p.read_bytes()[:4096].lstrip()
+    with open(p, "rb") as f:
+        head = f.read(4096)
+    foreign = _FOREIGN_MAGIC.get(head[:4])
+    if foreign is not None:
+        raise ConfigError(f"{p}: not a kctl summary, .hlog or bench directory: looks like {foreign}")
+    head = head.lstrip()
     if head.startswith(b"{"):
         doc = _read_json(p)
         schema = doc.get("schema") if isinstance(doc, dict) else None
@@ -372,6 +391,16 @@ def load_run(path: str | Path, *, hlog_unit: str = "us") -> list[CellResult]:
                           "nor a kctl produce summary")
     try:
         intervals = read_interval_log(p)
+    except UnicodeDecodeError:
+        raise ConfigError(f"{p}: not a kctl summary, .hlog or bench directory: not text ({_READS})") from None
+    except HlogDamaged as d:
+        if not (d.last and d.before and on_warning is not None):
+            raise ConfigError(f"{p}: a damaged HdrHistogram interval log: line {d.line} cannot be read "
+                              f"({type(d.error).__name__}: {d.error}); {len(d.before)} whole interval(s) "
+                              "before it") from None
+        on_warning(f"{p}: the log is cut short at line {d.line} (its last interval cannot be "
+                   f"read); reporting the {len(d.before)} whole interval(s) before it")
+        intervals = d.before
     except Exception as e:  # hdrh raises assorted errors on foreign input
         raise ConfigError(f"{p}: not an HdrHistogram interval log ({type(e).__name__}: {e})") from None
     if not intervals:

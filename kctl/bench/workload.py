@@ -210,6 +210,9 @@ def _workload_from_table(t: Mapping[str, Any], src: str) -> dict[str, Any]:
 
 def load_workload(path: str | Path) -> Workload:
     p = Path(path)
+    if p.is_dir():
+        raise ConfigError(f"workload file {p}: a directory; bench reads a TOML workload file "
+                          "(e.g. examples/bench.toml)")
     try:
         data = tomllib.loads(p.read_text(encoding="utf-8"))
     except FileNotFoundError:

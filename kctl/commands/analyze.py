@@ -74,16 +74,26 @@ def analyze(
     bucket: str = typer.Option("1s", "--bucket", help="Length of a throughput bucket: 500ms, 1s, 1m."),
     top: int = typer.Option(10, "--top", help="Top clients shown."),
     json_out: bool = typer.Option(False, "--json", help="Print the summaries as one JSON object."),
+    overwrite: bool = typer.Option(False, "--overwrite", help="Replace the tables an earlier analyze left in --out "
+                                   "(without it, an --out that holds requests/ or partitions/ is refused)."),
 ) -> None:
     """Decode captures in parallel on Spark into Parquet; print latency, throughput, client, error and damage (notice) summaries."""
     from kctl.inspect.legs import LEG_CHOICES
     from kctl.inspect.traffic import no_kafka_traffic, tcp_port_bytes
     from kctl.quantities import parse_duration
     from kctl.spark.analyze import analyze as run_analyze
-    from kctl.spark.session import exit_now, require_pyspark, spark_session
+    from kctl.spark.session import check_master, exit_now, require_pyspark, spark_session
     from kctl.spark.storage import open_at
     from kctl.ui.console import stderr_console
+    check_master(master)
+    if top < 1:
+        raise ConfigError(f"--top must be at least 1, not {top}")
     check_outputs(dirs={"--out": out_dir})
+    if not overwrite:
+        from kctl.spark.storage import existing_tables
+        if found := existing_tables(out_dir, ("requests", "partitions")):
+            raise ConfigError(f"--out {out_dir}: already holds {' and '.join(t + '/' for t in found)} "
+                              "(an earlier analyze?): give --overwrite to replace them, or another --out")
     bucket_s = parse_duration(bucket, "--bucket")
     if bucket_s <= 0:
         raise ConfigError(f"--bucket must be longer than 0, not {bucket!r}")
@@ -93,7 +103,8 @@ def analyze(
     captures = [_source(f, port, leg) for f in files]
     spark = spark_session(master, app_name="kctl analyze", end_at_exit=True)
     res = run_analyze(captures, out_dir, spark=spark,
-                      range_bytes=split_mb << 20 if split_mb else None, bucket_s=bucket_s, top=top)
+                      range_bytes=split_mb << 20 if split_mb else None, bucket_s=bucket_s, top=top,
+                      write_mode="overwrite" if overwrite else "errorifexists")
     err = stderr_console(highlight=False)
     for d in res.damaged:
         err.print(f"kctl analyze: {d}; the frames before it are analyzed", markup=False)

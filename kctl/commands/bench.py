@@ -51,7 +51,7 @@ def bench(
     precision: str = typer.Option("5%", "--precision", help="--find-max-rate: stop when the bracket is this narrow (relative to the rate found)."),
     out_dir: Optional[Path] = typer.Option(None, "--out", help="Write results.json, hlog/<cell>.hlog, PNG charts and report.html here."),
     baseline: Optional[Path] = typer.Option(None, "--baseline", help="results.json of an earlier run: fail on a regression."),
-    max_regression: str = typer.Option(DEFAULT_MAX_REGRESSION, "--max-regression", help="Bounds per metric beyond the repetitions' spread: N%, Nms or N%+Nms."),
+    max_regression: Optional[str] = typer.Option(None, "--max-regression", help="With --baseline: bounds per metric beyond the repetitions' spread: N%, Nms or N%+Nms (default: " + DEFAULT_MAX_REGRESSION + ")."),
     junit_xml: Optional[Path] = typer.Option(None, "--junit-xml", help="Write the gate's checks as JUnit XML (with --baseline)."),
     quiet: bool = typer.Option(False, "--quiet", help="Print only the table (and the gate)."),
 ) -> None:
@@ -85,7 +85,11 @@ def bench(
         properties=(base.properties + extra) if extra else None)
     if junit_xml and not baseline:
         raise ConfigError("--junit-xml reports the regression gate: give --baseline too")
-    parse_bounds(max_regression)
+    if max_regression is not None:
+        parse_bounds(max_regression)
+        if baseline is None:
+            raise ConfigError("--max-regression bounds the regression gate: give --baseline too")
+    max_regression = max_regression or DEFAULT_MAX_REGRESSION
     # A bad baseline fails before the runs, not after them.
     gate_baseline = load_baseline(baseline) if baseline is not None else None
 
@@ -126,6 +130,12 @@ def bench(
                              workload={**results.workload, "environment": results.environment})
         on_event(f"wrote {out_dir / 'results.json'}, {len(results.cells)} interval log(s) in "
                  f"{out_dir / 'hlog'}, " + ", ".join(str(p) for p in paths))
+    elif out_dir is not None and results.interrupted is not None:
+        # Stopped before any run completed: results.json still says so (no cells, which
+        # run was cut short, which never ran); there is nothing to chart.
+        out_dir.mkdir(parents=True, exist_ok=True)
+        results.write(out_dir / "results.json")
+        on_event(f"wrote {out_dir / 'results.json'} (no run completed: no charts)")
     if results.interrupted is not None:
         # What the completed runs measured is written; the gate is not judged on part of a
         # matrix; the status says the bench was cut short (cli.py: 'kctl: interrupted').

@@ -26,7 +26,7 @@ def consume(
     bootstrap_server: Optional[str] = typer.Option(
         None, "-b", "--bootstrap-server", help="Brokers (host:port,...). None: start the embedded broker (then --backlog is needed to have something to read)."),
     topic: str = typer.Option("kctl-perf", "-t", "--topic", help="Topic to read."),
-    group: Optional[str] = typer.Option(None, "--group", help="Consume as this consumer group (JoinGroup/SyncGroup/Heartbeat, commits); default: assign mode, no group."),
+    group: Optional[str] = typer.Option(None, "--group", help="Consume as this consumer group (JoinGroup/SyncGroup/Heartbeat, commits; each consumer's close commits and leaves within min(30 s, request.timeout.ms), as Java's close()); default: assign mode, no group."),
     consumers: Optional[int] = typer.Option(None, "--consumers", help="Consumer processes (default: cores - 1 when the broker is on this host, else one per core; assign mode: at most one per partition)."),
     start: Optional[str] = typer.Option(None, "--from", help="beginning (default; in assign mode an -X/--consumer-config auto.offset.reset decides instead when --from is not given, as Java's assign() without a seek: latest reads only new records, none fails), end, an offset, or a time: ISO 8601, @<unix ms>, -5m. With --group the positions are the group's committed offsets (committed, the default) and this says where partitions without one start: beginning|end (committed: beginning unless -X/--consumer-config set auto.offset.reset; the Java client's own default, latest, is --from end)."),
     from_latest: bool = typer.Option(False, "--from-latest", help="perf-test's spelling of --from end."),
@@ -41,8 +41,8 @@ def consume(
     interval: str = typer.Option("1s", "--interval", help="Time between interval reports."),
     verify: bool = typer.Option(False, "--verify", help="Check what was read: against the backlog's acknowledgements with --backlog, else each producer worker's sequence numbers (lost, duplicated, reordered), expected only where the read covers them in every partition: a partial read (--from an offset, --num-records) checks what it read."),
     backlog: Optional[int] = typer.Option(None, "--backlog", help="Write N records first (kctl produce's load path), then time the consumers reading all of them: from their common start (joined, at their positions, no Fetch before it) to the last partition's end. Unlike OMB's backlog test, nothing is written during the drain (OMB's producers keep writing, and it ends at backlogDrainRatio)."),
-    record_size: int = typer.Option(100, "--record-size", help="Value size of --backlog records."),
-    partitions: int = typer.Option(6, "--partitions", help="Partitions of a topic --backlog creates."),
+    record_size: Optional[int] = typer.Option(None, "--record-size", help="Value size of --backlog records (default 100; only with --backlog)."),
+    partitions: Optional[int] = typer.Option(None, "--partitions", help="Partitions of a topic --backlog creates (default 6; only with --backlog)."),
     clock_peer: Optional[str] = typer.Option(None, "--clock-peer", help="host:port of 'kctl produce --clock-server' on the producers' host: measure and report the clock offset for e2e."),
     hdr_out: Optional[Path] = typer.Option(None, "--hdr-out", help="Write the HdrHistogram interval log (.hlog, tag e2e)."),
     json_out: Optional[Path] = typer.Option(None, "--json-out", help="Write the summary JSON."),
@@ -52,7 +52,7 @@ def consume(
 
     Assign mode by default (each consumer takes its share of the partitions), or a consumer
     group with --group. The last two lines on stdout are kafka-consumer-perf-test's header
-    and values line (after the e2e, backlog, verify and WARNING lines).
+    and values line (after the e2e, backlog and verify lines; WARNING lines go to stderr).
     """
     check_outputs(files={"--hdr-out": hdr_out, "--json-out": json_out})
     if from_latest:
@@ -126,12 +126,13 @@ def consume(
         v = outcome.verify   # before perf-test's two lines, which stay last (scripts take tail -1)
         print(f"verify: {v.expected} expected, {v.found} found, {v.lost} lost, {v.duplicated} duplicated, "
               f"{v.reordered} reordered, {v.misplaced} misplaced")
+    # Warnings go to stderr (perf-test prints its WARNING on stdout; kctl keeps stdout for figures).
     past = past_log_end(summary)
     if past:
-        print(past)   # stdout, with the WARNING below
+        err.print(past, highlight=False, markup=False)
     short = short_of_num_records(plan, outcome)
     if short:
-        print(short)   # stdout, before the last two lines, as perf-test's WARNING
+        err.print(short, highlight=False, markup=False)
     for failed in summary.failed_commits:
         err.print(failed.warning(), highlight=False)
     header, values = perf_test_lines(summary, outcome.result.perf_test_times())
@@ -139,7 +140,9 @@ def consume(
     print(values, flush=True)
     if outcome.result.interrupted:
         # The summary (and --json-out, --hdr-out) are written; the status says the run was cut short.
-        err.print("interrupted: the consumers were stopped early; the summary covers what ran")
+        err.print("interrupted: stopped before the consumers started (in the set-up): nothing was read"
+                  if summary.run.stopped_in == "set-up"
+                  else "interrupted: the consumers were stopped early; the summary covers what ran")
         sys.exit(EXIT_INTERRUPTED)
     failures = outcome.result.failures
     if failures:

@@ -7,6 +7,7 @@ import sys
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Optional
 
 import typer
 from rich.console import Console
@@ -92,8 +93,9 @@ def decode(
                                  "(transaction COMMIT/ABORT markers) are left out, as consumers "
                                  "and kcat do (--summary counts them); a record set or frame whose "
                                  "records cannot be read is named in a '#' line on stderr."),
-    fmt: str = typer.Option(report.DEFAULT_RECORD_FORMAT, "--format", "-f",
-                            help="Record format with --records (kcat-like: %t %p %o %k %s %K %S %T %h)."),
+    fmt: Optional[str] = typer.Option(None, "--format", "-f",
+                                      help="Record format with --records (kcat-like: %t %p %o %k %s %K %S %T %h %%; "
+                                           f"default {report.DEFAULT_RECORD_FORMAT!r}); another %-letter is refused."),
     api: list[str] = typer.Option([], "--api", help="Only these APIs (name or key, repeatable; a key kctl's schema does not know is refused); with --hex: the response's API."),
     topic: list[str] = typer.Option([], "--topic", "-t", help="Only frames that mention this topic (repeatable; a topic id is matched by the name the capture's Metadata gave it)."),
     client_id: list[str] = typer.Option([], "--client-id", help="Only this client id (repeatable)."),
@@ -101,10 +103,13 @@ def decode(
     errors_only: bool = typer.Option(False, "--errors-only", help="Only frames with non-zero error codes or decode errors."),
     summary: bool = typer.Option(False, "--summary", help="Totals per API, topic/partition, errors per API and throttling."),
     hex_in: bool = typer.Option(False, "--hex", help="Decode one frame given as hex on stdin."),
-    size_prefix: bool = typer.Option(
-        None, "--size-prefix/--no-size-prefix", show_default=False,
+    with_prefix: bool = typer.Option(
+        False, "--size-prefix", show_default=False,
         help="With --hex: the hex begins with the frame's 4-byte size (which must match the "
-             "bytes after it), or it does not. Default: hex whose first 4 bytes equal the "
+             "bytes after it)."),
+    without_prefix: bool = typer.Option(
+        False, "--no-size-prefix", show_default=False,
+        help="With --hex: the hex does not begin with the frame's size. Default (neither): hex whose first 4 bytes equal the "
              "length of the rest is read both ways (a response whose correlation id is its "
              "length minus 4 looks the same) and the reading that decodes wholly is shown "
              "(the size-prefixed one when both do, with a note on stderr); other hex has no prefix."),
@@ -125,6 +130,19 @@ def decode(
     out = stdout_console(highlight=False)
     err = stderr_console(highlight=False)
     api_keys = _api_keys(api)
+    if with_prefix and without_prefix:
+        raise ConfigError("give --size-prefix or --no-size-prefix, not both")
+    size_prefix = True if with_prefix else False if without_prefix else None
+    if fmt is not None:
+        if not records:
+            raise ConfigError("--format/-f formats the records --records prints: add --records")
+        report.check_record_format(fmt, "--format")
+    fmt = fmt if fmt is not None else report.DEFAULT_RECORD_FORMAT
+    if records and summary:
+        raise ConfigError("give --records (each record) or --summary (the totals), not both")
+    if hex_in and files:
+        raise ConfigError("--hex decodes one frame read as hex from stdin: give no capture files "
+                          "with it (or drop --hex to decode the captures)")
 
     if hex_in:
         _decode_hex(api_keys, api_version, json_out, verbose, records, fmt, out, err,
@@ -140,7 +158,11 @@ def decode(
         raise ConfigError("give capture files to decode ('-' for stdin; or --hex with a frame on stdin)")
     if leg is not None and leg not in LEG_CHOICES:
         raise ConfigError(f"--leg {leg!r}: expected client, upstream or both")
-    files = _stdin_as_file(files, port)
+    files, spool = _stdin_as_file(files, port)
+
+    def shown(text: str) -> str:
+        """Messages name stdin, not the temporary file kctl keeps it in."""
+        return text.replace(spool, "stdin") if spool else text
     plans = [_plan(path, port, leg) for path in files]
     client_ids = set(client_id)
     topics = set(topic)
@@ -167,7 +189,7 @@ def decode(
                 # undecodable, a gap, TLS): Kafka's port, so not "no Kafka traffic".
                 stream_notices += 1
             if not summ:
-                err.print(f"# {item}", markup=False)
+                err.print(shown(f"# {item}"), markup=False)
             continue
         f: DecodedFrame = item
         found += 1
@@ -186,7 +208,8 @@ def decode(
             continue
         _emit(f, json_out, verbose, records, fmt, topics, out, err)
 
-    if summ is not None:
+    if summ is not None and (found or not failures):
+        # (Not when the one capture could not be read at all: just the error, no empty table.)
         s = summ.to_dict()
         if json_out:
             _line(out, report.dumps(s))
@@ -194,10 +217,10 @@ def decode(
             for t in _summary_tables(s):
                 out.print(t)
     if not found and not failures and not stream_notices:
-        err.print(no_kafka_traffic("decode", files, {p for plan in plans for p in plan.ports},
+        err.print(shown(no_kafka_traffic("decode", files, {p for plan in plans for p in plan.ports},
                                    auto="auto" in port,
                                    auto_found=any(plan.auto_found for plan in plans),
-                                   seen=tcp_port_bytes(files)), markup=False)
+                                   seen=tcp_port_bytes(files))), markup=False)
         raise typer.Exit(1)
     if failures:
         # One line: the file, the file offset of the damage and what it is (the first
@@ -205,7 +228,7 @@ def decode(
         first = failures[0]
         where = first.file if first.offset is None else f"{first.file}, file offset {first.offset}"
         more = f" (and {len(failures) - 1} more)" if len(failures) > 1 else ""
-        raise RemoteProtocolError(f"{where}: {first.message}{more}")
+        raise RemoteProtocolError(shown(f"{where}: {first.message}{more}"))
 
 
 def _summary_tables(s: dict) -> list:
@@ -251,17 +274,25 @@ def _line(out: Console, text: str) -> None:
 def _decode_hex(api_keys: set[int], version: int | None, json_out: bool, verbose: bool,
                 records: bool, fmt: str, out: Console, err: Console, size_prefix: bool | None,
                 show_secrets: bool = False) -> None:
+    if len(api_keys) > 1:
+        raise ConfigError("--hex takes at most one --api")
+    key = next(iter(api_keys), None)
+    if key is None and version is not None:
+        raise ConfigError("--api-version goes with --api (a response's API): a request names its "
+                          "own version in its header")
+    if key is not None:
+        if version is None:
+            raise ConfigError("--hex with --api (a response) needs --api-version")
+        info = API_BY_KEY[key]
+        if not info.min_version <= version <= info.max_version:
+            raise ConfigError(f"--api-version {version}: {info.name} has versions "
+                              f"{info.min_version}-{info.max_version} in kctl's schema")
+    # The options are checked above, before stdin is read (it may be a terminal).
     text = "".join(sys.stdin.read().split())
     try:
         data = binascii.unhexlify(text)
     except (binascii.Error, ValueError) as e:
         raise ConfigError(f"--hex: stdin is not hex ({e})") from None
-    if len(api_keys) > 1:
-        raise ConfigError("--hex takes at most one --api")
-    key = next(iter(api_keys), None)
-    if key is not None:
-        if version is None:
-            raise ConfigError("--hex with --api (a response) needs --api-version")
     try:
         reading = decode_hex_frame(data, size_prefix=size_prefix, api_key=key,
                                    api_version=version, show_secrets=show_secrets)
@@ -277,19 +308,20 @@ def _decode_hex(api_keys: set[int], version: int | None, json_out: bool, verbose
         raise f.error
 
 
-def _stdin_as_file(files: list[Path], ports: list[str]) -> list[Path]:
+def _stdin_as_file(files: list[Path], ports: list[str]) -> tuple[list[Path], str | None]:
     """``-`` is the capture on stdin (tshark's ``-r -``). Read as it arrives when the broker
     ports are given; ``--port auto`` reads the traffic twice, so stdin is kept in a
-    temporary file first (decoded once tcpdump stops)."""
+    temporary file first (decoded once tcpdump stops). Also: the name messages must show
+    as "stdin" (/dev/stdin or the temporary file), None without ``-``."""
     if Path("-") not in files:
-        return files
+        return files, None
     if files.count(Path("-")) > 1:
         raise ConfigError("'-' (stdin) can be given once")
     if sys.stdin.isatty():
         raise ConfigError("'-' reads a capture from stdin, but stdin is a terminal: pipe one in "
                           "(tcpdump -w - | kctl decode -)")
     if "auto" not in ports:
-        return [Path("/dev/stdin") if f == Path("-") else f for f in files]
+        return [Path("/dev/stdin") if f == Path("-") else f for f in files], "/dev/stdin"
     import shutil
     import tempfile
     spool = tempfile.NamedTemporaryFile(prefix="kctl-stdin-", suffix=".pcap", delete=False)
@@ -298,7 +330,7 @@ def _stdin_as_file(files: list[Path], ports: list[str]) -> list[Path]:
     import atexit
     import os
     atexit.register(os.unlink, spool.name)
-    return [Path(spool.name) if f == Path("-") else f for f in files]
+    return [Path(spool.name) if f == Path("-") else f for f in files], spool.name
 
 
 def register(app: typer.Typer) -> None:

@@ -16,6 +16,7 @@ from kctl.commands._stop import EXIT_INTERRUPTED
 from kctl.errors import ConfigError, KctlError
 from kctl.commands._output import check_outputs
 from kctl.load.produce import ProduceOptions, ScheduleLag, execute, prepare
+from kctl.load.stop import later_stops_hurry
 from kctl.quantities import parse_byte_rate, parse_duration, parse_rate
 from kctl.ui.console import stderr_console, stdout_console
 from kctl.ui.produce_view import (
@@ -24,7 +25,7 @@ from kctl.ui.produce_view import (
 )
 
 if TYPE_CHECKING:
-    from kctl.stats.summary import Counts
+    from kctl.stats.summary import Counts, RunSummary
 
 #: kafka-producer-perf-test takes several properties after one flag (argparse nargs="+").
 _MULTI_VALUE = ("--producer-props", "--command-property")
@@ -98,7 +99,7 @@ def produce(
     hdr_out: Optional[Path] = typer.Option(None, "--hdr-out", help="Write the HdrHistogram interval log (.hlog)."),
     json_out: Optional[Path] = typer.Option(None, "--json-out", help="Write the summary JSON."),
     interval: str = typer.Option("1s", "--interval", help="Time between interval reports: 250ms, 1s, 5s."),
-    verify: bool = typer.Option(False, "--verify", help="Read the produced range back (records acknowledged without an offset, acks=0 or a retry answered DUPLICATE_SEQUENCE_NUMBER: from each partition's log end before the run); report lost, duplicated, reordered records."),
+    verify: bool = typer.Option(False, "--verify", help="Read the produced range back (records acknowledged without an offset, acks=0 or a retry answered DUPLICATE_SEQUENCE_NUMBER: from each partition's log end before the run); report lost, duplicated, reordered records, and records reported failed or abandoned that are in the log anyway."),
     quiet: bool = typer.Option(False, "--quiet", help="Print only the summary."),
     no_id_headers: bool = typer.Option(False, "--no-id-headers", help="Do not add the 24-byte kctl identity header (run, worker, sequence, intended time)."),
     seed: int = typer.Option(0, "--seed", help="Seed for payloads and keys."),
@@ -170,6 +171,11 @@ def produce(
             # One task per slot: asked of the cluster once every option is checked.
             count = slot_tasks(master)
             plan = prepare(replace(options, workers=count.count, workers_reason=count.reason))
+        else:
+            # The tasks must fit the cluster's slots at once (a barrier stage): refused
+            # before the run has any effect (no topic created, no line printed).
+            from kctl.spark.session import check_barrier_slots, spark_session
+            check_barrier_slots(spark_session(master), options.workers)
         run_factory = spark_run_factory(master)
     out = stdout_console()
     err = stderr_console()
@@ -206,71 +212,87 @@ def produce(
 
     # Ctrl-C, and SIGTERM taken as Ctrl-C (cli.py, commands/_stop.py), stop the run: the
     # workers end their schedule and report every record, the summary is written, exit 130.
-    try:
-        outcome = execute(plan, on_event=on_event, on_round=on_round, on_start=on_start,
-                          hdr_out=str(hdr_out) if hdr_out else None,
-                          on_consume_start=consume_stats.append,
-                          **({"run_factory": run_factory} if run_factory else {}))
-    finally:
-        if live is not None:
-            live.stop()
-    summary = outcome.summary
-    json_error = None
-    if json_out:
+    # A second stop shortens that stop (load/stop.py) but the summary is still written.
+    with later_stops_hurry():
         try:
-            json_out.write_text(json.dumps(summary.to_json(), indent=2, sort_keys=False) + "\n")
-        except OSError as e:
-            # Checked before the run, yet it can still fail (disk full, removed directory):
-            # the summary below is printed all the same, then this line, exit 2.
-            json_error = f"--json-out {json_out}: cannot be written ({e.strerror or e})"
-    if out.is_terminal:
-        out.print(summary_renderable(summary))
-    # perf-test's closing line, last on stdout (scripts take it with tail -1); the clock
-    # its latencies come from on the line before.
-    e2e = summary.latency.get("e2e")
-    if e2e is not None:
-        print(f"e2e: p50 {e2e.p50_ms:.3f} ms, p99 {e2e.p99_ms:.3f} ms, p99.9 {e2e.p999_ms:.3f} ms, "
-              f"max {e2e.max_ms:.3f} ms, {e2e.count} records consumed, {e2e.negative or 0} negative")
-    if (line := spark_start_line(summary)) is not None:
-        print(line)
-    print(clock_line(summary))
-    print(summary_line(summary), flush=True)
-    if json_error is not None:
-        print(f"kctl: error: {json_error}", file=sys.stderr, flush=True)
-    if _warmup_took_all(summary, plan):
-        err.print(f"[yellow]warning:[/] the warm-up (--warmup {plan.options.warmup}) covered the whole "
-                  f"run: no steady-state records to report; give more --num-records or a shorter --warmup",
-                  highlight=False)
-    if outcome.result.interrupted:
-        # The summary (and --json-out, --hdr-out) are written; the status says the run was cut short.
-        err.print("interrupted: the run was stopped early; the summary covers what ran")
-        if summary.unaccounted:
-            err.print(no_verdict_line(summary.unaccounted, spark=run_factory is not None))
-        sys.exit(EXIT_INTERRUPTED)
-    counts = summary.counts
-    failures = outcome.result.failures
-    if failures:
+            outcome = execute(plan, on_event=on_event, on_round=on_round, on_start=on_start,
+                              hdr_out=str(hdr_out) if hdr_out else None,
+                              on_consume_start=consume_stats.append,
+                              **({"run_factory": run_factory} if run_factory else {}))
+        finally:
+            if live is not None:
+                live.stop()
+        summary = outcome.summary
+        json_error = None
+        if json_out:
+            try:
+                json_out.write_text(json.dumps(summary.to_json(), indent=2, sort_keys=False) + "\n")
+            except OSError as e:
+                # Checked before the run, yet it can still fail (disk full, removed directory):
+                # the summary below is printed all the same, then this line, exit 2.
+                json_error = f"--json-out {json_out}: cannot be written ({e.strerror or e})"
+        if out.is_terminal:
+            out.print(summary_renderable(summary))
+        # perf-test's closing line, last on stdout (scripts take it with tail -1); the clock
+        # its latencies come from on the line before.
+        e2e = summary.latency.get("e2e")
+        if e2e is not None:
+            print(f"e2e: p50 {e2e.p50_ms:.3f} ms, p99 {e2e.p99_ms:.3f} ms, p99.9 {e2e.p999_ms:.3f} ms, "
+                  f"max {e2e.max_ms:.3f} ms, {e2e.count} records consumed, {e2e.negative or 0} negative")
+        if (line := spark_start_line(summary)) is not None:
+            print(line)
+        print(clock_line(summary))
+        print(summary_line(summary), flush=True)
+        if json_error is not None:
+            print(f"kctl: error: {json_error}", file=sys.stderr, flush=True)
+        if _warmup_took_all(summary, plan):
+            err.print(f"[yellow]warning:[/] the warm-up (--warmup {plan.options.warmup}) covered the whole "
+                      f"run: no steady-state records to report; give more --num-records or a shorter --warmup",
+                      highlight=False)
+        if outcome.result.interrupted:
+            # The summary (and --json-out, --hdr-out) are written; the status says the run was cut short.
+            if summary.verify_error is not None:
+                print(f"kctl: error: {summary.verify_error}", file=sys.stderr, flush=True)
+            if outcome.verify is not None:
+                print(verify_line(outcome.verify, acks=plan.config.acks), flush=True)
+            err.print(interrupted_line(summary))
+            if summary.unaccounted:
+                err.print(no_verdict_line(summary.unaccounted, spark=run_factory is not None))
+            sys.exit(EXIT_INTERRUPTED)
+        counts = summary.counts
+        failures = outcome.result.failures
+        if failures:
+            if counts.failed:
+                err.print(failed_line(counts), highlight=False)
+            first = sorted(failures.items())[0]
+            raise KctlError(f"worker {first[0]} failed: {first[1].splitlines()[0]}")
+        status = 0
+        if summary.verify_error is not None:
+            # The run's summary (and --json-out) stand; the read back failed: one line, exit 2.
+            print(f"kctl: error: {summary.verify_error}", file=sys.stderr, flush=True)
+            status = 2
+        if outcome.verify is not None:
+            v = outcome.verify
+            print(verify_line(v, acks=plan.config.acks))
+            if not v.ok or v.expected == 0:
+                status = 1
         if counts.failed:
             err.print(failed_line(counts), highlight=False)
-        first = sorted(failures.items())[0]
-        raise KctlError(f"worker {first[0]} failed: {first[1].splitlines()[0]}")
-    status = 0
-    if summary.verify_error is not None:
-        # The run's summary (and --json-out) stand; the read back failed: one line, exit 2.
-        print(f"kctl: error: {summary.verify_error}", file=sys.stderr, flush=True)
-        status = 2
-    if outcome.verify is not None:
-        v = outcome.verify
-        print(verify_line(v, acks=plan.config.acks))
-        if not v.ok or v.expected == 0:
-            status = 1
-    if counts.failed:
-        err.print(failed_line(counts), highlight=False)
-        status = status or 1
-    if json_error is not None:
-        status = status or 2
-    if status:
-        sys.exit(status)
+            status = status or 1
+        if json_error is not None:
+            status = status or 2
+        if status:
+            sys.exit(status)
+
+
+def interrupted_line(summary: RunSummary) -> str:
+    """What a stop cut short: the run, or its set-up (nothing was sent), or its --verify."""
+    where = summary.run.stopped_in
+    if where == "set-up":
+        return "interrupted: stopped before the run started (in its set-up): nothing was sent"
+    if where == "verify":
+        return "interrupted: the run had ended; its --verify was stopped before a verdict"
+    return "interrupted: the run was stopped early; the summary covers what ran"
 
 
 def failed_line(counts: Counts) -> str:

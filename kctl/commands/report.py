@@ -38,13 +38,17 @@ def report(
     out_dir: Optional[Path] = typer.Option(None, "--out", help="Write the PNG charts and report.html here."),
     hlog_unit: str = typer.Option("us", "--hlog-unit", help="Unit of the values in .hlog files: ns, us (kctl's), ms, s."),
     baseline: Optional[Path] = typer.Option(None, "--baseline", help="Gate one RUN against this earlier run."),
-    max_regression: str = typer.Option(DEFAULT_MAX_REGRESSION, "--max-regression", help="Bounds per metric beyond the repetitions' spread."),
+    max_regression: Optional[str] = typer.Option(None, "--max-regression", help="With --baseline: bounds per metric beyond the repetitions' spread: N%, Nms or N%+Nms (default: " + DEFAULT_MAX_REGRESSION + ")."),
     junit_xml: Optional[Path] = typer.Option(None, "--junit-xml", help="Write the gate's checks as JUnit XML (with --baseline)."),
 ) -> None:
     """Compare earlier runs: the comparison table and the charts, no broker needed."""
     check_outputs(files={"--junit-xml": junit_xml}, dirs={"--out": out_dir})
-    if baseline is not None:
+    if max_regression is not None:
         parse_bounds(max_regression)
+        if baseline is None:
+            raise ConfigError("--max-regression bounds the regression gate: give --baseline too")
+    max_regression = max_regression or DEFAULT_MAX_REGRESSION
+    if baseline is not None:
         if len(runs) != 1:
             raise ConfigError("--baseline gates one run: give exactly one RUN")
     if junit_xml and baseline is None:
@@ -53,7 +57,8 @@ def report(
     gate_baseline = load_baseline(baseline) if baseline is not None else None
     cells: list[CellResult] = []
     for path, prefix in zip(runs, run_names(runs), strict=True):
-        loaded = load_run(path, hlog_unit=hlog_unit)
+        loaded = load_run(path, hlog_unit=hlog_unit, on_warning=lambda text: stderr_console().print(
+            f"warning: {text}", highlight=False, markup=False))
         if len(runs) > 1:
             for c in loaded:
                 # Names must differ too: the best-per-column marks and charts go by name.

@@ -20,14 +20,24 @@ out ``ConsumedBatch``es: per batch, with the records' ``kctl`` identities scanne
 no object per record.
 
 Blocking helpers run the loop until done or a timeout: ``commit_sync``,
-``end_offsets`` / ``beginning_offsets`` / ``offsets_for_times``, ``close`` (commits
-when ``enable.auto.commit``, leaves the group, closes connections).
+``end_offsets`` / ``beginning_offsets`` / ``offsets_for_times``, ``close``.
+
+``close(timeout_s)`` is Java's ``KafkaConsumer.close(Duration)`` and takes at most
+``close_bound_s``: the timeout (Java's default, 30 s), but no more than
+``request.timeout.ms`` (Java's close timer). Within it: with ``enable.auto.commit``, one
+synchronous commit (Java's commitOffsetsSync: a retriable failure, such as a request that
+timed out and dropped the coordinator, is sent again after its backoff once a coordinator
+is found); nothing else is fetched, joined or auto-committed meanwhile (heartbeats go on, as
+Java's heartbeat thread does). Then LeaveGroup when a coordinator is known (as Java's
+maybeLeaveGroup; written at once even when the commit took the whole bound), then the rest
+of the bound for the coordinator's pending requests, then the connections close, a commit
+still in flight with them (its outcome unknown: the coordinator may have stored it).
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from kctl.consumer_config import ConsumerConfig
@@ -46,12 +56,18 @@ from kctl.engine.subscription import FetchPosition, ResetKind, ResetRequest, Sub
 from kctl.errors import ConfigError, KctlError
 from kctl.protocol.records import Header
 
-__all__ = ["Consumer", "ConsumerRecord"]
+__all__ = ["DEFAULT_CLOSE_TIMEOUT_S", "Consumer", "ConsumerRecord", "close_bound_s"]
 
 log = logging.getLogger(__name__)
 
 #: Longest single wait on the sockets inside poll (a wakeup cannot be missed for longer).
 _MAX_WAIT_NS = 100 * NS_PER_MS
+#: Java's ``KafkaConsumer.close()`` timeout (DEFAULT_CLOSE_TIMEOUT_MS).
+DEFAULT_CLOSE_TIMEOUT_S = 30.0
+#: Added to close's own commit's request timeout, so that the close's bound passes first.
+_CLOSE_COMMIT_TIMEOUT_LAPSE_MS = 1000
+#: How long close waits for LeaveGroup's answer at most (within its bound): it does not matter.
+_LEAVE_WAIT_NS = 1000 * NS_PER_MS
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,6 +83,72 @@ class ConsumerRecord:
 
 class ConsumerClosedError(KctlError):
     """poll() after close()."""
+
+
+def close_bound_s(config: ConsumerConfig, timeout_s: float = DEFAULT_CLOSE_TIMEOUT_S) -> float:
+    """How long ``close(timeout_s)`` takes at most: the timeout, but no more than
+    ``request.timeout.ms`` (Java's close timer, ``createTimerForRequest``). A process that
+    runs a consumer gives it this long to close before it is killed (load/consume_run.py)."""
+    return min(timeout_s, config.request_timeout_ms / 1000)
+
+
+class _SyncCommit:
+    """One synchronous commit's attempts (Java's ``commitOffsetsSync``): sent once a
+    coordinator is ready, its answer awaited, a retriable failure sent again after a growing
+    backoff (retry.backoff.ms to retry.backoff.max.ms), until it succeeds, fails for good or
+    the deadline passes. After ``run``: ``answer`` is the last attempt's answer (None: none
+    came); ``in_flight``, the last attempt was sent and is unanswered; ``retrying``, a
+    retriable failure was waiting for its backoff or for a coordinator to send to again."""
+
+    def __init__(self, consumer: Consumer, coordinator: ConsumerCoordinator,
+                 positions: Mapping[TopicPartition, FetchPosition], *,
+                 request_timeout_ms: int | None = None) -> None:
+        self.clock = consumer.clock
+        self.coordinator = coordinator
+        self.positions = positions
+        self.request_timeout_ms = request_timeout_ms
+        g = coordinator.group
+        self._backoff = ExponentialBackoff(g.retry_backoff_ms, RETRY_BACKOFF_EXP_BASE, g.retry_backoff_max_ms,
+                                           RETRY_BACKOFF_JITTER, consumer._random)
+        self._attempts = 0
+        self.answer: CommitResult | None = None
+        self.in_flight = False
+        self.retrying = False
+
+    def _answered(self, result: CommitResult) -> None:
+        self.in_flight = False
+        self.answer = result
+
+    def run(self, deadline_ns: int, step: Callable[[int], None]) -> None:
+        """``step(max_wait_ns)``: one turn of the caller's loop (finds the coordinator, does I/O)."""
+        clock, c = self.clock, self.coordinator
+        while True:
+            while True:
+                now = clock.now_ns()
+                if c.coordinator is not None:
+                    self.in_flight = True
+                    if c.commit_async(self.positions, now, self._answered,
+                                      request_timeout_ms=self.request_timeout_ms):
+                        break
+                    self.in_flight = False
+                if now >= deadline_ns:
+                    return
+                step(deadline_ns - now)
+            self.retrying = False
+            while self.in_flight:
+                now = clock.now_ns()
+                if now >= deadline_ns:
+                    return
+                step(deadline_ns - now)
+            answer = self.answer
+            assert answer is not None
+            retry_at = clock.now_ns() + self._backoff.backoff_ns(self._attempts)
+            self._attempts += 1
+            if answer.ok or not answer.retriable or retry_at >= deadline_ns:
+                return
+            self.retrying = True
+            while clock.now_ns() < retry_at:
+                step(retry_at - clock.now_ns())
 
 
 class Consumer:
@@ -302,28 +384,11 @@ class Consumer:
         if not positions:
             return CommitResult({})
         limit = self.config.default_api_timeout_ms / 1000 if timeout_s is None else timeout_s
-        deadline = self.clock.now_ns() + int(limit * 1e9)
-        g = c.group
-        backoff = ExponentialBackoff(g.retry_backoff_ms, RETRY_BACKOFF_EXP_BASE, g.retry_backoff_max_ms,
-                                     RETRY_BACKOFF_JITTER, self._random)
-        attempts = 0
-        while True:
-            results: list[CommitResult] = []
-            while not results:
-                now = self.clock.now_ns()
-                if c.coordinator is not None and c.commit_async(positions, now, results.append):
-                    break
-                if now >= deadline:
-                    raise KctlError(f"commit did not complete within {limit:g} s (no coordinator)")
-                self._step(deadline - now)
-            self._run_until(lambda: bool(results), max(0.0, (deadline - self.clock.now_ns()) / 1e9), "commit")
-            result = results[0]
-            retry_at = self.clock.now_ns() + backoff.backoff_ns(attempts)
-            attempts += 1
-            if result.ok or not result.retriable or retry_at >= deadline:
-                return result
-            while self.clock.now_ns() < retry_at:
-                self._step(retry_at - self.clock.now_ns())
+        sync = _SyncCommit(self, c, positions)
+        sync.run(self.clock.now_ns() + int(limit * 1e9), self._step)
+        if sync.answer is not None and not sync.in_flight and not sync.retrying:
+            return sync.answer
+        raise KctlError(f"commit did not complete within {limit:g} s" + ("" if sync.in_flight else " (no coordinator)"))
 
     @property
     def rebalance_commit_failures(self) -> FailedCommits:
@@ -336,38 +401,92 @@ class Consumer:
         return self.metrics.snapshot(reauthentications=self.network.metrics.reauthentications_total)
 
     # -- closing ---------------------------------------------------------------------------------
-    def close(self, timeout_s: float = 30.0) -> None:
-        """Commits (with ``enable.auto.commit``), leaves the group, closes connections."""
+    def close(self, timeout_s: float = DEFAULT_CLOSE_TIMEOUT_S) -> None:
+        """Java's ``KafkaConsumer.close(Duration)``, bounded by ``close_bound_s`` (module doc):
+        with ``enable.auto.commit`` one synchronous commit of the consumed positions (a
+        retriable failure sent again after its backoff) within the bound, then LeaveGroup
+        (written even when the commit took the whole bound: Java's maybeLeaveGroup polls
+        once), then what is left of the bound for requests still pending at the coordinator
+        (LeaveGroup's answer one short while at most), then the connections close. A commit
+        that failed, or was not done within the bound, is kept in ``close_commit_error`` and
+        counts once in ``commit_failures`` (an answered failure when answered; one left
+        unanswered, or never sent, here)."""
         if self._closed:
             return
         self._closed = True
         c = self.coordinator
         try:
-            if c is not None and c.coordinator is not None and c.fatal_error is None:
-                if self.config.enable_auto_commit and self.subscriptions.all_consumed():
-                    try:
-                        result = self.commit_sync(timeout_s=timeout_s)
-                        if not result.ok:
-                            self.close_commit_error = result.describe()
-                    except KctlError as e:
-                        self.close_commit_error = str(e)
-                    if self.close_commit_error:
-                        log.info("commit on close failed: %s", self.close_commit_error)
-                c.closing = True
-                now = self.clock.now_ns()
-                left = c.maybe_leave_group("the consumer is being closed", now)
-                # As Java's close awaits the coordinator's pending requests: a commit sent
-                # while closing (the revoke listener's) is waited for within the timeout,
-                # LeaveGroup (whose answer does not matter) one short while so it is written.
-                commit_end = now + int(timeout_s * 1e9)
-                leave_end = now + min(int(timeout_s * 1e9), 1000 * NS_PER_MS) if left else now
-                while c.coordinator is not None and self.network.has_in_flight_requests(c.coordinator):
-                    t = self.clock.now_ns()
-                    if t >= (commit_end if c.commits_in_flight else leave_end):
-                        break
-                    self.network.poll(10 * NS_PER_MS, t)
+            if c is not None and c.fatal_error is None:
+                self._close_group(c, timeout_s)
         finally:
             self.network.close_all()
+
+    def _close_group(self, c: ConsumerCoordinator, timeout_s: float) -> None:
+        bound_s = close_bound_s(self.config, timeout_s)
+        start = self.clock.now_ns()
+        deadline = start + int(bound_s * 1e9)
+        # Nothing joins, auto-commits or fetches from here: Java's close does not run poll().
+        c.closing = True
+        positions = self.subscriptions.all_consumed() if self.config.enable_auto_commit else {}
+        sync = None
+        unanswered = False
+        if positions:
+            # The bound passes before the commit's own request timeout can (Java's close timer
+            # starts before the commit is sent): a commit in flight at the bound is unanswered
+            # and the coordinator still known for LeaveGroup, however late the last wait woke.
+            sync = _SyncCommit(self, c, positions,
+                               request_timeout_ms=self.config.request_timeout_ms + _CLOSE_COMMIT_TIMEOUT_LAPSE_MS)
+            try:
+                sync.run(deadline, lambda wait_ns: self._close_step(c, wait_ns))
+            except KctlError as e:          # the group failed for good meanwhile
+                self.close_commit_error = str(e)
+            unanswered = sync.in_flight     # at the bound (a timeout may answer it just after)
+        now = self.clock.now_ns()
+        had_member = bool(c.member_id) and c.group.group_instance_id is None
+        left = c.maybe_leave_group("the consumer is being closed", now)
+        if left:
+            self.network.poll(0, now)       # written now, whatever is left of the bound
+        elif had_member and c.coordinator is None:
+            log.info("group %s: LeaveGroup not sent: no coordinator known at close", c.group.group_id)
+        # Java's close awaits the coordinator's pending requests within the bound: a commit
+        # sent while closing (the revoke listener's) is waited for; LeaveGroup (whose answer
+        # does not matter) one short while.
+        leave_end = min(deadline, now + _LEAVE_WAIT_NS) if left else now
+        while c.coordinator is not None and self.network.has_in_flight_requests(c.coordinator):
+            t = self.clock.now_ns()
+            if t >= (deadline if c.commits_in_flight else leave_end):
+                break
+            self.network.poll(10 * NS_PER_MS, t)
+        if sync is not None and self.close_commit_error is None:
+            self.close_commit_error = self._close_commit_failure(sync, unanswered, bound_s)
+
+    def _close_step(self, c: ConsumerCoordinator, max_wait_ns: int) -> None:
+        """One turn of the loop while closing: the coordinator found again, heartbeats
+        (Java's heartbeat thread runs on through the closing commit); no Fetch."""
+        now = self.clock.now_ns()
+        wake = c.poll(now)
+        if c.fatal_error is not None:
+            raise c.fatal_error
+        self.network.poll(max(0, min(wake - now, max_wait_ns, _MAX_WAIT_NS)), now)
+
+    def _close_commit_failure(self, sync: _SyncCommit, unanswered: bool, bound_s: float) -> str | None:
+        """Why close's commit left the group's offsets behind what was read (None: it did
+        not). ``unanswered``: its last attempt was in flight when the bound passed (then
+        either still is, or was answered while LeaveGroup was written: a request timeout's
+        disconnect is no answer from the coordinator)."""
+        bound = (f"the close's {bound_s:g} s (min(close timeout, request.timeout.ms "
+                 f"{self.config.request_timeout_ms}))")
+        answer = sync.answer
+        if sync.in_flight or answer is None or not answer.sent:
+            self.metrics.commit_failures += 1   # failed with no answer to count it (module doc)
+        if sync.in_flight or (unanswered and answer is not None and not answer.ok
+                              and set(answer.errors.values()) == {"NETWORK_EXCEPTION"}):
+            return (f"OffsetCommit not answered within {bound}; whether the coordinator stored it "
+                    "is unknown")
+        if sync.retrying or answer is None:
+            last = f" (the last attempt: {answer.describe()})" if answer is not None else ""
+            return f"not sent: no coordinator ready within {bound}{last}"
+        return None if answer.ok else answer.describe()
 
     def __enter__(self) -> Consumer:
         return self

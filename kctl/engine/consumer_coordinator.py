@@ -333,8 +333,8 @@ class ConsumerCoordinator(GroupCoordinator):
     # -- the consumer's step ----------------------------------------------------------------------
     def poll(self, now_ns: int) -> int:
         wake = super().poll(now_ns)
-        if self.coordinator is None or self.fatal_error is not None:
-            return wake
+        if self.coordinator is None or self.fatal_error is not None or self.closing:
+            return wake     # closing: the consumer's close commits once, itself (Consumer.close)
         wake = min(wake, self._refresh_committed_offsets(now_ns))
         self._maybe_rejoin_for_metadata()
         if self.group.enable_auto_commit and not self.rejoin_needed_or_pending:
@@ -474,10 +474,12 @@ class ConsumerCoordinator(GroupCoordinator):
         return self._commits_in_flight
 
     def commit_async(self, offsets: Mapping[TopicPartition, FetchPosition], now_ns: int,
-                     callback: Callable[[CommitResult], None] | None = None) -> bool:
+                     callback: Callable[[CommitResult], None] | None = None, *,
+                     request_timeout_ms: int | None = None) -> bool:
         """Sends one OffsetCommit; False (nothing sent) when the coordinator is not ready.
         A subscribed member outside a stable generation sends nothing: ``callback`` hears
-        at once that the commit failed (module doc)."""
+        at once that the commit failed (module doc). ``request_timeout_ms``: this request's
+        own (default: request.timeout.ms)."""
         node = self.coordinator
         if not offsets:
             return True
@@ -517,7 +519,8 @@ class ConsumerCoordinator(GroupCoordinator):
         self._commits_in_flight += 1
         sent = {tp: pos.offset for tp, pos in offsets.items()}
         self.network.send(ClientRequest(node, OFFSET_COMMIT, body, api_version=version, created_ns=now_ns,
-                                        callback=lambda r: self._on_commit(r, sent, gen, callback)), now_ns)
+                                        callback=lambda r: self._on_commit(r, sent, gen, callback),
+                                        request_timeout_ms=request_timeout_ms), now_ns)
         return True
 
     def _on_commit(self, resp: ClientResponse, sent: dict[TopicPartition, int], gen: Generation | None,

@@ -69,7 +69,9 @@ class ProducerMetrics:
     # records bytes of every batch in a request (retries too); compression on only.
     compression_rate_total: float = 0.0
     compression_rate_batches: int = 0
-    errors_by_name: Counter = field(default_factory=Counter)   # every error seen, retries too
+    #: batch attempts ended in an error, by name (a Produce response's partition error, or
+    #: the client's own: REQUEST_TIMED_OUT, NETWORK_EXCEPTION, DELIVERY_TIMEOUT, ...), retries too
+    errors_by_name: Counter = field(default_factory=Counter)
     failed_by_error: Counter = field(default_factory=Counter)  # records that finally failed
     abandoned_by_reason: Counter = field(default_factory=Counter)
     records_by_partition: Counter = field(default_factory=Counter)

@@ -104,6 +104,12 @@ class SaslAuthenticator:
     def _on_handshake(self, body: Any) -> None:
         if body.error_code == _UNSUPPORTED_SASL_MECHANISM:
             offered = ", ".join(body.mechanisms or []) or "none"
+            if self.mechanism_name in (body.mechanisms or []):
+                # Seen from Tansu: the error code and the list disagree; say both, guess neither.
+                raise self._fail(f"SaslHandshake answered UNSUPPORTED_SASL_MECHANISM "
+                                 f"({_UNSUPPORTED_SASL_MECHANISM}) for {self.mechanism_name}, yet the "
+                                 f"mechanisms it lists include it ({offered}): the broker's answer "
+                                 "contradicts its own list (its SASL set-up, not the client's)")
             raise self._fail(f"the broker does not enable {self.mechanism_name} (it offers: {offered})")
         if body.error_code:
             raise self._fail(f"SaslHandshake answered {error_for(body.error_code).name}")

@@ -61,7 +61,10 @@ def load_key_pair(ctx: ssl.SSLContext, certificate: str, key: str | None, passwo
     except OSError as e:
         if isinstance(e, ssl.SSLError):
             reason = e.reason or str(e)
-            if "KEY_VALUES_MISMATCH" in reason:
+            empty = next((f for f in (certificate, key) if f and _no_pem_block(f)), None)
+            if empty is not None:
+                reason = _no_pem_block(empty)
+            elif "KEY_VALUES_MISMATCH" in reason:
                 reason = "the key does not belong to the certificate"
             elif password is not None and ("BAD_DECRYPT" in reason or "PEM lib" in str(e)
                                            and _has_private_key(key or certificate)):
@@ -72,6 +75,18 @@ def load_key_pair(ctx: ssl.SSLContext, certificate: str, key: str | None, passwo
         else:
             reason = e.strerror or str(e)
         raise ConfigError(f"cannot load the {shown}: {reason}") from None
+
+
+def _no_pem_block(path: str) -> str | None:
+    """Why ``path`` cannot be PEM (empty, or no ``-----BEGIN`` line), or None when it may be."""
+    try:
+        with open(path, "rb") as f:
+            data = f.read(1 << 22)
+    except OSError:
+        return None  # the load itself said why
+    if b"-----BEGIN " in data:
+        return None
+    return f"{path!r} holds no PEM block ({'it is empty' if not data.strip() else 'no -----BEGIN line'})"
 
 
 def _has_private_key(path: str) -> bool:
@@ -99,8 +114,9 @@ def _load_cas(ctx: ssl.SSLContext, location: str) -> None:
             raise ConfigError(f"ssl.ca.location {location!r} is a directory without PEM certificate "
                               "files") from None
     except (OSError, ssl.SSLError) as e:
+        why = isinstance(e, ssl.SSLError) and not os.path.isdir(location) and _no_pem_block(location)
         raise ConfigError(f"cannot load ssl.ca.location {location!r}: "
-                          f"{getattr(e, 'strerror', None) or e}") from None
+                          f"{why or getattr(e, 'strerror', None) or e}") from None
 
 
 def _is_hash_link(directory: str, name: str) -> bool:

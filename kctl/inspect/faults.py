@@ -171,6 +171,9 @@ class ErrorRewrite:
         key type (``COORDINATOR_NOT_AVAILABLE@FindCoordinator/transaction``)."""
         head, _, rate = text.partition(":")
         name, at, apis_text = head.partition("@")
+        if not name.strip():
+            raise ConfigError(f"--inject-error {text!r}: expected NAME[@API,...][:RATE], e.g. "
+                              "NOT_LEADER_OR_FOLLOWER:0.01 (a Kafka error name first)")
         apis: tuple[str, ...] = ("Produce",)
         key_type = None
         if at:
@@ -194,7 +197,17 @@ class ErrorRewrite:
                                   f"is not one of {', '.join(ERROR_APIS)}")
             apis = tuple(dict.fromkeys(by_lower[a.lower()] for a in given))
         try:
-            return cls(name.strip().upper(), float(rate) if rate else 1.0, apis, key_type=key_type)
+            value = float(rate) if rate else 1.0
+        except ValueError:
+            value = None
+        if value is not None and not 0.0 <= value <= 1.0:
+            raise ConfigError(f"--inject-error {text!r}: the rate {value} is outside 0..1")
+        try:
+            if value is None:
+                raise ValueError(rate)
+            return cls(name.strip().upper(), value, apis, key_type=key_type)
+        except ConfigError as e:
+            raise ConfigError(f"--inject-error {text!r}: {e}") from None
         except ValueError:
             raise ConfigError(f"--inject-error {text!r}: expected NAME[@API,...][:RATE], e.g. "
                               "NOT_LEADER_OR_FOLLOWER:0.01 or CONCURRENT_TRANSACTIONS@EndTxn:0.5") from None
@@ -263,7 +276,7 @@ class FaultPlan:
         if self.lose_error == "NONE":
             raise ConfigError(_NONE_IS_NO_ERROR.format(example="OUT_OF_ORDER_SEQUENCE_NUMBER"))
         if self.lose_error is not None and self.lose_error not in ERRORS_BY_NAME:
-            raise ConfigError(f"unknown Kafka error name {self.lose_error!r} for rejected batches")
+            raise ConfigError(f"--reject-records: unknown Kafka error name {self.lose_error!r} for rejected batches")
         for names in (self.delay_apis, self.throttle_apis, self.drop_apis):
             _api_keys(names)  # validates
 
@@ -282,13 +295,20 @@ class FaultPlan:
             raise ConfigError(f"--delay-ms {text!r}: expected MS or LO-HI, e.g. 50 or 10-100") from None
 
     @staticmethod
-    def parse_lose(text: str, flag: str = "--lose-records") -> tuple[float, int | None]:
-        """``"0.01"`` -> (0.01, None); ``"1:3"`` -> (1.0, 3) (``--lose-records RATE[:LIMIT]``)."""
+    def parse_lose(text: str, flag: str = "--lose-records", given: str | None = None) -> tuple[float, int | None]:
+        """``"0.01"`` -> (0.01, None); ``"1:3"`` -> (1.0, 3) (``--lose-records RATE[:LIMIT]``).
+        Errors name ``flag`` and ``given`` (the option's whole value; default ``text``)."""
+        shown = text if given is None else given
         rate, sep, limit = text.partition(":")
         try:
-            return float(rate), (int(limit) if sep else None)
+            value, most = float(rate), (int(limit) if sep else None)
         except ValueError:
-            raise ConfigError(f"{flag} {text!r}: expected RATE[:LIMIT], e.g. 0.01 or 1:3") from None
+            raise ConfigError(f"{flag} {shown!r}: expected RATE[:LIMIT], e.g. 0.01 or 1:3") from None
+        if not 0.0 <= value <= 1.0:
+            raise ConfigError(f"{flag} {shown!r}: the rate {value} is outside 0..1")
+        if most is not None and most < 0:
+            raise ConfigError(f"{flag} {shown!r}: the limit {most} is negative (a count of batches)")
+        return value, most
 
 
 @dataclass(frozen=True, slots=True)

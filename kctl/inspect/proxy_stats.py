@@ -37,14 +37,10 @@ from hdrh.histogram import HdrHistogram
 
 from kctl.inspect.peek import ProduceSummary
 from kctl.inspect.summary import capped_percentiles
+from kctl.percentiles import latency_histogram, latency_us
 from kctl.stats.latency import histogram_mean
 
-_MAX_LATENCY_US: Final = 3_600_000_000   # an hour: anything longer is clamped
 PERCENTILES: Final = (50.0, 90.0, 99.0, 99.9)
-
-
-def _histogram() -> HdrHistogram:
-    return HdrHistogram(1, _MAX_LATENCY_US, 3)
 
 
 @dataclass(frozen=True, slots=True)
@@ -196,7 +192,7 @@ class _ApiCounters:
     throttle_ms_max: int = 0
     records: int = 0
     batches: int = 0
-    latency: HdrHistogram = field(default_factory=_histogram)
+    latency: HdrHistogram = field(default_factory=latency_histogram)
     latency_max_ns: int = 0
 
 
@@ -270,7 +266,7 @@ class ProxyStats:
             a.responses += 1
             a.response_bytes += size
             if latency_ns is not None:
-                a.latency.record_value(min(max(1, latency_ns // 1000), _MAX_LATENCY_US))
+                a.latency.record_value(latency_us(latency_ns))     # rounded up: kctl/percentiles.py
                 a.latency_max_ns = max(a.latency_max_ns, latency_ns)
             if throttle_ms > 0:
                 a.throttled += 1
@@ -335,7 +331,7 @@ def merge_reports(reports: Iterable[StatsReport], now_ns: int, *, processors: in
                 h = hists.get(a.api)
                 decoded = HdrHistogram.decode(a.latency)
                 if h is None:
-                    hists[a.api] = h = _histogram()
+                    hists[a.api] = h = latency_histogram()
                 h.add(decoded)
         for api, name, n in r.errors:
             errors[(api, name)] += n

@@ -15,7 +15,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any, Final
 
-from kctl.errors import BudgetExceededError, DecodeError
+from kctl.errors import BudgetExceededError, ConfigError, DecodeError
 from kctl.inspect.session import CaptureNotice, DecodedFrame, RecordSet
 from kctl.protocol.consumer_protocol import (
     CONSUMER_PROTOCOL_TYPE, decode_assignment, decode_subscription,
@@ -513,6 +513,27 @@ def _text(b: bytes | None) -> str:
     if b is None:
         return ""
     return b.decode("utf-8", errors="backslashreplace")
+
+
+#: The formatters ``format_record`` knows (kcat's letters for the same things).
+RECORD_FORMATTERS = "tpokKsSTh%"
+
+
+def check_record_format(fmt: str, option: str = "--format") -> None:
+    """Refuses a formatter ``format_record`` does not know, as kcat does (rather than
+    printing it literally on every record)."""
+    i = 0
+    while i < len(fmt):
+        if fmt[i] == "%":
+            d = fmt[i + 1:i + 2]
+            if not d or d not in RECORD_FORMATTERS:
+                what = f"unknown formatter %{d}" if d else "a lone % at the end"
+                raise ConfigError(f"{option} {fmt!r}: {what} (formatters: %t topic, %p partition, "
+                                  "%o offset, %k key, %s value, %K key length, %S value length, "
+                                  "%T timestamp, %h headers, %% a percent sign)")
+            i += 2
+        else:
+            i += 1
 
 
 def format_record(fmt: str, v: RecordView) -> str:

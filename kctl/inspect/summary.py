@@ -25,13 +25,12 @@ from hdrh.histogram import HdrHistogram
 from kctl.errors import BudgetExceededError
 from kctl.inspect.report import error_codes, throttle_time_ms
 from kctl.inspect.session import CaptureNotice, DecodedFrame
-from kctl.percentiles import values_at_percentiles
+from kctl.percentiles import latency_histogram, latency_us, values_at_percentiles
 from kctl.protocol.error_codes import error_for
 
 __all__ = ["CaptureSummary", "ApiStats", "PartitionStats", "PERCENTILES", "capped_percentiles"]
 
 PERCENTILES: Final = (50.0, 90.0, 99.0, 99.9, 100.0)
-_MAX_LATENCY_US: Final = 3_600 * 1_000_000
 
 
 def capped_percentiles(h: HdrHistogram | None, percentiles: Sequence[float], max_ns: int, *,
@@ -57,18 +56,19 @@ class ApiStats:
     responses: int = 0
     request_bytes: int = 0
     response_bytes: int = 0
-    latency_us: HdrHistogram = field(default_factory=lambda: HdrHistogram(1, _MAX_LATENCY_US, 3))
-    # The mean is kept exactly: HdrHistogram.get_mean_value() walks every bucket of
-    # this 1 µs..1 h range (about 0.4 s per API, most of a small capture's decode time).
-    latency_sum_us: int = 0
+    # kctl/percentiles.py: whole µs rounded up, so the cap at the largest latency is the
+    # only thing between a bucket value and its latency (one sample: every percentile is it).
+    latency_us: HdrHistogram = field(default_factory=latency_histogram)
+    # The mean is kept exactly, in ns (as analyze's): HdrHistogram.get_mean_value() walks every
+    # bucket of this 1 µs..1 h range (about 0.4 s per API, most of a small capture's decode time).
+    latency_sum_ns: int = 0
     # The largest latency measured, exact: the histogram's p100 is the highest value of its
     # bucket (3 significant digits: 23030.849 ms reads 23035.903 ms).
     latency_max_ns: int = 0
 
     def record_latency(self, latency_ns: int) -> None:
-        value_us = min(max(1, latency_ns // 1000), _MAX_LATENCY_US)
-        self.latency_us.record_value(value_us)
-        self.latency_sum_us += value_us
+        self.latency_us.record_value(latency_us(latency_ns))
+        self.latency_sum_ns += latency_ns
         self.latency_max_ns = max(self.latency_max_ns, latency_ns)
 
     def to_dict(self) -> dict[str, Any]:
@@ -82,7 +82,7 @@ class ApiStats:
             values = capped_percentiles(h, PERCENTILES, self.latency_max_ns, unit_ns=1_000_000)
             d["latency_ms"] = {f"p{p:g}": v for p, v in values.items()}
             d["latency_ms"]["max"] = self.latency_max_ns / 1e6
-            d["latency_ms"]["mean"] = round(self.latency_sum_us / h.get_total_count() / 1000, 3)
+            d["latency_ms"]["mean"] = self.latency_sum_ns / h.get_total_count() / 1e6
         return d
 
 

@@ -33,7 +33,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from kctl.errors import KctlError
+from kctl.errors import ConfigError, KctlError
 from kctl.stats.consume_report import ClockOffset
 
 __all__ = ["ClockSample", "ClockServer", "SAME_HOST", "estimate", "measure_offset"]
@@ -81,6 +81,14 @@ def _recv_exact(sock: socket.socket, n: int) -> bytes:
             raise OSError("closed")
         buf += chunk
     return buf
+
+
+def check_peer_address(address: str, option: str = "--clock-peer") -> None:
+    """Refuses a clock peer that is not ``host:port`` (``[v6]:port`` too), before anything starts."""
+    host, sep, port = address.rpartition(":")
+    if not sep or not host.strip("[]") or not port.isdigit() or not 0 < int(port) < 65536:
+        raise ConfigError(f"{option} {address!r}: expected host:port of 'kctl produce --clock-server' "
+                          "(e.g. 10.0.0.5:7070)")
 
 
 def measure_offset(address: str, *, samples: int = 16, timeout_s: float = 2.0) -> ClockOffset:

@@ -44,7 +44,7 @@ from kctl.engine.batch import TopicPartition
 from kctl.engine.blocking_client import BlockingClient, setup_timeout_s
 from kctl.engine.setup_retry import SetupRetry
 from kctl.errors import ConfigError, EndOffsetsError, KctlError, RetriesExhaustedError
-from kctl.load.clock_sync import SAME_HOST
+from kctl.load.clock_sync import SAME_HOST, check_peer_address
 from kctl.load.consume_run import ConsumeResult, ConsumeRun, ConsumeSpec
 from kctl.load.consume_verify import ReadExtent, verify_against_acks, verify_sequences
 from kctl.load.consume_worker import StartPosition
@@ -64,6 +64,9 @@ BACKLOG_DRAIN_LIMIT_S = 600.0
 #: --idle-timeout when --num-records is the only stop (kafka-consumer-perf-test's --timeout
 #: default: 10000 ms between returned records).
 DEFAULT_IDLE_TIMEOUT_S = 10.0
+#: --backlog's records and topic when --record-size / --partitions are not given.
+DEFAULT_BACKLOG_RECORD_SIZE = 100
+DEFAULT_BACKLOG_PARTITIONS = 6
 
 
 @dataclass(frozen=True)
@@ -83,8 +86,8 @@ class ConsumeOptions:
     interval: float = 1.0
     verify: bool = False
     backlog: int | None = None
-    record_size: int = 100                # backlog records' value size
-    partitions: int = 6                   # a topic --backlog creates
+    record_size: int | None = None        # backlog records' value size (prepare: 100 with --backlog)
+    partitions: int | None = None         # a topic --backlog creates (prepare: 6 with --backlog)
     create_topic: bool = True
     clock_peer: str | None = None
 
@@ -162,12 +165,24 @@ def prepare(o: ConsumeOptions) -> ConsumePlan:
         raise ConfigError(f"--interval must be positive, not {o.interval}")
     if o.backlog is not None and o.start is not None:
         raise ConfigError("--backlog starts where the backlog starts: drop --from")
+    if o.backlog is None and (o.record_size is not None or o.partitions is not None):
+        raise ConfigError("--record-size and --partitions shape what --backlog writes: give --backlog "
+                          "or drop them")
+    if o.record_size is not None and o.record_size < 0:
+        raise ConfigError(f"--record-size must not be negative, not {o.record_size}")
+    if o.partitions is not None and o.partitions < 1:
+        raise ConfigError(f"--partitions must be at least 1, not {o.partitions}")
+    if o.backlog is not None:
+        o = dataclasses.replace(o, record_size=DEFAULT_BACKLOG_RECORD_SIZE if o.record_size is None else o.record_size,
+                    partitions=DEFAULT_BACKLOG_PARTITIONS if o.partitions is None else o.partitions)
+    if o.clock_peer is not None:
+        check_peer_address(o.clock_peer)
     group = o.group is not None
     start = parse_start(o.start, group=group)
     committed_only = start.kind == "committed"     # no --from with --group, or --from committed
     settings: list[Setting] = []
     for f in o.consumer_config:
-        settings.extend(load_properties_file(f))
+        settings.extend(load_properties_file(f, what="consumer"))
     settings.extend(parse_assignment(x, "-X", what="consumer") for x in o.properties)
     settings = [canonical_consumer_setting(x) for x in settings]
     named = {s.name: s for s in settings}
@@ -223,6 +238,16 @@ def prepare(o: ConsumeOptions) -> ConsumePlan:
                        consumers, tuple(config.warnings))
 
 
+def _describe_start(start: StartPosition, config: ConsumerConfig) -> str:
+    """Where the consumers start, for the start line: a group's committed offsets say where
+    a partition without one starts (auto.offset.reset, which --from beginning|end sets)."""
+    if start.kind != "committed":
+        return start.describe()
+    reset = config.auto_offset_reset.to_text()
+    where = {"earliest": "the beginning", "latest": "the end"}.get(reset, f"auto.offset.reset={reset}")
+    return f"the group's committed offsets (partitions without one: {where})"
+
+
 def _bootstrap_from(plan: ConsumePlan) -> str | None:
     if plan.options.bootstrap:
         return plan.options.bootstrap
@@ -268,6 +293,8 @@ def _write_backlog(plan: ConsumePlan, bootstrap: str, on_event: Callable[[str], 
     t0 = time.monotonic()
     outcome = produce(pp)
     produce_s = time.monotonic() - t0
+    if outcome.result.interrupted:
+        raise KeyboardInterrupt     # a stop while the backlog was written: the consumers never start
     if outcome.result.failures:
         w, err = sorted(outcome.result.failures.items())[0]
         raise KctlError(f"writing the backlog failed: producer worker {w}: {err.splitlines()[0]}")
@@ -300,20 +327,64 @@ def _commit_group_start(config: ConsumerConfig, topic: str, offsets: dict[int, i
                             f"{sorted(set(result.errors.values()))}")
 
 
+@dataclass
+class _SetUpSoFar:
+    """What ``execute``'s set-up has learned, for the summary of a run stopped before its
+    common start."""
+    bootstrap: str | None = None
+    embedded: bool = False
+    partitions: int | None = None
+    consumers: int | None = None
+    started: bool = False
+
+
 def execute(plan: ConsumePlan, *, on_event: Callable[[str], None] = lambda _m: None,
             on_round: Callable[[ConsumeStats, int], None] | None = None,
             on_start: Callable[[ConsumeStats], None] | None = None,
             hdr_out: str | None = None) -> ConsumeOutcome:
+    """A stop (Ctrl-C, SIGTERM) before the consumers' common start (the embedded broker,
+    the topic's look-up, writing a --backlog, the consumers starting or joining their
+    group) ends set-up and returns an interrupted outcome whose summary has zero counts and
+    ``run.stopped_in`` "set-up"."""
+    so_far = _SetUpSoFar()
+    try:
+        return _execute(plan, so_far, on_event=on_event, on_round=on_round, on_start=on_start,
+                        hdr_out=hdr_out)
+    except KeyboardInterrupt:
+        if so_far.started:
+            raise
+        return _stopped_before_start(plan, so_far)
+
+
+def _stopped_before_start(plan: ConsumePlan, so_far: _SetUpSoFar) -> ConsumeOutcome:
+    o = plan.options
+    config = {"bootstrap": so_far.bootstrap, "embedded_broker": so_far.embedded, "topic": o.topic,
+              "partitions": so_far.partitions, "consumers": so_far.consumers, "group": o.group,
+              "duration_s": plan.duration_s, "num_records": plan.num_records, "backlog": o.backlog,
+              "verify": o.verify, "consumer": redact_properties({s.name: str(s.value) for s in plan.settings})}
+    stats = ConsumeStats(consumers=so_far.consumers or 0, start_wall_ns=time.time_ns(), config=config,
+                         mode="group" if o.group is not None else "assign")
+    stats.interrupted = True
+    stats.stopped_in = "set-up"
+    summary = stats.summary()
+    result = ConsumeResult(summary, {}, {}, True, stats)
+    return ConsumeOutcome(so_far.bootstrap or "", so_far.embedded, result, summary, None)
+
+
+def _execute(plan: ConsumePlan, so_far: _SetUpSoFar, *, on_event: Callable[[str], None],
+             on_round: Callable[[ConsumeStats, int], None] | None,
+             on_start: Callable[[ConsumeStats], None] | None, hdr_out: str | None) -> ConsumeOutcome:
     o = plan.options
     with ExitStack() as stack:
         bootstrap = _bootstrap_from(plan)
-        embedded = bootstrap is None
+        embedded = so_far.embedded = bootstrap is None
         if embedded:
             from kctl.broker import EmbeddedBroker
             broker = stack.enter_context(EmbeddedBroker())
             bootstrap = broker.bootstrap
             on_event(f"no --bootstrap-server given: started the embedded broker (Tansu) at {bootstrap}; "
                      "it stops when the run ends")
+        so_far.bootstrap = bootstrap
         config = plan.config.with_properties({"bootstrap.servers": bootstrap})
         # The topic check is asked again over a new connection while the connection breaks,
         # for at most default.api.timeout.ms (as the Java consumer's partitionsFor); so are
@@ -325,6 +396,7 @@ def execute(plan: ConsumePlan, *, on_event: Callable[[str], None] = lambda _m: N
                                     setup_timeout_s=setup_timeout_s(config.network))) as client:
             partitions = setup_retry.call(client, lambda c: _topic_partitions(c, plan), retry,
                                           what=f"looking up topic {o.topic!r}")
+        so_far.partitions = len(partitions)
         backlog = _write_backlog(plan, bootstrap, on_event) if o.backlog is not None else None
         group = o.group is not None
         consumers = plan.consumers.count
@@ -342,7 +414,7 @@ def execute(plan: ConsumePlan, *, on_event: Callable[[str], None] = lambda _m: N
                 _commit_group_start(config, o.topic, {p: backlog.starts.get(p, 0) for p in partitions})
         on_event(f"consuming {o.topic} ({len(partitions)} partitions) on {bootstrap} with {consumers} "
                  f"consumer(s) ({reason}), {'group ' + repr(o.group) if group else 'assign mode'}, "
-                 f"from {start.describe()}")
+                 f"from {_describe_start(start, config)}")
         spec = ConsumeSpec(
             topic=o.topic, config=config, partitions=partitions, consumers=consumers, group=group,
             start=start, run_tag=tag, duration_s=plan.duration_s if backlog is None else
@@ -356,8 +428,10 @@ def execute(plan: ConsumePlan, *, on_event: Callable[[str], None] = lambda _m: N
             "warmup_s": plan.warmup_s, "backlog": o.backlog, "verify": o.verify,
             "consumer": redact_properties({**{s.name: str(s.value) for s in plan.settings},
                                            "bootstrap.servers": bootstrap})}
+        so_far.consumers = consumers
         run = ConsumeRun(spec, config_for_summary=summary_config, hdr_out=hdr_out, on_round=on_round)
         run.start()
+        so_far.started = True
         stats = run.begin()
         if backlog is not None and o.clock_peer is None:
             stats.clock = SAME_HOST   # the backlog was written from this host

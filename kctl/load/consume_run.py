@@ -8,6 +8,9 @@ publishes the common start and reads reports from then on in a thread, feeding
 tells every consumer the offset to read each partition to (a backlog's end, or the
 producers' acknowledged end); ``wait()`` returns once every consumer has finished
 (its stop condition, or ``stop()``). A consumer that fails stops the run with its error.
+A stopped consumer closes within its close bound (``close_bound_s``) and is killed only
+after that and ``EXIT_MARGIN_S`` (``_stop_deadline``), so its final report, with a
+commit on close that failed, arrives.
 Each ``ConsumerReady`` carries when that consumer began to subscribe or assign, and each
 report its time spent rejoining after the start: ``ConsumeResult.perf_test_times()`` is
 kafka-consumer-perf-test's clock from them (start before subscribing, rebalance time).
@@ -30,6 +33,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kctl.consumer_config import ConsumerConfig
+from kctl.engine.consumer import close_bound_s
 from kctl.errors import KctlError
 from kctl.load.consume_worker import ConsumerGate, ConsumeWorkerSpec, StartPosition, Targets, run_consumer
 from kctl.stats.consume_aggregate import ConsumeStats
@@ -42,6 +46,8 @@ __all__ = ["ConsumeResult", "ConsumeRun", "ConsumeSpec"]
 
 READY_TIMEOUT_S = 120.0
 START_MARGIN_S = 0.2
+#: After a consumer's close bound: time for its final report and its exit before it is killed.
+EXIT_MARGIN_S = 5.0
 
 
 @dataclass(frozen=True)
@@ -132,6 +138,7 @@ class ConsumeRun:
         self._error: BaseException | None = None
         self._setup_wall_ns = 0
         self._rejoin_ns: dict[int, int] = {}
+        self._stopped_by: float | None = None     # _stop_deadline
 
     # -- starting ------------------------------------------------------------------------------
     def start(self) -> None:
@@ -258,7 +265,7 @@ class ConsumeRun:
         return int(self._counter.value)
 
     def stop(self) -> None:
-        self._stop.set()
+        self._stop_deadline()
 
     def finished(self) -> bool:
         return len(self._finished) >= len(self._procs)
@@ -271,15 +278,17 @@ class ConsumeRun:
         try:
             while self._thread is not None and self._thread.is_alive():
                 if deadline is not None and time.monotonic() >= deadline:
-                    self._stop.set()
+                    self._stop_deadline()
                     deadline = None
                 self._thread.join(0.2)
         except KeyboardInterrupt:
             interrupted = True
-            self._stop.set()
+            deadline = self._stop_deadline()
             if self._thread is not None:
-                self._thread.join(10)
+                self._thread.join(max(0.0, deadline - time.monotonic()))
         self._join()
+        if self._thread is not None:
+            self._thread.join(EXIT_MARGIN_S)    # the reports of consumers that just exited
         if self._error is not None:
             raise self._error
         assert self.stats is not None
@@ -291,10 +300,21 @@ class ConsumeRun:
                              self._setup_wall_ns, max(self._rejoin_ns.values(), default=0),
                              int(self.spec.warmup_s * 1e9))
 
-    def _join(self) -> None:
+    def _stop_deadline(self) -> float:
+        """Stops the consumers (once) and returns by when each must have exited (monotonic
+        s): a consumer closes within its close bound (``close_bound_s``: Java's close timer,
+        min(30 s, request.timeout.ms)), then sends its final report and exits; one still
+        alive ``EXIT_MARGIN_S`` after that is killed. The kill comes after the consumer's own
+        bound, so a commit on close that fails, unanswered, is still reported."""
         self._stop.set()
+        if self._stopped_by is None:
+            self._stopped_by = time.monotonic() + close_bound_s(self.spec.config) + EXIT_MARGIN_S
+        return self._stopped_by
+
+    def _join(self) -> None:
+        deadline = self._stop_deadline()
         for p in self._procs:
-            p.join(timeout=15)
+            p.join(timeout=max(0.0, deadline - time.monotonic()))
             if p.is_alive():
                 p.kill()          # past the stop and its wait; SIGTERM would only stop it again
                 p.join(timeout=2)

@@ -12,6 +12,7 @@ caller (the command) renders through the ``on_round``/``on_event`` callbacks.
 from __future__ import annotations
 
 import os
+import time
 
 from collections.abc import Callable, Sequence
 from contextlib import ExitStack, closing
@@ -36,7 +37,8 @@ from kctl.load.consume_run import ConsumeResult, ConsumeRun, ConsumeSpec
 from kctl.load.consume_verify import verify_against_acks
 from kctl.load.consume_worker import StartPosition
 from kctl.load.payload import MAX_MONOTONIC, KeySpec, PayloadSpec, make_pool, parse_keys
-from kctl.load.run import LoadResult, LoadRun, LoadSpec, warmup_records_each
+from kctl.load.run import LoadResult, LoadRun, LoadSpec, run_stats, warmup_records_each
+from kctl.load.stop import PARENT_STOPS
 from kctl.load.verify import VerifyResult, log_end_offsets, verify
 from kctl.load.worker_count import WorkerCount, default_workers, paced_workers
 from kctl.quantities import check_warmup_within, parse_duration, parse_warmup
@@ -260,7 +262,7 @@ def prepare(o: ProduceOptions) -> ProducePlan:
     if o.consume:
         csettings: list[Setting] = []
         for f in o.consumer_config:
-            csettings.extend(load_properties_file(f))
+            csettings.extend(load_properties_file(f, what="consumer"))
         csettings.extend(parse_assignment(x, "--consumer-property", what="consumer")
                          for x in o.consumer_properties)
         csettings = [canonical_consumer_setting(x) for x in csettings]
@@ -436,6 +438,16 @@ def _acked_ends(acked: dict[int, dict[int, list[tuple[int, int, int]]]]) -> dict
     return ends
 
 
+@dataclass
+class _SetUpSoFar:
+    """What ``execute``'s set-up has learned, for the summary of a run stopped before its
+    start (``_stopped_before_start``)."""
+    bootstrap: str | None = None
+    embedded: bool = False
+    partitions: int | None = None
+    started: bool = False           # the run's common start passed (or the run returned)
+
+
 def execute(plan: ProducePlan, *, on_event: Callable[[str], None] = lambda _m: None,
             on_round: Callable[[RunStats, int], None] | None = None,
             on_start: Callable[[LoadRun], None] | None = None,
@@ -445,6 +457,11 @@ def execute(plan: ProducePlan, *, on_event: Callable[[str], None] = lambda _m: N
     """``run_factory``: what runs the load (``LoadRun``: local worker processes;
     ``kctl.spark.load.SparkLoadRun``: Spark tasks), called like ``LoadRun``.
 
+    A stop (Ctrl-C, SIGTERM) before the run's common start (the embedded broker starting,
+    the topic's set-up, the log end offsets for --verify, the workers or Spark starting)
+    ends set-up and returns an interrupted outcome whose summary has zero counts and
+    ``run.stopped_in`` "set-up": nothing was scheduled.
+
     With ``--consume``, consumer processes (load/consume_run.py) are started before the
     producers, each positioned at the end of its share of the partitions; they begin at
     the producers' common start, read the run's records (by its identity's run tag),
@@ -452,15 +469,49 @@ def execute(plan: ProducePlan, *, on_event: Callable[[str], None] = lambda _m: N
     acknowledgements give each partition's end) or ``drain_timeout`` passes. Their e2e
     clock joins the summary (``latency.e2e``, and ``consume``) and the .hlog; ``--verify``
     is then checked on what the consumers read, not by reading the topic again."""
+    so_far = _SetUpSoFar()
+    try:
+        return _execute(plan, so_far, on_event=on_event, on_round=on_round, on_start=on_start,
+                        hdr_out=hdr_out, run_factory=run_factory, on_consume_start=on_consume_start)
+    except KeyboardInterrupt:
+        if so_far.started:
+            raise
+        return _stopped_before_start(plan, so_far, hdr_out)
+
+
+def _stopped_before_start(plan: ProducePlan, so_far: _SetUpSoFar, hdr_out: str | None) -> ProduceOutcome:
+    """The outcome of a run stopped in its set-up: an interrupted summary with zero counts
+    (and an .hlog without intervals)."""
+    spec = LoadSpec(producer=plan.config, **plan.spec_args)
+    config = {"bootstrap": so_far.bootstrap, "embedded_broker": so_far.embedded,
+              "topic": plan.options.topic, "partitions": so_far.partitions, "workers": spec.workers,
+              "workers_reason": spec.workers_reason, "rate": spec.rate or None,
+              "num_records": spec.num_records, "duration_s": spec.duration_s,
+              "verify": spec.verify, "producer": redact_properties({s.name: str(s.value) for s in plan.settings})}
+    stats = run_stats(spec, time.time_ns(), config=config, hdr_out=hdr_out)
+    stats.interrupted = True
+    stats.stopped_in = "set-up"
+    summary = stats.summary()
+    if stats.hlog is not None:
+        stats.hlog.close()
+    result = LoadResult(summary, {}, True, {})
+    return ProduceOutcome(so_far.bootstrap or "", so_far.embedded, result, None, summary)
+
+
+def _execute(plan: ProducePlan, so_far: _SetUpSoFar, *, on_event: Callable[[str], None],
+             on_round: Callable[[RunStats, int], None] | None, on_start: Callable[[LoadRun], None] | None,
+             hdr_out: str | None, run_factory: Callable[..., LoadRun],
+             on_consume_start: Callable[[ConsumeStats], None] | None) -> ProduceOutcome:
     with ExitStack() as stack:
         bootstrap = _bootstrap_from(plan)
-        embedded = bootstrap is None
+        embedded = so_far.embedded = bootstrap is None
         if embedded:
             from kctl.broker import EmbeddedBroker
             broker = stack.enter_context(EmbeddedBroker())
             bootstrap = broker.bootstrap
             on_event(f"no --bootstrap-server given: started the embedded broker (Tansu) at {bootstrap}; "
                      "it stops when the run ends")
+        so_far.bootstrap = bootstrap
         first = bootstrap.split(",")[0]
         security = plan.config.security
         # Set-up is asked again over a new connection while the connection breaks, for at
@@ -470,6 +521,7 @@ def execute(plan: ProducePlan, *, on_event: Callable[[str], None] = lambda _m: N
                                     setup_timeout_s=setup_timeout_s(plan.config.network))) as client:
             partitions = setup_retry.call(client, lambda c: ensure_topic(c, plan), retry,
                                           what=f"setting up topic {plan.options.topic!r} on {first}")
+        so_far.partitions = partitions
         on_event(f"producing to {plan.options.topic} ({partitions} partitions) on {bootstrap} "
                  f"with {plan.spec_args['workers']} worker(s) ({plan.spec_args['workers_reason']})")
         props = {s.name: str(s.value) for s in plan.settings}
@@ -503,6 +555,7 @@ def execute(plan: ProducePlan, *, on_event: Callable[[str], None] = lambda _m: N
             on_event(f"answering clock-offset exchanges at {clock_server.address} (kctl consume --clock-peer)")
 
         def started(run: LoadRun) -> None:
+            so_far.started = True
             if consume_run is not None:
                 stats = consume_run.begin(run.stats.start_wall_ns, hlog=run.stats.hlog)
                 stats.clock = SAME_HOST
@@ -522,6 +575,7 @@ def execute(plan: ProducePlan, *, on_event: Callable[[str], None] = lambda _m: N
                           on_start=started, **extra)
         try:
             result = run.run()
+            so_far.started = True
         except BaseException:
             if consume_run is not None:
                 consume_run.stop()
@@ -543,15 +597,26 @@ def execute(plan: ProducePlan, *, on_event: Callable[[str], None] = lambda _m: N
                     run.stats.hlog.close()
         checked = None
         verify_error = None
-        if spec.verify and not result.failures:
+        if spec.verify and not result.failures and PARENT_STOPS.again.is_set():
+            verify_error = "--verify skipped: the run was stopped a second time"
+        elif spec.verify and not result.failures:
             on_event("verifying: reading the produced range back")
+            # After a stop, the read back has the stop grace, not max.block.ms, to reach
+            # the cluster (a stop waits that long for verdicts too).
+            patience = retry if not result.interrupted else _after_stop(retry, spec.stop_grace_s)
             try:
                 checked = verify(bootstrap, spec.topic, spec.run_id, result.acked_runs, security=security,
                                  read_committed=spec.transaction_duration_ms is not None, since=since,
-                                 retry=retry)
+                                 retry=patience,
+                                 answer_timeout_s=spec.stop_grace_s if result.interrupted else None,
+                                 look_for_unacked=_had_no_ack(result.summary))
             except KctlError as e:
                 # The run stands (its summary, --json-out); the verdict is missing, and says why.
                 verify_error = str(e)
+            except KeyboardInterrupt:
+                # A stop while reading back: the run's summary is still written, without a verdict.
+                verify_error = "--verify stopped before it finished (Ctrl-C or SIGTERM)"
+                result = replace(result, interrupted=True, summary=result.summary.interrupted_now("verify"))
         elif plan.options.verify and consumed is not None and not result.failures and not consumed.failures:
             on_event("verifying what the consumers read against the acknowledgements")
             checked = verify_against_acks(spec.run_id, result.acked_runs, consumed.seen)
@@ -559,6 +624,20 @@ def execute(plan: ProducePlan, *, on_event: Callable[[str], None] = lambda _m: N
         if consumed is not None:
             summary = summary.with_consume(consumed.summary)
         return ProduceOutcome(bootstrap, embedded, result, checked, summary, consumed)
+
+
+def _had_no_ack(summary: RunSummary) -> bool:
+    """Records of the run ended failed or abandoned: --verify looks for them in the log too."""
+    c = summary.counts
+    return bool(c.failed or c.abandoned or summary.run.warmup.records_failed)
+
+
+def _after_stop(retry: SetupRetry, grace_s: float) -> SetupRetry:
+    """``retry`` bounded by the stop grace (named so in its error)."""
+    grace_ms = int(grace_s * 1000)
+    if grace_ms >= retry.timeout_ms:
+        return retry
+    return replace(retry, timeout_ms=grace_ms, timeout_name="the stop grace")
 
 
 def _start_consumers(plan: ProducePlan, bootstrap: str, spec: LoadSpec, partitions: int,

@@ -10,8 +10,11 @@ runs in its own thread at a lower CPU priority than the workers
 for it and keeps Ctrl-C. Ctrl-C (KeyboardInterrupt in the parent) sets the shared stop
 event: workers end their schedule, give in-flight records ``stop_grace_s``,
 and still send their final reports, so the summary and the histograms are
-written. A worker that fails fails the run with its error (no silent partial
-result); the others are stopped.
+written. A second stop (``PARENT_STOPS.again``, load/stop.py, or a second
+KeyboardInterrupt) sets ``hurry``: the workers abandon what is still in flight
+at once (with the reason) and report, and the summary is written all the same.
+A worker that fails fails the run with its error (no silent partial result);
+the others are stopped.
 """
 
 from __future__ import annotations
@@ -30,7 +33,7 @@ from kctl.errors import KctlError
 from kctl.load.payload import KeySpec, PayloadPool
 from kctl.load.priority import yield_to_load
 from kctl.load.schedule import split, window_ns
-from kctl.load.stop import stops_held
+from kctl.load.stop import PARENT_STOPS, stops_held
 from kctl.load.worker import StartGate, WorkerSpec, run_worker
 from kctl.stats.aggregate import RunStats
 from kctl.stats.hlog import IntervalLogWriter
@@ -41,6 +44,9 @@ from kctl.stats.report import WorkerFailed, WorkerInterval, WorkerReady
 START_MARGIN_S = 0.2
 #: How long workers may take to start (spawn, imports, metadata, connections).
 READY_TIMEOUT_S = 120.0
+#: After a second stop, how long the workers' final reports are waited for (they no longer
+#: wait for verdicts); a worker still running then is killed, its records without verdict.
+AFTER_SECOND_STOP_S = 3.0
 
 
 @dataclass(frozen=True)
@@ -168,6 +174,7 @@ class LoadRun:
         ctx = mp.get_context("spawn")
         reports = ctx.Queue()
         stop = ctx.Event()
+        hurry = ctx.Event()     # a second stop: the workers' wait for verdicts ends at once
         gate = StartGate(ctx.Event(), ctx.Value("q", 0))
         procs = []
         try:
@@ -175,7 +182,7 @@ class LoadRun:
             # its handler is set: load/stop.py).
             with stops_held(children=True):
                 for ws in worker_specs(spec):
-                    proc = ctx.Process(target=run_worker, args=(ws, reports, stop, gate),
+                    proc = ctx.Process(target=run_worker, args=(ws, reports, stop, gate, hurry),
                                        name=f"kctl-worker-{ws.worker}", daemon=True)
                     proc.start()
                     procs.append(proc)
@@ -199,23 +206,36 @@ class LoadRun:
         collector = _Collector(self, reports, procs, stop, early)
         thread = threading.Thread(target=collector.run, name="kctl-load-reports", daemon=True)
         thread.start()
+        hurried = False
+        # Waited on through collector.done, not Thread.join: a KeyboardInterrupt inside join
+        # (Python 3.11) can mark a thread that still runs as stopped, and the stop's wait
+        # would then end at once (its reports, and a second stop, missed).
+        done = collector.done
         try:
             try:
-                while thread.is_alive():
-                    thread.join(0.2)
+                while not done.wait(0.2):
+                    pass
             except KeyboardInterrupt:
+                stats.interrupted = True        # the rounds still to come say so
                 collector.interrupted.set()
                 stop.set()
                 try:
-                    while thread.is_alive():
-                        thread.join(0.2)
+                    while not done.wait(0.2) and not PARENT_STOPS.again.is_set():
+                        pass
                 except KeyboardInterrupt:
-                    collector.give_up.set()     # a second Ctrl-C: stop waiting for reports
-                    thread.join(5)
+                    pass                        # a second stop where no handler takes it
+                if not done.is_set():
+                    # A second stop: the workers stop waiting for verdicts (what is in
+                    # flight is abandoned, with the reason) and send their final reports.
+                    hurried = True
+                    hurry.set()
+                    done.wait(AFTER_SECOND_STOP_S)
+                    collector.give_up.set()
+                    done.wait(1)
         finally:
             stop.set()
             for p in procs:
-                p.join(timeout=spec.stop_grace_s + 5)
+                p.join(timeout=AFTER_SECOND_STOP_S if hurried else spec.stop_grace_s + 5)
                 if p.is_alive():
                     # A worker that missed the stop and its grace: SIGTERM would only
                     # stop it again (load/stop.py), so it is killed.
@@ -225,7 +245,7 @@ class LoadRun:
             raise collector.error
         interrupted = collector.interrupted.is_set()
         stats.interrupted = interrupted
-        stats.finish()
+        stats.finish(self.on_round)     # rounds of workers that never made a final report
         summary = stats.summary()
         if hlog is not None and self.close_hlog:
             hlog.close()
@@ -265,7 +285,7 @@ class _Collector:
     refresher inherits the priority), then every report into ``RunStats`` and
     ``on_round``, until each worker has sent its final report or failed. The main
     thread keeps Ctrl-C: ``interrupted`` makes this drain what the workers still
-    send after the stop; ``give_up`` (a second Ctrl-C) ends that wait."""
+    send after the stop; ``give_up`` (a short while after a second stop) ends that wait."""
 
     def __init__(self, run: LoadRun, reports: Any, procs: list, stop: Any, early: list) -> None:
         self.run_ = run
@@ -278,9 +298,16 @@ class _Collector:
         self.finished: set[int] = set()
         self.interrupted = threading.Event()
         self.give_up = threading.Event()
+        self.done = threading.Event()       # set when this thread's work has ended
         self.error: BaseException | None = None
 
     def run(self) -> None:
+        try:
+            self._run()
+        finally:
+            self.done.set()
+
+    def _run(self) -> None:
         try:
             yield_to_load()
             run = self.run_
@@ -329,5 +356,7 @@ class _Collector:
             self.finished.add(msg.worker)
             if msg.acked_runs is not None:
                 self.acked[msg.worker] = msg.acked_runs
-        if closed and run.on_round is not None and not self.interrupted.is_set():
+        # After a stop too: the workers' final reports close the last (partial) round, and
+        # the lines add up to the summary.
+        if closed and run.on_round is not None:
             run.on_round(run.stats, closed)

@@ -41,6 +41,8 @@ from __future__ import annotations
 import math
 from collections import deque
 from dataclasses import dataclass
+from fractions import Fraction
+from functools import lru_cache
 
 NS_PER_S = 1_000_000_000
 #: Schedules whose records are due at least this far apart catch up smoothly.
@@ -54,6 +56,11 @@ SMOOTH_WINDOW_NS = 10_500_000
 
 @dataclass(frozen=True, slots=True)
 class Schedule:
+    """Record i is due at ``start_ns + phase_ns + floor(i x 1e9 / rate)`` ns, in integer
+    arithmetic on the rate's exact value (``rate_ratio``): no float boundary, so a
+    schedule over a duration D holds exactly the records whose time falls before D
+    (rate x D of them when that is whole: 3000/s over 6 s is 18000, not 18001)."""
+
     rate: float                 # this worker's records/s; 0 = as fast as possible
     start_ns: int               # monotonic time of the run's start (this process's clock)
     phase_ns: int = 0           # this worker's offset within the run's spacing
@@ -66,16 +73,26 @@ class Schedule:
 
     @property
     def interval_ns(self) -> int:
+        """The spacing rounded to a nanosecond (a slice's records' intended times step by
+        it; the schedule itself is ``intended_ns``)."""
         return round(NS_PER_S / self.rate) if self.rate > 0 else 0
+
+    @property
+    def rate_ratio(self) -> tuple[int, int]:
+        """The rate as an exact ratio ``(num, den)`` of integers: record i is due
+        ``i x 1e9 x den / num`` ns after the phase."""
+        return rate_ratio(self.rate)
 
     @property
     def total(self) -> int | None:
         """Records this worker will send, when known in advance."""
         by_time = None
         if self.duration_ns is not None and self.rate > 0:
-            # Records whose intended time falls inside the run.
+            # Records whose intended time falls inside the run: floor(i x 1e9 / rate) <
+            # span, i.e. i < span x rate / 1e9.
             span = self.duration_ns - self.phase_ns
-            by_time = 0 if span <= 0 else -(-span // self.interval_ns)
+            num, den = self.rate_ratio
+            by_time = 0 if span <= 0 else -(-span * num // (NS_PER_S * den))
         if self.num_records is None:
             return by_time
         return self.num_records if by_time is None else min(self.num_records, by_time)
@@ -94,7 +111,8 @@ class Schedule:
         return end
 
     def intended_ns(self, i: int) -> int:
-        return self.start_ns + self.phase_ns + i * self.interval_ns
+        num, den = self.rate_ratio
+        return self.start_ns + self.phase_ns + i * NS_PER_S * den // num
 
     def due(self, now_ns: int) -> int:
         """How many records (from the first) are due by ``now_ns``; capped by the total.
@@ -103,7 +121,9 @@ class Schedule:
         if not self.paced:
             return total if total is not None else 1 << 62
         elapsed = now_ns - self.start_ns - self.phase_ns
-        n = 0 if elapsed < 0 else elapsed // self.interval_ns + 1
+        # Record i is due when floor(i x 1e9 / rate) <= elapsed: i < (elapsed + 1) x rate / 1e9.
+        num, den = self.rate_ratio
+        n = 0 if elapsed < 0 else -(-(elapsed + 1) * num // (NS_PER_S * den))
         return n if total is None else min(n, total)
 
     def next_due_ns(self, sent: int) -> int:
@@ -179,18 +199,44 @@ def window_ns(rate: float, *, num_records: int | None, duration_ns: int | None) 
     return by_count if duration_ns is None else min(by_count, duration_ns)
 
 
+@lru_cache(maxsize=64)
+def rate_ratio(rate: float) -> tuple[int, int]:
+    """``rate`` (records/s) as an exact ratio of integers (a float's value is one)."""
+    exact = Fraction(rate)
+    return exact.numerator, exact.denominator
+
+
+def scheduled_over(rate: float, duration_ns: int) -> int:
+    """Records a run's schedule holds over ``duration_ns``: those at ``i / rate`` for i in
+    [0, rate x D), in exact arithmetic (``ceil(rate x D)``)."""
+    num, den = rate_ratio(rate)
+    return -(-duration_ns * num // (NS_PER_S * den))
+
+
 def split(rate: float, workers: int, start_ns: int, *, num_records: int | None,
           duration_ns: int | None) -> list[Schedule]:
     """One schedule per worker: the rate and the record count shared out evenly,
-    each worker's records phase-shifted so the merged stream is evenly spaced."""
+    each worker's records phase-shifted so the merged stream is evenly spaced
+    (worker w's record i is the run's record w + i x workers, due at its time).
+    Over a duration, each worker's share of the run's ``scheduled_over`` records is
+    given as its record count, so the shares add up to the run's exactly (each worker's
+    own rate is a rounded float)."""
     if workers < 1:
         raise ValueError("at least one worker")
     per_rate = rate / workers if rate > 0 else 0.0
-    gap = round(NS_PER_S / rate) if rate > 0 else 0
+    num, den = rate_ratio(rate) if rate > 0 else (0, 1)
+    timed = scheduled_over(rate, duration_ns) if rate > 0 and duration_ns is not None else None
     out = []
     for w in range(workers):
         share = None
         if num_records is not None:
             share = num_records // workers + (1 if w < num_records % workers else 0)
-        out.append(Schedule(per_rate, start_ns, w * gap, share, duration_ns))
+        if timed is not None:
+            # The run's records w, w + workers, ... below ``timed``.
+            by_time = max(0, -(-(timed - w) // workers))
+            share = by_time if share is None else min(share, by_time)
+        # Floored: never after the exact time, so the worker's own count over the
+        # duration never falls below the share it is given.
+        phase = w * NS_PER_S * den // num if num else 0
+        out.append(Schedule(per_rate, start_ns, phase, share, duration_ns))
     return out

@@ -9,6 +9,12 @@ up. So a worker ignores SIGINT, as before, and takes SIGTERM as its own stop: it
 schedule exactly as when the event is set, gives in-flight records the stop grace and
 sends its final report. SIGTERM to a worker alone (an operator's ``kill``) therefore still
 ends it, in order; the parent's last resort, past the stop and its grace, is SIGKILL.
+
+The parent's own stops (``later_stops_hurry``): the first Ctrl-C or SIGTERM is the
+``KeyboardInterrupt`` every caller turns into an orderly stop; a second one must not throw
+that stop away halfway (the summary and --json-out unwritten), so from then on a stop only
+sets ``PARENT_STOPS.again``: the waits of the stop (the workers' grace, the reports, a
+--verify after it) end early and the summary is still written with what is known.
 """
 
 from __future__ import annotations
@@ -20,7 +26,8 @@ from contextlib import contextmanager
 from types import FrameType
 from typing import Any
 
-__all__ = ["WorkerStop", "install_worker_stop", "stops_held"]
+__all__ = ["PARENT_STOPS", "ParentStops", "WorkerStop", "install_worker_stop", "later_stops_hurry",
+           "stops_held"]
 
 
 class WorkerStop:
@@ -85,3 +92,50 @@ def stops_held(*, children: bool = False) -> Iterator[None]:
             signal.pthread_sigmask(signal.SIG_SETMASK, mask)
         for signum in dict.fromkeys(held):
             signal.raise_signal(signum)     # now, to the handler it was held from
+
+
+class ParentStops:
+    """The stops (Ctrl-C, SIGTERM) the parent received under ``later_stops_hurry``: the first
+    raises ``KeyboardInterrupt``, every later one sets ``again`` (and raises nothing)."""
+
+    def __init__(self) -> None:
+        self.count = 0
+        self.again = threading.Event()
+
+    def on_signal(self, signum: int, frame: FrameType | None) -> None:
+        self.count += 1
+        if self.count == 1:
+            raise KeyboardInterrupt
+        self.again.set()
+
+    def reset(self) -> None:
+        self.count = 0
+        self.again.clear()
+
+
+#: The process's parent stops (signals are per process, so there is one).
+PARENT_STOPS = ParentStops()
+
+
+@contextmanager
+def later_stops_hurry() -> Iterator[ParentStops]:
+    """Around a run and the writing of its summary, in the parent: SIGINT and SIGTERM raise
+    ``KeyboardInterrupt`` the first time, as before; later ones set ``PARENT_STOPS.again``,
+    which the stop's waits look at (LoadRun: the workers stop waiting for verdicts; a
+    --verify after the stop is skipped), so a second Ctrl-C shortens the stop instead of
+    losing the summary. A signal ignored stays ignored; the previous handlers are put back
+    at the end. Main thread only
+    (elsewhere it changes nothing)."""
+    stops = PARENT_STOPS
+    if threading.current_thread() is not threading.main_thread():
+        yield stops
+        return
+    stops.reset()
+    # A signal ignored (SIGINT in a background job of a non-interactive shell) stays ignored.
+    previous = {signum: signal.signal(signum, stops.on_signal) for signum in (signal.SIGINT, signal.SIGTERM)
+                if callable(signal.getsignal(signum))}
+    try:
+        yield stops
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)

@@ -103,6 +103,17 @@ class _Tally:
             arr[seq] += 1
         return arr[seq]
 
+    def expected_at(self, worker: int, seq: int) -> int:
+        arr = self.expected.get(worker)
+        return arr[seq] if arr is not None and seq < len(arr) else 0
+
+    def expected_all(self, worker: int, first_seq: int, count: int) -> bool:
+        """Every one of the worker's sequences ``first_seq`` .. + ``count`` was acknowledged."""
+        arr = self.expected.get(worker)
+        if arr is None or first_seq + count > len(arr):
+            return False
+        return arr[first_seq:first_seq + count].count(0) == 0
+
     def find_run(self, worker: int, first_seq: int, count: int) -> bool:
         """Marks a run found; False (nothing marked) when any of it was found before."""
         arr = self._array(self.found, worker, first_seq + count)
@@ -145,6 +156,9 @@ class _Checker:
         self.tally = tally
         self.max_examples = max_examples
         self.found = self.duplicated = self.reordered = self.misplaced = 0
+        #: copies read of the run's records never acknowledged (failed or abandoned, yet
+        #: written): apart from found, never duplicated, reordered or misplaced
+        self.unacked_copies = 0
         self.dup_examples: list[tuple[int, int]] = []
         self.per_partition: dict[int, dict[str, int]] = {}
         self._last_seq: dict[int, dict[int, int]] = {}
@@ -191,7 +205,8 @@ class _Checker:
     def _stretch(self, stats: dict[str, int], last_seq: dict[int, int], worker: int, s0: int,
                  k: int, tag_workers: array, seqs: array) -> bool:
         if (tag_workers.count((self.tag << 32) | worker) != k or s0 < last_seq.get(worker, -1)
-                or seqs != array("Q", range(s0, s0 + k)) or not self.tally.find_run(worker, s0, k)):
+                or seqs != array("Q", range(s0, s0 + k)) or not self.tally.expected_all(worker, s0, k)
+                or not self.tally.find_run(worker, s0, k)):
             return False
         last_seq[worker] = s0 + k - 1
         self.found += k
@@ -200,6 +215,11 @@ class _Checker:
 
     def _one(self, stats: dict[str, int], last_seq: dict[int, int], place: _Placement,
              offset: int, worker: int, seq: int) -> None:
+        if not self.tally.expected_at(worker, seq):
+            # Reported failed or abandoned (or never acknowledged), yet in the log.
+            self.tally.find(worker, seq)
+            self.unacked_copies += 1
+            return
         n = self.tally.find(worker, seq)
         self.found += 1
         stats["found"] += 1
@@ -391,7 +411,12 @@ class Verification:
     other records were acknowledged at."""
 
     def __init__(self, run_id: str, acked: Mapping[int, Mapping[int, Iterable[tuple[int, int, int]]]], *,
-                 max_examples: int = 10, since: Mapping[int, int] | None = None) -> None:
+                 max_examples: int = 10, since: Mapping[int, int] | None = None,
+                 look_for_unacked: bool = False) -> None:
+        """``look_for_unacked`` (the run reported records failed or abandoned): every
+        partition of ``since`` is read from there to its log end after the run, so the
+        run's records that were written although never acknowledged are counted
+        (``VerifyResult.written_unacked``), apart from the verdict."""
         self.tally = _Tally()
         where: dict[int, list[tuple[int, int, int, int]]] = {}
         self.ranges: dict[int, tuple[int, int]] = {}
@@ -423,6 +448,14 @@ class Verification:
                 self.ranges[partition] = (since[partition], UNBOUNDED)    # read on to the end
             else:
                 self.ranges.pop(partition, None)     # nowhere to look for them: verify() refuses
+        #: partitions read from ``since`` to the log end after the run for records never
+        #: acknowledged (besides ``unplaced``'s)
+        self.to_end: set[int] = set()
+        if look_for_unacked and since is not None:
+            for partition, start in since.items():
+                if partition not in self.unplaced:
+                    self.to_end.add(partition)
+                    self.ranges[partition] = (start, UNBOUNDED)
         self.placements = {p: _Placement(runs) for p, runs in where.items()}
         self.max_examples = max_examples
         self.checker = _Checker(run_tag(run_id), self.tally, max_examples)
@@ -462,9 +495,23 @@ class Verification:
             stats["expected"] = count
             stats["lost"] = sum(_unfound(tally.found.get(worker), first_seq, n)
                                 for worker, first_seq, n in self._runs[partition])
+        written = sum(_unacked_found(tally.expected.get(worker), got) for worker, got in tally.found.items()) \
+            if checker.unacked_copies else 0
         return VerifyResult(self.expected, checker.found, lost, checker.duplicated, checker.reordered,
                             checker.misplaced, tuple(lost_examples), tuple(checker.dup_examples),
-                            dict(sorted(checker.per_partition.items())), read_s, self.aborted)
+                            dict(sorted(checker.per_partition.items())), read_s, self.aborted, written)
+
+
+def _unacked_found(expected: bytearray | None, found: bytearray) -> int:
+    """How many of a worker's sequences were found but never expected (acknowledged)."""
+    n = len(found)
+    exp = bytes(expected[:n]) if expected is not None else b""
+    exp += bytes(n - len(exp))
+    flags = bytes(range(256))[:1] + b"\x01" * 255      # nonzero -> 1
+    zero = b"\x01" + b"\x00" * 255                       # zero -> 1
+    hit = int.from_bytes(bytes(found).translate(flags), "little") & \
+        int.from_bytes(exp.translate(zero), "little")
+    return hit.bit_count()
 
 
 def _unfound(found: bytearray | None, first_seq: int, count: int) -> int:
@@ -504,15 +551,18 @@ def _reasons(e: EndOffsetsError | RetriesExhaustedError) -> str:
     return e.describe_errors()
 
 
-def _admin_client(address: str, security: Any) -> BlockingClient:
-    return BlockingClient(address, client_id="kctl-verify", security=security)
+def _admin_client(address: str, security: Any, timeout_s: float | None = None) -> BlockingClient:
+    if timeout_s is None:
+        return BlockingClient(address, client_id="kctl-verify", security=security)
+    return BlockingClient(address, client_id="kctl-verify", security=security, timeout_s=timeout_s)
 
 
 def verify(bootstrap: str, topic: str, run_id: str,
            acked: Mapping[int, Mapping[int, Iterable[tuple[int, int, int]]]], *,
            security: Any = None, readers: int = READERS, fetch_bytes: int = FETCH_BYTES,
            max_examples: int = 10, read_committed: bool = False,
-           since: Mapping[int, int] | None = None, retry: SetupRetry = SetupRetry()) -> VerifyResult:
+           since: Mapping[int, int] | None = None, retry: SetupRetry = SetupRetry(),
+           answer_timeout_s: float | None = None, look_for_unacked: bool = False) -> VerifyResult:
     """``acked``: worker -> partition -> runs of (offset, count, first_seq).
     ``read_committed``: read as a read_committed consumer (a transactional run): up to
     the last stable offset.
@@ -522,9 +572,15 @@ def verify(bootstrap: str, topic: str, run_id: str,
     ``bootstrap``: any broker's ``host:port`` (the first of a list is used).
     ``retry``: how long a request whose connection broke is asked again over a new one
     (Metadata, ListOffsets, each Fetch), and end offsets whose errors may pass asked again
-    (engine/setup_retry.py)."""
+    (engine/setup_retry.py). ``answer_timeout_s``: how long one request waits for its answer
+    (None: the blocking client's default; after a stop, the stop grace).
+    ``look_for_unacked``: the run reported records failed or abandoned; every partition is
+    read from ``since`` to its log end after the run and the run's records found there that
+    were never acknowledged are counted apart (``written_unacked``): not expected, so
+    neither found nor lost."""
     started = time.monotonic()
-    v = Verification(run_id, acked, max_examples=max_examples, since=since)
+    v = Verification(run_id, acked, max_examples=max_examples, since=since,
+                     look_for_unacked=look_for_unacked)
     ranges = v.ranges
     blind = sorted(p for p in v.unplaced if p not in ranges)
     if blind:
@@ -543,13 +599,14 @@ def verify(bootstrap: str, topic: str, run_id: str,
             # Where records were acknowledged without an offset: read to each partition's
             # log end after the run (its leader's answer, from the Metadata just taken; an
             # error that may pass asks both again, setup_retry).
-            ends = admin.log_end_offsets(client, topic, sorted(v.unplaced), metadata=md,
-                                         client_for=lambda a: _admin_client(a, security)) \
-                if v.unplaced else {}
+            to_end = sorted(set(v.unplaced) | v.to_end)
+            ends = admin.log_end_offsets(client, topic, to_end, metadata=md,
+                                         client_for=lambda a: _admin_client(a, security, answer_timeout_s)) \
+                if to_end else {}
             return leaders, tid, version, ends
 
         try:
-            with closing(_admin_client(first, security)) as client:
+            with closing(_admin_client(first, security, answer_timeout_s)) as client:
                 leaders, tid, version, ends = setup_retry.call(
                     client, look_up, retry, what=f"--verify: Metadata of {topic!r}")
         except (EndOffsetsError, RetriesExhaustedError) as e:
@@ -560,13 +617,15 @@ def verify(bootstrap: str, topic: str, run_id: str,
         for partition, (lo, hi) in sorted(ranges.items()):
             if partition in v.unplaced:
                 jobs.put((partition, lo, ends[partition], v.acked_in[partition]))
+            elif partition in v.to_end:
+                jobs.put((partition, lo, ends[partition], None))
             else:
                 jobs.put((partition, lo, hi, None))
         out: queue.Queue = queue.Queue()
         by_id = tid if requests.names_topics_by_id(version) else None
         threads = [threading.Thread(target=_read_partitions, name=f"kctl-verify-{i}", daemon=True,
                                     args=(jobs, out, topic, by_id,
-                                          leaders, lambda a: _admin_client(a, security), fetch_bytes,
+                                          leaders, lambda a: _admin_client(a, security, answer_timeout_s), fetch_bytes,
                                           requests.READ_COMMITTED if read_committed
                                           else requests.READ_UNCOMMITTED, run_tag(run_id), retry))
                    for i in range(max(1, min(readers, len(ranges))))]

@@ -36,7 +36,8 @@ processes, each with its own engine and connections). Its loop:
   the .hlog and the per-partition and per-broker figures cover the same records;
 - ``stop`` (set by the parent on Ctrl-C) ends the schedule early; what is in
   flight is given ``stop_grace_s`` to finish, then abandoned (counted, with the
-  reason). Records due by the worker's last turn before the stop that it never
+  reason); ``hurry`` (the parent's second stop) ends that wait at once
+  (``STOPPED_AGAIN``). Records due by the worker's last turn before the stop that it never
   handed over (the catch-up limit held them, or they came due since its last
   hand-over) count as scheduled and abandoned (``UNSENT_AT_STOP``), so
   scheduled = acked + failed + abandoned. A fatal producer error (a ``KctlError``
@@ -98,6 +99,8 @@ REPORT_SLACK_NS = 800_000
 UNSENT_AT_STOP = "run stopped: due, never handed to the producer"
 #: How often the wait for the last verdicts after the schedule looks at the stop.
 FINISH_STOP_CHECK_S = 0.05
+#: Why records in flight at a second stop are abandoned: the parent no longer waits.
+STOPPED_AGAIN = "run stopped again: the stop grace's wait for verdicts cut short"
 #: Records a pool of random keys holds (each key drawn once per pool slot).
 KEYED_POOL_MIN = 16384
 #: Largest pool a keys file and payload pool are cycled through together.
@@ -294,8 +297,11 @@ class StartGate:
 
 class Worker:
     def __init__(self, spec: WorkerSpec, reports: Any, stop: Any,
-                 start_gate: StartGate | None = None) -> None:
+                 start_gate: StartGate | None = None, hurry: Any = None) -> None:
+        """``hurry``: set by the parent at a second stop (its waits end early): the stop
+        grace's wait for verdicts ends at once."""
         self.spec = spec
+        self.hurry = hurry
         self.start_gate = start_gate
         self.reports = reports
         self.stop = stop
@@ -619,9 +625,9 @@ class Worker:
         p = self.producer
         grace = self.spec.stop_grace_s
         if self.stop.is_set():
-            done = p.flush(self._grace_left_s())
+            done = self._flush_within(self._grace_left_s())
         elif failed:
-            done = p.flush(grace)
+            done = self._flush_within(grace)
         else:
             # The schedule ended on its own: every verdict is awaited, but a stop that comes
             # meanwhile (Ctrl-C, SIGTERM) bounds the rest of the wait by the stop grace, as it
@@ -631,7 +637,7 @@ class Worker:
             while not done and not self.stop.is_set():
                 done = p.flush(FINISH_STOP_CHECK_S)
             if not done:
-                done = p.flush(self._grace_left_s())
+                done = self._flush_within(self._grace_left_s())
         txn = p.transactions
         late: KctlError | None = None
         if done and not failed and txn is not None and txn.in_transaction:
@@ -648,7 +654,8 @@ class Worker:
             # A fatal error left the transaction open: it never commits, so its records are
             # not expected (the engine counts them failed, TRANSACTION_NOT_COMMITTED).
             self._drop_transaction()
-        reason = None if done else (f"run stopped: no verdict within the {grace:g} s stop grace")
+        reason = None if done else STOPPED_AGAIN if self._hurried() else \
+            f"run stopped: no verdict within the {grace:g} s stop grace"
         p.close(0 if not done else None, abandon_reason=reason)
         if self._txn_open:
             self._drop_transaction()   # close aborted it (it could not commit)
@@ -663,6 +670,21 @@ class Worker:
         self._report(final=not failed and late is None)
         if late is not None:
             raise late
+
+    def _flush_within(self, grace_s: float) -> bool:
+        """Waits for the verdicts for ``grace_s`` at most; a second stop (the parent's
+        ``hurry``) ends the wait at once. True when every record has its verdict."""
+        p = self.producer
+        end = self.clock.now_ns() + int(grace_s * 1e9)
+        while True:
+            left_s = max(0, end - self.clock.now_ns()) / 1e9
+            if p.flush(min(FINISH_STOP_CHECK_S, left_s)):
+                return True
+            if left_s <= 0 or self._hurried():
+                return False
+
+    def _hurried(self) -> bool:
+        return self.hurry is not None and self.hurry.is_set()
 
     def _report(self, *, final: bool) -> None:
         now_wall = self.clock.wall_ns()
@@ -705,7 +727,8 @@ class Worker:
         return encode_histogram(h)
 
 
-def run_worker(spec: WorkerSpec, reports: Any, stop: Any, start_gate: StartGate | None = None) -> None:
+def run_worker(spec: WorkerSpec, reports: Any, stop: Any, start_gate: StartGate | None = None,
+               hurry: Any = None) -> None:
     """Process entry point: every failure reaches the parent as ``WorkerFailed``.
 
     Ctrl-C reaches every process of the terminal's group; workers ignore it and
@@ -713,7 +736,7 @@ def run_worker(spec: WorkerSpec, reports: Any, stop: Any, start_gate: StartGate 
     (to the group, or to the worker alone) stops the worker as ``stop`` does (load/stop.py)."""
     stop = install_worker_stop(stop)
     try:
-        Worker(spec, reports, stop, start_gate).run()
+        Worker(spec, reports, stop, start_gate, hurry).run()
     except KctlError as e:
         reports.put(WorkerFailed(spec.worker, str(e)))
     except KeyboardInterrupt:

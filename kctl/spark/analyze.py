@@ -38,7 +38,8 @@ How this works
    a partition per range would only add tasks to every job after the decode.
 
 6. Summaries, in Spark SQL over those tables: latency percentiles per API (exact nearest
-   rank, as Java's HdrHistogram ranks), throughput per topic per time bucket, top clients by
+   rank, as Java's HdrHistogram ranks, then given as decode's histogram gives that rank:
+   kctl/percentiles.py ``bucket_latency_ms``), throughput per topic per time bucket, top clients by
    bytes, errors per (API, error name) and their totals by name, notices by kind. Counting
    follows ``kctl decode --summary`` (an error under the API of the row that carried it,
    ``unmatched`` for a response whose request no reader saw).
@@ -58,7 +59,7 @@ from kctl.inspect.ranges import (
     DEFAULT_LOOKBACK_BYTES, CaptureIndex, CaptureRange, RangeDecoder, check_coverage,
     index_capture,
 )
-from kctl.percentiles import requested_percentile
+from kctl.percentiles import bucket_latency_ms, requested_percentile
 from kctl.spark import capture_rows as rows_
 from kctl.spark.storage import CaptureFile, locate, open_at
 
@@ -229,8 +230,9 @@ def _ids(spark: Any, n: int) -> Any:
 
 def analyze(captures: Sequence[CaptureSource], out: str, *, spark: Any,
             range_bytes: int | None = None, lookback_bytes: int = DEFAULT_LOOKBACK_BYTES,
-            bucket_s: float = 1.0, top: int = 10) -> AnalyzeResult:
-    """Decodes the captures into ``out``/requests and ``out``/partitions; returns the summaries."""
+            bucket_s: float = 1.0, top: int = 10, write_mode: str = "overwrite") -> AnalyzeResult:
+    """Decodes the captures into ``out``/requests and ``out``/partitions; returns the summaries.
+    ``write_mode``: Spark's save mode for the tables (``errorifexists``: never replace them)."""
     from pyspark import StorageLevel
     from pyspark.sql import functions as F
     from pyspark.sql.pandas.types import from_arrow_schema
@@ -289,7 +291,8 @@ def analyze(captures: Sequence[CaptureSource], out: str, *, spark: Any,
         # Both tables and the summaries are made at once from the cached requests: each
         # job mostly waits on Spark's scheduling.
         result = run_job(spark, lambda: _write_and_summarise(
-            spark, requests, partitions, repair_notices, out, bucket_s=bucket_s, top=top),
+            spark, requests, partitions, repair_notices, out, bucket_s=bucket_s, top=top,
+            write_mode=write_mode),
             description="kctl analyze: write and summarise")
         cached.unpersist()
     finally:
@@ -416,14 +419,15 @@ def percentile_columns(rank: str = "rn", count: str = "n", value: str = "latency
     (and kctl decode --summary) defines it, the ``value`` of rank max(1, ceil(p' * n / 100))
     in ascending order of the ``count`` values (``rank``: their row_number), p' the
     percentile one ulp lower (kctl/percentiles.py: the same doubles in the same order, the
-    nudged percentile a double literal); no interpolation."""
+    nudged percentile a double literal); no interpolation. The driver then turns each
+    rank's latency into decode's figure (``bucket_latency_ms``)."""
     return ", ".join(f"max(CASE WHEN {value} IS NOT NULL AND "
                      f"{rank} = greatest(1, ceil({requested_percentile(p)!r}D * {count} / 100D)) "
                      f"THEN {value} END) AS p{i}" for i, p in enumerate(PERCENTILES))
 
 
 def _write_and_summarise(spark: Any, requests: Any, partitions: Any, repair_notices: Any,
-                         out: str, *, bucket_s: float, top: int) -> AnalyzeResult:
+                         out: str, *, bucket_s: float, top: int, write_mode: str) -> AnalyzeResult:
     requests.createOrReplaceTempView("requests")
     partitions.createOrReplaceTempView("partitions")
     # One window sort per API (rows without a latency ranked last) keeps the percentiles
@@ -438,8 +442,8 @@ def _write_and_summarise(spark: Any, requests: Any, partitions: Any, repair_noti
     # The requests are cached: a task that needs a partition another job's task is making
     # waits for it (the block manager's write lock), so the rows are made once.
     _, _, lat, throughput, clients, errors, notices = _concurrently(
-        lambda: requests.write.mode("overwrite").parquet(os.path.join(out, "requests")),
-        lambda: partitions.write.mode("overwrite").parquet(os.path.join(out, "partitions")),
+        lambda: requests.write.mode(write_mode).parquet(os.path.join(out, "requests")),
+        lambda: partitions.write.mode(write_mode).parquet(os.path.join(out, "partitions")),
         sql(f"""
         WITH ranked AS (
             SELECT api_name, request_bytes, response_bytes, latency_ms,
@@ -472,6 +476,12 @@ def _write_and_summarise(spark: Any, requests: Any, partitions: Any, repair_noti
     for r in lat:
         total_rows += r.pop("rows")
         p = [r.pop(f"p{i}") for i in range(len(PERCENTILES))]
+        if r["latency_count"]:
+            # Each rank's exact latency as decode --summary's histogram gives it (one rule,
+            # kctl/percentiles.py): its µs bucket's highest value, capped at the largest
+            # latency (p100, exact; ns back from the ms double exactly).
+            max_ns = round(p[-1] * 1e6)
+            p = [bucket_latency_ms(round(v * 1e6), max_ns) for v in p]
         mean = r.pop("latency_mean")
         r["latency_ms"] = ({f"p{q:g}": v for q, v in zip(PERCENTILES, p)} | {"mean": mean}
                            if r["latency_count"] else None)

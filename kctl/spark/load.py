@@ -22,7 +22,10 @@ stage, so they start together or not at all; each one
 Start skew: every task also returns a ``TaskStart`` (when Spark launched it, the common
 start it agreed on, and when its schedule's first interval actually began, all wall
 clock) and the summary gets a ``spark`` section: how far apart the tasks launched and
-began, and each task's lateness against the agreed start (docs/produce-summary.md).
+began, and each task's lateness against the agreed start (docs/produce-summary.md). A
+task that never returns (its job cancelled after a stop) keeps what its live reports
+said: its ``AgreedStart`` carries its host and launch time, and its first interval report
+when it began.
 
 Live intervals: the collector also posts each report, as it is made, to a
 small TCP listener on the driver (``ReportListener``); the driver feeds them to
@@ -171,9 +174,13 @@ TASK_START = -1
 @dataclass(frozen=True, slots=True)
 class AgreedStart:
     """The common start the tasks agreed on (wall ns): the run's start, from which every
-    task's schedule runs (load/run.py ``run_stats``)."""
+    task's schedule runs (load/run.py ``run_stats``); with the task's host and when Spark
+    launched it, so that a task that never returns (its job cancelled after a stop) still
+    has its ``TaskStart`` on the driver (``known_start``)."""
 
     wall_ns: int
+    host: str
+    launched_wall_ns: int
 
 
 #: The index an ``AgreedStart`` travels under, live before the task's first report and
@@ -197,7 +204,7 @@ def run_worker_task(spec: WorkerSpec, listener: tuple[str, int] | None,
     reports = TaskReports(spec.worker, listener)
     try:
         start = agree_start(start_delay_s)
-        agreed = (spec.worker, AGREED_START, AgreedStart(start))
+        agreed = (spec.worker, AGREED_START, AgreedStart(start, socket.gethostname(), launched))
         reports.post(agreed)
         spec = replace(spec, start_wall_ns=start)
         Worker(spec, reports, reports.stop).run()
@@ -213,6 +220,14 @@ def run_worker_task(spec: WorkerSpec, listener: tuple[str, int] | None,
     return [agreed] + reports.items + [(spec.worker, TASK_START,
                                         TaskStart(spec.worker, socket.gethostname(), launched, start,
                                                   began))]
+
+
+def known_start(worker: int, agreed: AgreedStart, began_wall_ns: int | None) -> TaskStart:
+    """A task's ``TaskStart`` as the driver knows it from its live reports (the task's own
+    never came: its job was cancelled): its ``AgreedStart`` and the start of the first
+    interval it reported (the agreed start when it reported none)."""
+    return TaskStart(worker, agreed.host, agreed.launched_wall_ns, agreed.wall_ns,
+                     agreed.wall_ns if began_wall_ns is None else began_wall_ns)
 
 
 def start_summary(starts: list[TaskStart]) -> SparkStarts:
@@ -393,8 +408,8 @@ def run_reports_job(spark: Any, spec: LoadSpec, job: Callable[[tuple[str, int] |
         same ``run_stats``), and fed the reports that came before it."""
         if state["merger"] is None:
             stats = run_stats(spec, start_wall_ns, config=config_for_summary, hdr_out=hdr_out)
-            state.update(stats=stats, hlog=stats.hlog,
-                         merger=ReportMerger(stats, None if state["stopped"] else on_round))
+            stats.interrupted = state["stopped"]
+            state.update(stats=stats, hlog=stats.hlog, merger=ReportMerger(stats, on_round))
             owner.stats = stats
             if getattr(owner, "on_start", None) is not None:
                 owner.on_start(owner)   # e.g. the live dashboard, now that there are stats
@@ -403,15 +418,22 @@ def run_reports_job(spark: Any, spec: LoadSpec, job: Callable[[tuple[str, int] |
             pending.clear()
         return state["merger"]
 
-    starts: list[TaskStart] = []
+    starts: dict[int, TaskStart] = {}           # the tasks' own, returned with their reports
+    agreed: dict[int, AgreedStart] = {}
+    first_interval: dict[int, tuple[int, int]] = {}    # worker -> (index, start wall ns)
 
     def feed(items: Iterable[tuple[int, int, Any]]) -> None:
         for worker, index, msg in items:
             if index == TASK_START:
-                starts.append(msg)
-            elif index == AGREED_START:
+                starts[worker] = msg
+                continue
+            if index == AGREED_START:
+                agreed[worker] = msg
                 ensure_stats(msg.wall_ns)   # every task agreed on the same start
-            elif state["merger"] is None:
+                continue
+            if isinstance(msg, WorkerInterval) and index < first_interval.get(worker, (index + 1,))[0]:
+                first_interval[worker] = (index, msg.start_wall_ns)
+            if state["merger"] is None:
                 pending.append((worker, index, msg))    # a task's start comes before its reports
             else:
                 state["merger"].add(worker, index, msg)
@@ -428,10 +450,11 @@ def run_reports_job(spark: Any, spec: LoadSpec, job: Callable[[tuple[str, int] |
         feed(items)
 
     def stop_tasks() -> None:
-        # As in a local run, no interval lines after the stop: the summary follows.
+        # As in a local run, the rounds the final reports close are still printed, the
+        # last one marked partial: the lines add up to the summary.
         state["stopped"] = True
         if state["merger"] is not None:
-            state["merger"].on_round = None
+            state["merger"].stats.interrupted = True
         assert listener is not None
         listener.stop_tasks()
 
@@ -466,10 +489,15 @@ def run_reports_job(spark: Any, spec: LoadSpec, job: Callable[[tuple[str, int] |
     merger = ensure_stats(time.time_ns()) if state["merger"] is None else state["merger"]
     stats = merger.stats
     stats.interrupted = interrupted
-    stats.finish()
+    stats.finish(merger.on_round)       # rounds of tasks that never made a final report
     summary = stats.summary()
+    # What is known of each task's start: its own TaskStart, or for a task that never
+    # returned (cancelled after a stop) what its live reports said.
+    for worker, a in agreed.items():
+        if worker not in starts:
+            starts[worker] = known_start(worker, a, first_interval.get(worker, (0, None))[1])
     if starts:
-        summary = summary.with_spark(start_summary(starts))
+        summary = summary.with_spark(start_summary(list(starts.values())))
     if state["hlog"] is not None:
         state["hlog"].close()
     return LoadResult(summary, merger.acked, interrupted, merger.failures)

@@ -4,7 +4,8 @@ How this works
 --------------
 The driver reads the dataset with Spark and maps its columns to records:
 
-- key: ``--key-col`` (binary as is, anything else as UTF-8 text), or no key;
+- key: ``--key-col`` (binary as is, any other scalar as UTF-8 text; a struct, map or
+  array column is refused, as for a raw value), or no key;
 - value: ``--value-col`` or, without it, the whole row. ``--value-format json``
   writes struct/map/array values (and the whole row) as JSON text, null fields
   included (``"x": null``), and takes a string column to hold JSON already;
@@ -13,8 +14,9 @@ The driver reads the dataset with Spark and maps its columns to records:
   which deletes the key on a compacted topic), never empty bytes; a null cell
   of ``--key-col`` is a null key. Replay sends no headers but kctl's identity.
 
-The records are spread over ``tasks`` partitions (a round-robin repartition:
-the dataset's row order is not kept) that run as one barrier stage, like
+The records are dealt to ``tasks`` partitions by row number (row i to task
+i % tasks: shares differ by at most one row; the order across tasks is not kept),
+that run as one barrier stage, like
 ``produce --spark`` (kctl/spark/load.py): each task lays its partition's
 records out as the worker's payload and key pool, in order, and runs the same
 ``Worker`` loop once through them at its share of ``--rate`` (0: as fast as it
@@ -34,7 +36,7 @@ from kctl.load.payload import KeySpec, PayloadPool
 from kctl.load.run import LoadResult, LoadSpec
 from kctl.load.worker import WorkerSpec
 from kctl.spark.load import START_DELAY_S, SparkLoadRun, run_reports_job, run_worker_task
-from kctl.spark.session import check_barrier_slots, spark_session
+from kctl.spark.session import check_barrier_slots, job_error_message, spark_session
 
 FORMATS = ("parquet", "json", "csv")
 #: ``to_json``'s options: a null field is written (``"x": null``), as the row has it;
@@ -61,6 +63,22 @@ def read_dataset(spark: Any, path: str, fmt: str | None = None) -> Any:
     if fmt == "csv":
         reader = reader.option("header", "true").option("inferSchema", "true")
     return reader.load(path)
+
+
+def load_records(spark: Any, dataset: str, fmt: str | None, *, key_col: str | None,
+                 value_col: str | None, value_format: str) -> tuple[Any, int]:
+    """The dataset's records (``records_frame``, cached) and their count. A dataset Spark
+    cannot read (a URI scheme without its file system on the classpath, such as ``s3a://``
+    without the hadoop-aws jars, a file that is not in the format, a path not found) is
+    one line, as ``kctl analyze`` says a capture it cannot open."""
+    from py4j.protocol import Py4JError
+    from pyspark.errors import PySparkException
+    try:
+        records = records_frame(read_dataset(spark, dataset, fmt), key_col=key_col,
+                                value_col=value_col, value_format=value_format).cache()
+        return records, records.count()
+    except (Py4JError, PySparkException) as e:
+        raise ConfigError(f"{dataset}: cannot read: {job_error_message(e)}") from None
 
 
 def records_frame(df: Any, *, key_col: str | None, value_col: str | None, value_format: str) -> Any:
@@ -90,8 +108,28 @@ def records_frame(df: Any, *, key_col: str | None, value_col: str | None, value_
                               "not bytes or text (use --value-format json)")
         else:
             value = as_bytes(F.col(value_col), dtype)
-    key = as_bytes(F.col(key_col), df.schema[key_col].dataType) if key_col else F.lit(None).cast("binary")
+    if key_col is None:
+        key = F.lit(None).cast("binary")
+    else:
+        dtype = df.schema[key_col].dataType
+        if isinstance(dtype, (T.StructType, T.MapType, T.ArrayType)):
+            # A key is the column's bytes, as a raw value is: Spark's string form of a
+            # struct ("{1}") is no encoding a consumer could read back.
+            raise ConfigError(f"--key-col: column {key_col!r} is {dtype.simpleString()}, not bytes or "
+                              "text (a key is a binary column's bytes or a scalar's UTF-8 text)")
+        key = as_bytes(F.col(key_col), dtype)
     return df.select(key.alias("k"), value.alias("v"))
+
+
+def task_rows(records: Any, tasks: int) -> Any:
+    """``records``' ``(k, v)`` rows dealt to ``tasks`` partitions by row number (row i to
+    partition i % tasks), so the partitions differ by at most one row and none is empty
+    while there are as many rows as tasks (``repartition`` may leave a partition empty:
+    two rows in one input partition went both to the same one of two)."""
+    return (records.rdd.zipWithIndex()
+            .map(lambda ri: (ri[1] % tasks, (ri[0][0], ri[0][1])))
+            .partitionBy(tasks, lambda task: task)
+            .values())
 
 
 def _replay_partition(specs: list[WorkerSpec], keyed: bool, listener: tuple[str, int] | None,
@@ -102,11 +140,14 @@ def _replay_partition(specs: list[WorkerSpec], keyed: bool, listener: tuple[str,
         for k, v in rows:
             keys.append(bytes(k) if k is not None else None)
             values.append(bytes(v) if v is not None else None)   # None: a null value
-        spec = specs[index]
+        # The task sends its partition's rows and nothing else: the share ``specs`` gave it
+        # is replaced by the row count, 0 for an empty partition (the task still joins the
+        # barrier and reports, as a task with 0 rows).
+        spec = replace(specs[index], num_records=len(values))
         if values:
             sizes = {-1 if v is None else len(v) for v in values}
             size = sizes.pop() if len(sizes) == 1 and -1 not in sizes else None
-            spec = replace(spec, num_records=len(values), payload=PayloadPool(tuple(values), size),
+            spec = replace(spec, payload=PayloadPool(tuple(values), size),
                            keys=KeySpec("file", keys=tuple(keys)) if keyed else KeySpec("none"))
         yield from run_worker_task(spec, listener, start_delay_s)
     return run
@@ -127,7 +168,7 @@ class ReplayRun(SparkLoadRun):
         n = len(specs)
 
         def job(listener: tuple[str, int] | None) -> list:
-            rdd = self.records.rdd.map(lambda r: (r[0], r[1])).repartition(n).barrier()
+            rdd = task_rows(self.records, n).barrier()
             fn = _replay_partition(specs, self.keyed, listener, self.start_delay_s)
             self.reports = rdd.mapPartitionsWithIndex(fn).collect()
             return self.reports

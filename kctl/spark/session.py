@@ -50,7 +50,7 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 from kctl.errors import ConfigError, KctlError
-from kctl.load.stop import stops_held
+from kctl.load.stop import PARENT_STOPS, stops_held
 
 T = TypeVar("T")
 DEFAULT_MASTER = "local[*]"
@@ -88,18 +88,59 @@ def require_pyspark() -> None:
         raise ConfigError("this command needs PySpark: pip install 'kctl[spark]'") from None
 
 
+#: The driver JVM's log4j2 config: errors only, and not a failed task's (the driver's
+#: executor in local mode logs its stack trace, the scheduler that it aborts the job):
+#: the job's failure reaches kctl, which says it in one line (``job_error_message``).
+_LOG4J = ("rootLogger.level = error\nrootLogger.appenderRef.stderr.ref = console\n"
+          "appender.console.type = Console\nappender.console.name = console\n"
+          "appender.console.target = SYSTEM_ERR\nappender.console.layout.type = PatternLayout\n"
+          "appender.console.layout.pattern = %d{HH:mm:ss} %p %c{1}: %m%n\n"
+          "logger.spark.name = org.apache.spark\nlogger.spark.level = error\n"
+          "logger.executor.name = org.apache.spark.executor.Executor\nlogger.executor.level = off\n"
+          "logger.taskset.name = org.apache.spark.scheduler.TaskSetManager\n"
+          "logger.taskset.level = off\n")
+
+
 def _quiet_log4j() -> str:
-    """A log4j2 config that lets only errors through; written once per process."""
+    """The path of ``_LOG4J``, written once (named by its content, so a changed config is
+    a new file)."""
+    import hashlib
     import tempfile
-    path = os.path.join(tempfile.gettempdir(), f"kctl-log4j2-{os.getuid()}.properties")
+    digest = hashlib.sha256(_LOG4J.encode()).hexdigest()[:12]
+    path = os.path.join(tempfile.gettempdir(), f"kctl-log4j2-{os.getuid()}-{digest}.properties")
     if not os.path.exists(path):
-        with open(path, "w", encoding="utf-8") as f:
-            f.write("rootLogger.level = error\nrootLogger.appenderRef.stderr.ref = console\n"
-                    "appender.console.type = Console\nappender.console.name = console\n"
-                    "appender.console.target = SYSTEM_ERR\nappender.console.layout.type = PatternLayout\n"
-                    "appender.console.layout.pattern = %d{HH:mm:ss} %p %c{1}: %m%n\n"
-                    "logger.spark.name = org.apache.spark\nlogger.spark.level = error\n")
+        tmp = f"{path}.{os.getpid()}"
+        with open(tmp, "w", encoding="utf-8") as f:
+            f.write(_LOG4J)
+        os.replace(tmp, path)
     return path
+
+
+#: The master URL forms Spark 4 accepts (SparkContext.createTaskScheduler and its cluster
+#: managers): local, local[N|*], local[N|*,F], local-cluster[N,C,M], spark://host:port[,...],
+#: yarn, k8s://... (Mesos is gone in Spark 4).
+_MASTER_FORMS = (
+    re.compile(r"local"),
+    re.compile(r"local\[([0-9]+|\*)\]"),
+    re.compile(r"local\[([0-9]+|\*)\s*,\s*([0-9]+)\]"),
+    re.compile(r"local-cluster\[\s*([0-9]+)\s*,\s*([0-9]+)\s*,\s*([0-9]+)\s*\]"),
+    re.compile(r"spark://[^/,]+:[0-9]+(,[^/,]+:[0-9]+)*"),
+    re.compile(r"yarn"),
+    re.compile(r"k8s://.+"),
+)
+
+
+def check_master(master: str | None) -> None:
+    """Refuses a ``--master`` Spark would refuse, before a JVM starts (Spark's answer is a
+    Java stack trace seconds later)."""
+    if master is None:
+        return
+    m = next((m for f in _MASTER_FORMS if (m := f.fullmatch(master))), None)
+    if m is None:
+        raise ConfigError(f"--master {master!r}: not a Spark master URL; expected local, local[N], "
+                          "local[*], local-cluster[N,C,M], spark://host:port, yarn or k8s://...")
+    if master.startswith("local[") and m.group(1) == "0":
+        raise ConfigError(f"--master {master!r}: a local master needs at least 1 thread")
 
 
 def spark_session(master: str | None = None, *, app_name: str = "kctl",
@@ -107,6 +148,7 @@ def spark_session(master: str | None = None, *, app_name: str = "kctl",
     """The active SparkSession, or a new one on ``master`` (``local[*]`` by default).
     ``end_at_exit``: a new local session is ended quickly when the process exits (above)."""
     require_pyspark()
+    check_master(master)
     master = master or DEFAULT_MASTER
     loopback = master.startswith("local") or _loopback_master(master)
     if loopback:
@@ -403,16 +445,39 @@ def check_barrier_slots(spark: Any, tasks: int) -> None:
 
 
 def job_error_message(exc: BaseException) -> str:
-    """The task's own error out of a Spark/Py4J exception, else its first line."""
+    """One line for a Spark/Py4J exception: the task's own error, else the innermost Java
+    cause with a message (``ClassNotFoundException: Class ...S3AFileSystem not found``,
+    ``RuntimeException: file:/x is not a Parquet file. ...``: Py4J's own first line only
+    names the call, ``An error occurred while calling o49.load.``), else its first line."""
     text = str(exc)
     m = _TASK_ERROR.search(text)
     if m:
         return m.group(1).strip()
+    if (cause := _java_root_cause(exc)) is not None:
+        return cause
     for line in text.splitlines():
         line = line.strip()
         if line and not line.startswith(("at ", "File ", "Traceback")):
             return line[:500]
     return type(exc).__name__
+
+
+def _java_root_cause(exc: BaseException) -> str | None:
+    """``Name: message`` of the innermost cause with a message of a ``Py4JJavaError``'s
+    Java exception (None for other exceptions, or when the JVM cannot be asked)."""
+    java = getattr(exc, "java_exception", None)
+    found = None
+    try:
+        for _ in range(20):             # a cause chain is short; a cycle is not followed
+            if java is None:
+                break
+            message = java.getMessage()
+            if message:
+                found = f"{java.getClass().getSimpleName()}: {' '.join(str(message).split())}"
+            java = java.getCause()
+    except Exception:  # noqa: BLE001 - the gateway may be gone; the caller has a fallback
+        return found
+    return found[:500] if found else None
 
 
 def run_job(spark: Any, action: Callable[[], T], *, description: str = "kctl",
@@ -466,12 +531,13 @@ def run_job(spark: Any, action: Callable[[], T], *, description: str = "kctl",
 def _wait_after_stop(done: threading.Event, on_stop: Callable[[], None],
                      on_wait: Callable[[], None] | None, stop_wait_s: float) -> None:
     """The stop's wait: ``on_stop``, then until the job's thread is ``done``,
-    ``stop_wait_s`` passes or a second stop (Ctrl-C, SIGTERM) comes."""
+    ``stop_wait_s`` passes or a second stop (Ctrl-C, SIGTERM: a ``KeyboardInterrupt``, or
+    ``PARENT_STOPS.again`` under load/stop.py's ``later_stops_hurry``) comes."""
     import time
     try:
         on_stop()
         deadline = time.monotonic() + stop_wait_s
-        while not done.wait(0.05) and time.monotonic() < deadline:
+        while not done.wait(0.05) and time.monotonic() < deadline and not PARENT_STOPS.again.is_set():
             if on_wait is not None:
                 on_wait()
     except KeyboardInterrupt:

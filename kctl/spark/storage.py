@@ -58,6 +58,20 @@ def locate(name: str) -> CaptureFile:
     return CaptureFile(name, location, int(info.size or 0))
 
 
+def existing_tables(out: str, names: tuple[str, ...]) -> list[str] | None:
+    """Which of ``names`` already exist under the output directory ``out`` (path or URI);
+    None when the driver cannot look (a store only the cluster reaches: Spark's own save
+    mode still refuses to replace them)."""
+    from pyarrow import fs
+    location = out if "://" in out else os.path.abspath(out)
+    try:
+        filesystem, path = _fs(location)
+        infos = filesystem.get_file_info([f"{path.rstrip('/')}/{n}" for n in names])
+    except Exception:  # noqa: BLE001 - pyarrow's errors vary by store
+        return None
+    return [n for n, i in zip(names, infos, strict=True) if i.type != fs.FileType.NotFound]
+
+
 def open_at(location: str, offset: int = 0) -> BinaryIO:
     """A buffered reader of ``location`` from byte ``offset`` (a context manager)."""
     import pyarrow as pa

@@ -47,7 +47,7 @@ import functools
 import threading
 import uuid
 from collections import Counter
-from collections.abc import Container, Iterable, Mapping, Sequence
+from collections.abc import Callable, Container, Iterable, Mapping, Sequence
 from dataclasses import dataclass, fields
 from datetime import UTC, datetime
 from pathlib import PurePath
@@ -196,6 +196,8 @@ class DashboardState:
     transactions_aborted: int = 0
     commit_latency: LatencyFigures = EMPTY_FIGURES
     splits: int = 0                    # last interval
+    last_round: bool = False           # the last closed interval is the run's last
+    interrupted: bool = False          # the run was stopped (Ctrl-C, SIGTERM)
 
 
 # -- rounds ----------------------------------------------------------------------------------------
@@ -280,6 +282,7 @@ class _ClosedRound:
     throttled_requests: int
     retries: int
     splits: int
+    last: bool = False      # the run's last round (every worker done, or the run ended)
 
 
 class RunStats:
@@ -314,6 +317,7 @@ class RunStats:
         self.duration_s = duration_s
         self.window_s = window_s
         self.interrupted = False   # Ctrl-C stopped the run (LoadRun says so)
+        self.stopped_in: str | None = None   # where: "set-up" (before the start), else the run
         self.transactional = transactional
         self._had_warmup = False
         self._commit_latency = new_histogram()   # every commit of the run (warm-up too)
@@ -432,16 +436,20 @@ class RunStats:
         self._moved_so_far[msg.worker] = now
         return metrics_delta(now, prev)
 
-    def finish(self) -> int:
+    def finish(self, on_round: Callable[[RunStats, int], None] | None = None) -> int:
+        """Closes every open round (end of run); returns how many it closed. ``on_round``
+        is called after each (a plain line per round: a stopped run's rounds whose workers
+        never made a final report)."""
         with self._lock:
-            return self._finish_unlocked()
+            return self._finish_unlocked(on_round)
 
-    def _finish_unlocked(self) -> int:
-        """Closes every open round (end of run); returns how many it closed."""
+    def _finish_unlocked(self, on_round: Callable[[RunStats, int], None] | None = None) -> int:
         n = 0
         while self._rounds:
-            self._close(min(self._rounds))
+            self._close(min(self._rounds), ending=True)
             n += 1
+            if on_round is not None:
+                on_round(self, 1)
         if self.hlog is not None:
             self.hlog.flush()
         return n
@@ -454,8 +462,9 @@ class RunStats:
             n += 1
         return n
 
-    def _close(self, r: int) -> None:
+    def _close(self, r: int, *, ending: bool = False) -> None:
         rnd = self._rounds.pop(r)
+        last = not self._rounds and (ending or len(self._done) >= self.workers)
         self._closed_upto = max(self._closed_upto, r)
         warmup = rnd.measured_reports == 0
         if warmup:
@@ -480,7 +489,7 @@ class RunStats:
             batch_fill=_ratio(d.batch_fill_total, first),
             queue_time_ms=_ratio(d.queue_time_ns_total, first) / 1e6,
             throttle_time_ms=d.throttle_time_ms, throttled_requests=d.throttled_requests,
-            retries=d.retries, splits=d.splits)
+            retries=d.retries, splits=d.splits, last=last)
 
     def _logged_clocks(self) -> tuple[str, ...]:
         # Max-throughput mode records nothing on the intended clock: leave its tag out
@@ -586,6 +595,8 @@ class RunStats:
             commit_latency=(LatencyFigures.from_histogram(self._commit_latency)
                             if self.transactional else EMPTY_FIGURES),
             splits=last.splits if last else 0,
+            last_round=last.last if last else False,
+            interrupted=self.interrupted,
         )
 
     def cumulative_histograms(self) -> dict[str, HdrHistogram]:
@@ -617,7 +628,8 @@ class RunStats:
             intervals=self._measured_rounds, max_throughput=not self.open_loop,
             warmup=WarmupTotals(self._warmup_rounds, wu.records_sent, wu.records_acked,
                                 wu.records_failed, wu.bytes_sent),
-            interrupted=self.interrupted)
+            interrupted=self.interrupted,
+            stopped_in=(self.stopped_in or "run") if self.interrupted else None)
         total = metrics_sum(res, wu)
         return RunSummary(
             run=run,

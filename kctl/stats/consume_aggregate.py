@@ -99,6 +99,7 @@ class ConsumeStats:
         self.hlog = hlog
         self.max_lag_rounds = max_lag_rounds
         self.interrupted = False   # Ctrl-C (or SIGTERM) stopped the run (ConsumeRun says so)
+        self.stopped_in: str | None = None   # where: "set-up" (before the start), else the run
         self._lock = threading.RLock()
         self._last: dict[int, ConsumerMetricsSnapshot] = {}
         self._results = _ZERO
@@ -303,7 +304,8 @@ class ConsumeStats:
                 duration_s=round(max(0, end - self.start_wall_ns) / 1e9, 6), measured_s=round(span, 6),
                 consumers=self.consumers, consumers_failed=tuple(sorted(self._failed.items())),
                 mode=self.mode, intervals=self._intervals, caught_up=self.all_caught_up(),
-                interrupted=self.interrupted)
+                interrupted=self.interrupted,
+                stopped_in=(self.stopped_in or "run") if self.interrupted else None)
             return ConsumeSummary(
                 run=run, config=dict(self.config),
                 counts=ConsumeCounts(

@@ -38,6 +38,9 @@ class ConsumeRunInfo:
     intervals: int
     caught_up: bool              # every consumer reached its targets (when there were targets)
     interrupted: bool = False    # Ctrl-C (or SIGTERM) cut the run short; the figures cover what ran
+    #: where a stop came: "set-up" (before the consumers' common start: the topic, a
+    #: --backlog, the consumers starting or joining their group; zero counts), "run"; None: no stop
+    stopped_in: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {"id": self.id, "start": self.start, "end": self.end, "start_unix_ms": self.start_unix_ms,
@@ -45,7 +48,7 @@ class ConsumeRunInfo:
                 "consumers": self.consumers,
                 "consumers_failed": [{"consumer": c, "error": e} for c, e in self.consumers_failed],
                 "mode": self.mode, "intervals": self.intervals, "caught_up": self.caught_up,
-                "interrupted": self.interrupted}
+                "interrupted": self.interrupted, "stopped_in": self.stopped_in}
 
     @classmethod
     def from_json(cls, d: Mapping[str, Any]) -> ConsumeRunInfo:
@@ -54,7 +57,8 @@ class ConsumeRunInfo:
                    float(d.get("duration_s", 0.0)), float(d.get("measured_s", 0.0)), int(d.get("consumers", 0)),
                    tuple((int(x["consumer"]), str(x["error"])) for x in d.get("consumers_failed", ())),
                    str(d.get("mode", "assign")), int(d.get("intervals", 0)), bool(d.get("caught_up", False)),
-                   bool(d.get("interrupted", False)))
+                   bool(d.get("interrupted", False)),
+                   None if d.get("stopped_in") is None else str(d["stopped_in"]))
 
 
 @dataclass(frozen=True, slots=True)
@@ -180,8 +184,9 @@ class FailedCommit:
     def warning(self) -> str:
         """The run's one line for it (stderr)."""
         if self.when == "close":
+            # "may": a commit left unanswered may still have been stored by the coordinator.
             return (f"WARNING: consumer {self.consumer}: the commit on close failed ({self.error}): the group's "
-                    "committed offsets are behind what was read")
+                    "committed offsets may be behind what was read")
         times = "a commit" if self.count == 1 else f"{self.count} commits"
         return (f"WARNING: consumer {self.consumer}: {times} before a rebalance failed (last: {self.error}): "
                 "the group's committed offsets were behind what was read, so the partitions' next owners "

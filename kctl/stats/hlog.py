@@ -123,14 +123,39 @@ class LoggedInterval:
                 f"count={self.histogram.get_total_count()})")
 
 
+class HlogDamaged(Exception):
+    """An interval line hdrh cannot read: its line number (1-based), whether it is the file's
+    last interval line (a log cut short while written), the whole intervals before it, and
+    hdrh's error."""
+
+    def __init__(self, line: int, last: bool, before: list[LoggedInterval], error: Exception) -> None:
+        super().__init__(f"line {line}: {type(error).__name__}: {error}")
+        self.line, self.last, self.before, self.error = line, last, before, error
+
+
+def _interval_lines(path: str | Path) -> list[int]:
+    """The 1-based numbers of the interval lines (not comments, the CSV header, or blank)."""
+    with open(path, encoding="utf-8", errors="replace") as f:
+        return [n for n, text in enumerate(f, 1)
+                if text.strip() and not text.startswith(("#", '"StartTimestamp"', "StartTimestamp"))]
+
+
 def read_interval_log(path: str | Path) -> list[LoggedInterval]:
-    """Every interval in an ``.hlog``, read with hdrh's own reader."""
+    """Every interval in an ``.hlog``, read with hdrh's own reader. A line hdrh cannot
+    read raises ``HlogDamaged`` naming it (UnicodeDecodeError: the file is not text)."""
     reader = HistogramLogReader(str(path), new_histogram())
-    out = []
+    out: list[LoggedInterval] = []
     try:
         while (h := reader.get_next_interval_histogram()) is not None:
             out.append(LoggedInterval(h.get_tag(), h.get_start_time_stamp() / 1000.0,
                                       h.get_end_time_stamp() / 1000.0, h))
+    except UnicodeDecodeError:
+        raise
+    except Exception as e:  # hdrh raises assorted errors on damaged input
+        lines = _interval_lines(path)
+        if len(out) >= len(lines):
+            raise
+        raise HlogDamaged(lines[len(out)], len(out) == len(lines) - 1, out, e) from None
     finally:
         reader.close()
     return out

@@ -77,6 +77,9 @@ class RunInfo:
     max_throughput: bool
     warmup: WarmupTotals
     interrupted: bool = False     # Ctrl-C cut the run short: the figures cover what ran
+    #: where a stop came: "set-up" (before the workers' common start: zero counts),
+    #: "run", "verify" (the run had ended; its read back was cut short); None: no stop
+    stopped_in: str | None = None
 
     @property
     def intended_from(self) -> str:
@@ -90,7 +93,7 @@ class RunInfo:
                 "workers_failed": [{"worker": w.worker, "error": w.error} for w in self.workers_failed],
                 "intervals": self.intervals, "max_throughput": self.max_throughput,
                 "intended_from": self.intended_from, "warmup": self.warmup.to_json(),
-                "interrupted": self.interrupted}
+                "interrupted": self.interrupted, "stopped_in": self.stopped_in}
 
     @classmethod
     def from_json(cls, d: Mapping[str, Any]) -> RunInfo:
@@ -101,7 +104,8 @@ class RunInfo:
                    tuple(WorkerFailure(int(w["worker"]), str(w["error"]))
                          for w in d.get("workers_failed", ())),
                    int(d.get("intervals", 0)), bool(d.get("max_throughput", False)),
-                   WarmupTotals.from_json(d.get("warmup") or {}), bool(d.get("interrupted", False)))
+                   WarmupTotals.from_json(d.get("warmup") or {}), bool(d.get("interrupted", False)),
+                   None if d.get("stopped_in") is None else str(d["stopped_in"]))
 
 
 @dataclass(frozen=True, slots=True)
@@ -242,6 +246,9 @@ class VerifyResult:
     partitions: dict[int, dict[str, int]] = field(default_factory=dict)
     read_s: float = 0.0                                     # time spent reading and checking
     aborted: int = 0     # the run's records read in aborted transactions, left out (read_committed)
+    #: the run's records reported failed or abandoned (never acknowledged) yet read in the
+    #: log: at-least-once's surprise, apart from the verdict
+    written_unacked: int = 0
 
     @property
     def ok(self) -> bool:
@@ -254,7 +261,8 @@ class VerifyResult:
                 "lost_examples": [list(x) for x in self.lost_examples],
                 "duplicate_examples": [list(x) for x in self.duplicate_examples],
                 "partitions": {str(k): v for k, v in self.partitions.items()},
-                "read_s": round(self.read_s, 6), "aborted": self.aborted}
+                "read_s": round(self.read_s, 6), "aborted": self.aborted,
+                "written_unacked": self.written_unacked}
 
     @classmethod
     def from_json(cls, d: Mapping[str, Any]) -> VerifyResult:
@@ -264,7 +272,7 @@ class VerifyResult:
                    tuple((int(x[0]), int(x[1])) for x in d.get("duplicate_examples", ())),
                    {int(k): {str(a): int(b) for a, b in v.items()}
                     for k, v in (d.get("partitions") or {}).items()},
-                   float(d.get("read_s", 0.0)), int(d.get("aborted", 0)))
+                   float(d.get("read_s", 0.0)), int(d.get("aborted", 0)), int(d.get("written_unacked", 0)))
 
 
 @dataclass(frozen=True, slots=True)
@@ -329,6 +337,10 @@ class RunSummary:
 
     def with_verify(self, verify: VerifyResult | None, error: str | None = None) -> RunSummary:
         return replace(self, verify=verify, verify_error=error)
+
+    def interrupted_now(self, stopped_in: str) -> RunSummary:
+        """The summary of a run a stop cut short in ``stopped_in`` (after its figures were taken)."""
+        return replace(self, run=replace(self.run, interrupted=True, stopped_in=stopped_in))
 
     @property
     def unaccounted(self) -> int:

@@ -189,7 +189,7 @@ class ProduceDashboard:
 def _error_table(seen: Mapping[str, int], failed: Mapping[str, int], *, title: str = "errors") -> Table:
     e = Table(title=title, title_justify="left")
     e.add_column("error", no_wrap=True)
-    e.add_column("seen (retries too)", justify="right")
+    e.add_column("batches (retries too)", justify="right")
     e.add_column("records failed", justify="right")
     for name in sorted(set(seen) | set(failed)):
         e.add_row(Text(name, style="red"), f"{seen.get(name, 0):,}", f"{failed.get(name, 0):,}")
@@ -204,7 +204,9 @@ def plain_line(s: DashboardState, consume: ConsumeDashboard | None = None) -> st
         request p99 4.0 ms; target 25000/s; t=5.0s
 
     (one line; the avg/max latency and percentiles are the intended clock's, or the send
-    clock's in max-throughput mode). Counts are records ACKED in the interval.
+    clock's in max-throughput mode). Counts are records ACKED in the interval. A stopped
+    run's last interval, cut short by the stop, ends ``(partial: stopped)``: the lines
+    still add up to the summary's count.
     """
     lead = "send" if s.intended_from_send else "intended"
     f = s.interval_latency.get(lead)
@@ -236,6 +238,8 @@ def plain_line(s: DashboardState, consume: ConsumeDashboard | None = None) -> st
     parts.append(f"; t={s.elapsed_s:.1f}s")
     if s.warmup:
         parts.append(" (warm-up)")
+    if s.interrupted and s.last_round:
+        parts.append(" (partial: stopped)")    # the stopped run's last, short interval
     return "".join(parts)
 
 
@@ -298,8 +302,10 @@ def verify_line(v: VerifyResult, *, acks: int) -> str:
     of them and how they went wrong. acks=0 acknowledges no offset: the records sent."""
     what = "sent (acks=0)" if acks == 0 else "acknowledged"
     aborted = f", {v.aborted} in aborted transactions (left out)" if v.aborted else ""
+    written = (f"; {v.written_unacked} record(s) reported failed or abandoned were written "
+               "(in the log all the same)") if v.written_unacked else ""
     return (f"verify: {v.expected} {what}, {v.found} found, {v.lost} lost, "
-            f"{v.duplicated} duplicated, {v.reordered} reordered, {v.misplaced} misplaced{aborted}")
+            f"{v.duplicated} duplicated, {v.reordered} reordered, {v.misplaced} misplaced{aborted}{written}")
 
 
 def summary_renderable(summary: RunSummary) -> Group:

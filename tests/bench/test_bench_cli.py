@@ -189,6 +189,12 @@ def test_sigterm_stops_the_bench_as_ctrl_c_does(broker, tmp_path):
     assert "[2/2]" not in run.stderr      # the next cell never started
     assert group_gone(run.pgid), "a process of the bench outlived kctl"
     assert stopped_s < 20
+    # No run completed: results.json still says which was cut short and which never ran.
+    from kctl.bench.results import BenchResults
+    results = BenchResults.from_dict(json.loads((tmp_path / "out" / "results.json").read_text()))
+    assert results.cells == [] and results.order == []
+    assert results.interrupted is not None and results.interrupted.cut_short == "1/acks-1"
+    assert results.interrupted.not_run == ("1/acks-all",)
 
 
 def test_ctrl_c_keeps_what_the_completed_runs_measured(broker, tmp_path):

@@ -16,7 +16,7 @@ from tests.bench.summaries import summary_with
     ("p99<50ms", Slo("intended", "p99", 50.0)),
     ("e2e.p99<1s", Slo("e2e", "p99", 1000.0)),
     ("request:p99.9<250us", Slo("request", "p99.9", 0.25)),
-    ("send.max<20", Slo("send", "max", 20.0)),
+    ("send.max<20ms", Slo("send", "max", 20.0)),
     (" P50 < 5ms ", Slo("intended", "p50", 5.0)),
     ("p999<7ms", Slo("intended", "p99.9", 7.0)),
 ])
@@ -30,6 +30,7 @@ def test_slo_grammar(text, slo):
     ("disk.p99<5ms", "unknown clock 'disk'"),
     ("p99<0ms", "positive"),
     ("p99<1.2.3ms", "not a number"),
+    ("p99<50", "give the bound's unit (ns, us, ms or s), e.g. p99<50ms"),   # README: the unit is required
 ])
 def test_bad_slo_is_one_clear_line(text, says):
     with pytest.raises(ConfigError) as e:

@@ -564,6 +564,121 @@ def test_close_waits_for_the_revoke_listeners_commit_without_a_leave_group():
     assert c.metrics.snapshot().commit_failures == 1
 
 
+def dead_coordinator_waits(h, *, answer=(), timeout_ms=None):
+    """net.poll as time passing over a coordinator that answers only ``answer`` (API names):
+    each wait moves the fake clock by its timeout, and a request unanswered for
+    request.timeout.ms closes its connection (NetworkClient's expiry: ``timed_out``)."""
+    from .consumer_harness import LeaveGroupResponse
+    limit = (timeout_ms or h.config.request_timeout_ms) * 1_000_000
+    orig_poll = h.net.poll
+    bodies = {"Heartbeat": lambda r: HeartbeatResponse(throttle_time_ms=0, error_code=0),
+              "LeaveGroup": lambda r: LeaveGroupResponse(throttle_time_ms=0, error_code=0, members=[]),
+              "OffsetCommit": commit_body}
+
+    def poll(timeout_ns, now_ns):
+        for api in answer:
+            for r in h.net.pending(api):
+                h.net.respond(r, bodies[api](r))
+        h.clock.advance(max(timeout_ns, 1_000_000))
+        now = h.clock.now_ns()
+        for node, reqs in list(h.net.in_flight.items()):
+            if any(now - r.sent_ns > (r.request_timeout_ms * 1_000_000 if r.request_timeout_ms and not timeout_ms
+                                       else limit) for r in reqs):
+                h.net.disconnect(node, timed_out=True)
+        return orig_poll(0, now)
+    h.net.poll = poll
+
+
+def test_close_bound_is_the_timeout_capped_by_request_timeout():
+    """Java's close timer: min(close timeout, request.timeout.ms) (createTimerForRequest)."""
+    from kctl.engine.consumer import close_bound_s
+    h = harness(**{"request.timeout.ms": "5000"})
+    assert close_bound_s(h.config) == 5.0 and close_bound_s(h.config, 2.0) == 2.0
+    assert close_bound_s(harness().config) == 30.0
+
+
+def test_close_no_response_for_commit():
+    """ConsumerCoordinatorTest.testCloseNoResponseForCommit: the coordinator is up
+    (Heartbeats answered) but never answers the closing commit. close returns at its bound,
+    having sent that one OffsetCommit (no auto-commit every auto.commit.interval.ms meanwhile:
+    three more went out under a 15 s kill before), then LeaveGroup, written though the bound
+    is spent; the commit is reported (close_commit_error) and counted."""
+    h = harness(**{"request.timeout.ms": "5000", "auto.commit.interval.ms": "1000"})
+    c = h.consumer
+    c.subscribe(["t"])
+    joined(h, (0, 1))
+    c.seek(tp(0), 10)
+    c.seek(tp(1), 20)
+    dead_coordinator_waits(h, answer=("Heartbeat",))
+    start = h.clock.now_ns()
+    c.close(30)
+    assert h.clock.now_ns() - start <= 5000 * 1_000_000 + 1_000_000
+    commits = h.net.requests("OffsetCommit")
+    assert len(commits) == 1
+    leaves = h.net.requests("LeaveGroup")
+    assert len(leaves) == 1 and leaves[0].sent_ns >= start + 5000 * 1_000_000
+    assert c.close_commit_error.startswith("OffsetCommit not answered within the close's 5 s")
+    assert "unknown" in c.close_commit_error
+    assert c.metrics.snapshot().commit_failures == 1
+
+
+def test_close_timeout_coordinator_unavailable_for_commit():
+    """ConsumerCoordinatorTest.testCloseTimeoutCoordinatorUnavailableForCommit, as the audit
+    saw it (the coordinator blackholed: nothing answered): a Heartbeat in flight since before
+    close times out, the connection closes and the commit fails retriably
+    (NETWORK_EXCEPTION, counted); the commit is sent again once a coordinator is found, but
+    FindCoordinator gets no answer either. close returns at its bound, says why, and sends
+    no LeaveGroup (no coordinator known: Java's maybeLeaveGroup does not either)."""
+    h = harness(**{"request.timeout.ms": "4000"})
+    c = h.consumer
+    c.subscribe(["t"])
+    joined(h, (0,))
+    c.seek(tp(0), 7)
+    h.step(ms=1000)                          # a Heartbeat goes out, never to be answered
+    assert h.net.pending("Heartbeat")
+    dead_coordinator_waits(h)
+    h.clock.advance(ms=1000)
+    start = h.clock.now_ns()
+    c.close()
+    assert h.clock.now_ns() - start <= 4000 * 1_000_000 + 1_000_000
+    assert len(h.net.requests("OffsetCommit")) == 1
+    assert len(h.net.requests("FindCoordinator")) == 2     # the join's, and close's search
+    assert h.net.requests("LeaveGroup") == []
+    assert c.close_commit_error.startswith("not sent: no coordinator ready within the close's 4 s")
+    assert "(the last attempt: t-0 NETWORK_EXCEPTION)" in c.close_commit_error
+    assert c.metrics.snapshot().commit_failures == 1
+
+
+def test_close_commit_retried_after_a_request_timeout():
+    """Java's commitOffsetsSync within close: a closing commit whose request timed out
+    (the connection closed, the coordinator dropped) is sent again on a new connection once
+    the coordinator is found, within the bound; its success leaves nothing to report."""
+    h = harness(**{"request.timeout.ms": "3000"})
+    c = h.consumer
+    c.subscribe(["t"])
+    joined(h, (0,))
+    c.seek(tp(0), 9)
+    dead_coordinator_waits(h, answer=("Heartbeat",), timeout_ms=1000)
+    orig_poll = h.net.poll
+
+    def poll(timeout_ns, now_ns):
+        commits = h.net.requests("OffsetCommit")
+        for r in h.net.pending("FindCoordinator"):
+            h.net.respond(r, FindCoordinatorResponse(throttle_time_ms=0, coordinators=[
+                FindCoordinatorResponse.Coordinator(key="g", node_id=0, host="127.0.0.1", port=9000,
+                                                    error_code=0)]))
+        if len(commits) == 2:
+            for r in h.net.pending("OffsetCommit"):
+                h.net.respond(r, commit_body(r))
+        return orig_poll(timeout_ns, now_ns)
+    h.net.poll = poll
+    c.close(2.5)
+    commits = h.net.requests("OffsetCommit")
+    assert len(commits) == 2 and commits[1].body.member_id == "m1"
+    assert c.close_commit_error is None
+    assert len(h.net.requests("LeaveGroup")) == 1
+
+
 # -- commits and rebalances (ConsumerCoordinatorTest) ---------------------------------------------
 REBALANCE = {"max.poll.interval.ms": "30000", "retry.backoff.ms": "100", "session.timeout.ms": "60000",
              "heartbeat.interval.ms": "20000", "auto.commit.interval.ms": "5000"}

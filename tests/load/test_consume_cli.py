@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import threading
@@ -267,7 +268,8 @@ def test_group_without_from_reads_from_the_beginning_stops_idle_and_times_the_jo
     assert s["config"]["consumer"]["auto.offset.reset"] == "earliest"
     assert took < 60, took                                      # ended idle, did not hang
     lines = run.stdout.strip().splitlines()
-    assert "WARNING: read 3000 of the 3500 records asked (--num-records): no record for 2 s" in lines[-3]
+    assert "WARNING: read 3000 of the 3500 records asked (--num-records): no record for 2 s" in run.stderr
+    assert "WARNING" not in run.stdout
     header, values = lines[-2], lines[-1]
     assert header.startswith("start.time, end.time")
     cols = [x.strip() for x in values.split(",")]
@@ -313,6 +315,65 @@ def test_assign_mode_starts_where_auto_offset_reset_says(broker, tmp_path):
     assert len(err) == 1, run.stderr
     assert ("Undefined offset with no reset policy for partitions: [assign-reset-0, assign-reset-1] "
             "(auto.offset.reset=none)") in err[0]
+
+
+@pytest.mark.parametrize("fault", ["blackhole", "commit-unanswered"])
+def test_ctrl_c_under_a_dead_coordinator_reports_the_commit_on_close(broker, tmp_path, fault):
+    """The audit's run: a group consumer's coordinator stops answering, then Ctrl-C. The
+    consumer's close is bounded by min(30 s, request.timeout.ms) (3 s here) and the parent
+    waits that bound out before any kill, so the failed commit on close is reported (the
+    WARNING line, the summary's failed_commits, counts.commit_failures) and kctl exits
+    soon after the bound (15.4 s after the signal before, with nothing reported). No
+    auto-commit goes out while closing (before: one every auto.commit.interval.ms).
+    ``blackhole``: nothing is answered (requests still reach the broker). ``commit-unanswered``:
+    only OffsetCommit goes unanswered, so the coordinator is still known when the bound
+    passes and LeaveGroup is written then, as Java's close does."""
+    from tests.stop_signal import KctlProcess
+
+    topic = f"close-dead-{fault}-{os.getpid()}"
+    js = tmp_path / "d.json"
+    # Records, so the consumer has each partition's end from a Fetch answer before the fault
+    # (kctl consume asks the end of a partition never fetched after the run, through the fault).
+    kctl("produce", "-b", broker.bootstrap, "-t", topic, "--partitions", "2", "--num-records", "2000",
+         "--workers", "1", "--quiet")
+    frames: list[tuple[int, str, str]] = []
+
+    def on_frame(ev):
+        frames.append((time.time_ns(), ev.api_name, ev.direction))
+
+    with InspectorProxy([broker.bootstrap], on_frame=on_frame) as proxy:
+        kctl_ = KctlProcess("consume", "-b", proxy.bootstrap, "-t", topic, "--group", f"g-{topic}",
+                            "--consumers", "1", "--duration", "60s", "--interval", "0.25",
+                            "--json-out", str(js), "-X", "request.timeout.ms=3000",
+                            "-X", "session.timeout.ms=6000", "-X", "heartbeat.interval.ms=300",  # a quick join
+                            "-X", "auto.commit.interval.ms=" + ("500" if fault == "blackhole" else "60000"))
+        try:
+            kctl_.wait_for(lambda line: line.split(" ", 1)[0].isdigit() and line.split(" ", 1)[0] != "0")
+            proxy.set_faults(FaultPlan(blackhole=True) if fault == "blackhole" else
+                             FaultPlan(delay_ms=30000, delay_apis=("OffsetCommit",)))
+            time.sleep(0.3)
+            signalled = time.time_ns()
+            t0 = time.monotonic()
+            status = kctl_.stop(signal.SIGINT)
+            stopped_s = time.monotonic() - t0
+        finally:
+            kctl_.kill_group()
+            proxy.set_faults(None)
+    err = kctl_.stderr
+    assert status == 130, err
+    assert stopped_s < 3 + 5, err          # the close bound, and the exit margin at most
+    assert "WARNING: consumer 0: the commit on close failed (" in err, err
+    doc = json.loads(js.read_text())
+    assert [f["when"] for f in doc["failed_commits"]] == ["close"]
+    assert doc["counts"]["commit_failures"] >= 1
+    assert doc["run"]["consumers_failed"] == []
+    after = [api for ts, api, d in frames if ts >= signalled and d == "request"]
+    # The closing commit; an auto-commit may have gone out between the signal and the close.
+    assert after.count("OffsetCommit") <= 2, after
+    if fault == "commit-unanswered":
+        assert "OffsetCommit not answered within the close's 3 s" in doc["failed_commits"][0]["error"]
+        assert after.count("OffsetCommit") == 1 and "LeaveGroup" in after, after
+        assert after.index("LeaveGroup") > after.index("OffsetCommit")
 
 
 def test_a_leader_that_never_answers_ends_the_run_on_time_with_one_line(tmp_path):

@@ -67,5 +67,6 @@ def test_a_start_past_the_log_end_is_named(broker, topic):
     run = kctl("consume", "-b", broker.bootstrap, "-t", topic, "--from", "999999", "--consumers", "1",
                "--idle-timeout", "1s", "--quiet")
     assert run.returncode == 0, run.stdout + run.stderr
-    warning = [line for line in run.stdout.splitlines() if line.startswith("WARNING: position past the log end")]
-    assert len(warning) == 1 and "partition(s) 0 (position 999999, end offset " in warning[0], run.stdout
+    warning = [line for line in run.stderr.splitlines() if line.startswith("WARNING: position past the log end")]
+    assert len(warning) == 1 and "partition(s) 0 (position 999999, end offset " in warning[0], run.stderr
+    assert "WARNING" not in run.stdout

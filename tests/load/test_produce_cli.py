@@ -185,6 +185,11 @@ def test_ctrl_c_still_writes_summary_and_histograms(broker, tmp_path):
     assert 0 < s["counts"]["acked"] < 60 * 2000
     assert s["counts"]["acked"] + s["counts"]["failed"] + s["counts"]["abandoned"] >= s["counts"]["sent"]
     assert read_interval_log(hlog)
+    # The interval lines add up to the summary: the last one, cut short by the stop, is
+    # printed and marked (before: left out, the lines summed to less than the summary).
+    lines = [ln for ln in stdout.splitlines() if " records acked, " in ln and "(warm-up)" not in ln]
+    assert sum(int(ln.split()[0]) for ln in lines) == s["counts"]["acked"], stdout
+    assert lines[-1].endswith(" (partial: stopped)") and not any("partial" in ln for ln in lines[:-1])
 
 
 def test_compressed_batches_fill_batch_size_on_the_wire(broker, tmp_path):

@@ -185,3 +185,33 @@ def test_catch_up_limit_counts_the_last_hand_overs():
     assert c.allowed(5, 2, SMOOTH_WINDOW_NS - 1) == 0
     assert c.allowed(5, 2, SMOOTH_WINDOW_NS) == 1
     assert c.allowed(2, 2, SMOOTH_WINDOW_NS) == 0  # nothing overdue
+
+
+@pytest.mark.parametrize(("rate", "duration_s", "expected"), [
+    (3000, 6, 18000), (3000, 4, 12000), (2000, 5, 10000), (1, 1, 1), (3, 1, 3), (0.5, 3, 2)])
+def test_a_rate_schedule_over_a_duration_holds_rate_times_duration(rate, duration_s, expected):
+    """t = i / rate for i in [0, rate x D): 3000/s over 6 s is 18000 records (the rounded
+    spacing, 333333 ns, gave 18001), whatever the worker count."""
+    for workers in (1, 2, 3, 7):
+        scheds = split(rate, workers, 0, num_records=None, duration_ns=duration_s * NS_PER_S)
+        assert sum(s.total for s in scheds) == expected, workers
+
+
+@settings(max_examples=300, deadline=None)
+@given(rate=st.one_of(st.integers(1, 5_000_000),
+                      st.decimals(min_value="0.1", max_value="2000000", places=3).map(float)),
+       duration_ms=st.integers(1, 3_600_000), workers=st.integers(1, 16))
+def test_scheduled_count_is_exact_over_any_duration(rate, duration_ms, workers):
+    """Bounded property: the workers' records add up to ceil(rate x D) (exact rational
+    arithmetic), and each worker's last record is due inside the duration and counted
+    as due at its end."""
+    from fractions import Fraction
+    duration_ns = duration_ms * 1_000_000
+    exact = Fraction(rate) * duration_ns / NS_PER_S
+    expected = -(-exact.numerator // exact.denominator)
+    scheds = split(rate, workers, 0, num_records=None, duration_ns=duration_ns)
+    assert sum(s.total for s in scheds) == expected
+    for s in scheds:
+        if s.total:
+            assert s.intended_ns(s.total - 1) < duration_ns
+            assert s.due(duration_ns) == s.total

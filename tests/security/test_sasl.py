@@ -152,3 +152,18 @@ def test_consumer_reauthenticates_and_reads_everything(broker):
     v = outcome.verify      # what the consumers read, against the acknowledgements
     assert outcome.consume is not None and not outcome.consume.failures
     assert v is not None and v.ok and v.lost == 0 and v.found == outcome.summary.counts.acked
+
+
+def test_a_handshake_refusal_that_contradicts_the_list_says_so():
+    """Seen from Tansu: SaslHandshake answers UNSUPPORTED_SASL_MECHANISM for PLAIN while its
+    mechanism list offers PLAIN. "does not enable PLAIN (it offers: PLAIN)" read as nonsense."""
+    from types import SimpleNamespace
+
+    from kctl.engine.sasl import SASL_HANDSHAKE, SaslAuthenticator
+    auth = SaslAuthenticator(_security("PLAIN", "alice", USERS["alice"]), "127.0.0.1:9092")
+    auth.next_request()
+    with pytest.raises(AuthenticationError) as info:
+        auth.on_response(SASL_HANDSHAKE, SimpleNamespace(error_code=33, mechanisms=["PLAIN"]))
+    assert str(info.value).endswith(
+        "SaslHandshake answered UNSUPPORTED_SASL_MECHANISM (33) for PLAIN, yet the mechanisms it lists "
+        "include it (PLAIN): the broker's answer contradicts its own list (its SASL set-up, not the client's)")

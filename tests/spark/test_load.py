@@ -62,10 +62,15 @@ def test_distributed_run_merges_like_a_local_run(spark, broker, tmp_path):
     # Merged histogram == the sum of the tasks' own histograms (HdrHistogram add).
     from kctl.spark.load import AGREED_START, TASK_START, AgreedStart, TaskStart
     starts = [msg for _w, i, msg in run.reports if i == TASK_START]
-    agreed = {msg for _w, i, msg in run.reports if i == AGREED_START}
+    agreed = [msg for _w, i, msg in run.reports if i == AGREED_START]
     reports = [r for r in run.reports if r[1] >= 0]
-    assert len(agreed) == 1 and isinstance(next(iter(agreed)), AgreedStart)
-    assert run.stats.start_wall_ns == next(iter(agreed)).wall_ns == starts[0].agreed_wall_ns
+    assert len(agreed) == 3 and all(isinstance(a, AgreedStart) for a in agreed)
+    assert len({a.wall_ns for a in agreed}) == 1    # one start, agreed by all
+    assert run.stats.start_wall_ns == agreed[0].wall_ns == starts[0].agreed_wall_ns
+    # Each carries what its TaskStart says of the task (kept if the task never returns).
+    by_worker = {w: msg for w, i, msg in run.reports if i == AGREED_START}
+    assert all((by_worker[s.worker].host, by_worker[s.worker].launched_wall_ns)
+               == (s.host, s.launched_wall_ns) for s in starts)
     assert {w for w, _, _ in reports} == {0, 1, 2}
     assert sorted(s.worker for s in starts) == [0, 1, 2] and all(isinstance(s, TaskStart) for s in starts)
     sp = result.summary.spark
@@ -145,6 +150,33 @@ def test_more_tasks_than_slots_fails_clearly(spark):
                     duration_s=1.0, workers=64)
     with pytest.raises(KctlError, match="--tasks 64 needs 64 task slots"):
         SparkLoadRun(spec, config_for_summary={}).run()
+
+
+@pytest.mark.parametrize("command", ["produce", "replay"])
+def test_more_tasks_than_slots_are_refused_before_anything_happens(spark, broker, tmp_path, capsys, command):
+    """``--tasks 5`` on a 4-slot master: the one line and exit 2 come before the run has
+    any effect: no 'producing to' line, no topic created (before: the topic was created
+    and 'producing to ... with 5 worker(s)' printed, then the run refused)."""
+    from kctl.cli import main
+    from kctl.engine.blocking_client import BlockingClient
+    topic = f"spark-slots-{command}"
+    if command == "produce":
+        argv = ["produce", "--spark", "--tasks", "5", "--num-records", "10"]
+    else:
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+        path = tmp_path / "rows.parquet"
+        pq.write_table(pa.table({"id": list(range(10))}), path)
+        argv = ["replay", str(path), "--tasks", "5"]
+    with pytest.raises(SystemExit) as e:
+        main(argv + ["-b", broker.bootstrap, "-t", topic])
+    err = capsys.readouterr().err
+    assert e.value.code == 2 and len(err.strip().splitlines()) == 1, err
+    assert err.startswith("kctl: error: --tasks 5 needs 5 task slots running at once, but local[4] offers 4")
+    with BlockingClient(broker.bootstrap) as c:
+        md = admin.fetch_metadata(c, [topic])
+    info = md.topics.get(topic)
+    assert info is None or (info.error is not None and not info.partitions), info
 
 
 def test_local_produce_does_not_import_pyspark():
@@ -227,6 +259,12 @@ def test_a_stop_ends_the_tasks_with_their_final_reports(broker, tmp_path, signam
     assert s.unaccounted == 0, f"scheduled {c.scheduled} != acked {c.acked} + failed {c.failed} " \
                                f"+ abandoned {c.abandoned}"
     assert c.abandoned == sum(c.abandoned_by_reason.values())
+    # The interval lines add up to the summary, the last (cut short by the stop) marked;
+    # the tasks' start figures are kept.
+    lines = [ln for ln in run.stdout.splitlines() if " records acked, " in ln]
+    assert sum(int(ln.split()[0]) for ln in lines) == c.acked, run.stdout
+    assert lines[-1].endswith(" (partial: stopped)")
+    assert s.spark is not None and s.spark.tasks == 2 and "spark: 2 tasks on 1 host" in run.stdout
     # Spark's JVM, pyspark's daemon and its Python workers (a process group of their own).
     assert session_gone(run.sessions, 30), "a process of the run outlived kctl"
 
@@ -284,7 +322,12 @@ def test_tasks_that_do_not_hear_the_stop_are_cancelled_after_the_bound(spark, br
         timer.cancel()
     assert 7.0 < time.monotonic() - t < 30     # waited for the bound (grace + margin), then cancelled
     assert result.interrupted and not result.failures
-    assert result.summary.counts.acked > 0 and result.summary.spark is None   # no task returned
+    # No task returned, but what their live reports said of their start is kept (before:
+    # no spark section at all).
+    sp = result.summary.spark
+    assert result.summary.counts.acked > 0 and sp is not None and sp.tasks == 2
+    assert [t.task for t in sp.per_task] == [0, 1] and all(t.late_ms >= 0 for t in sp.per_task)
+    assert sp.start_skew_ms < 1000
 
 
 def test_the_driver_jvms_stderr_is_passed_on_but_the_incubator_warning():

@@ -103,6 +103,20 @@ def test_a_whole_row_is_written_with_its_null_columns(spark):
                    (None, {"k": None, "x": 3, "y": "c"})]
 
 
+@pytest.mark.parametrize("column", ["m", "l", "d"])
+def test_a_struct_map_or_array_key_column_is_refused(spark, column):
+    """A key is a column's bytes (binary, or a scalar's UTF-8 text), as a raw value is: a
+    struct, map or array --key-col is refused in one line naming its type, as a raw
+    --value-col of one is (before: Spark's string form, ``{1}``, was the key)."""
+    from kctl.errors import ConfigError
+    from kctl.spark.replay import records_frame
+    df = spark.createDataFrame([(1, {"x": 1}, [1, 2], {"a": 1})],
+                               "id int, m struct<x:bigint>, l array<bigint>, d map<string,int>")
+    types = {"m": "struct<x:bigint>", "l": "array<bigint>", "d": "map<string,int>"}
+    with pytest.raises(ConfigError, match=rf"^--key-col: column '{column}' is {types[column]}, not bytes or text"):
+        records_frame(df, key_col=column, value_col="id", value_format="raw")
+
+
 def test_sigterm_stops_the_replay_as_ctrl_c_does(broker, tmp_path):
     """SIGTERM to kctl's whole process group mid-replay (a fresh ``kctl replay`` process with
     its own Spark driver; ``kill -TERM -PGID`` as systemd's ``KillMode=control-group`` sends
@@ -135,3 +149,64 @@ def test_sigterm_stops_the_replay_as_ctrl_c_does(broker, tmp_path):
     s = RunSummary.from_json(json.loads(js.read_text()))
     assert s.run.interrupted and 0 < s.counts.acked < 30_000 and s.unaccounted == 0
     assert group_gone(run.pgid, 30) and session_gone(run.sessions, 30), "a Spark process outlived kctl replay"
+
+
+def test_every_task_sends_its_rows_and_nothing_else(spark, broker, tmp_path):
+    """Two rows, --tasks 4 (more tasks than rows): 2 tasks, one row each, and the topic
+    holds the two rows and nothing else. Before, ``repartition`` dealt both rows to one
+    task and the other, without rows, ran its generic share: a made-up record (null key,
+    empty value; "replaying 2 rows ... 3 records sent")."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    path = tmp_path / "two_row.parquet"
+    pq.write_table(pa.table({"k": ["a", "b"], "v": ["va", "vb"]}), path)
+    js = tmp_path / "s.json"
+    res = CliRunner().invoke(app, ["replay", str(path), "-t", "two-rows", "-b", broker.bootstrap,
+                                   "--key-col", "k", "--value-col", "v", "--value-format", "raw",
+                                   "--tasks", "4", "--partitions", "1", "--verify",
+                                   "--json-out", str(js), "--quiet"])
+    assert res.exit_code == 0, res.output
+    assert "verify: 2 acknowledged, 2 found, 0 lost" in res.output
+    s = json.loads(js.read_text())
+    assert s["counts"]["acked"] == 2 and s["spark"]["tasks"] == 2
+    with BlockingClient(broker.bootstrap) as c:
+        got = [(r.key, r.value) for b in admin.read_partition(c, "two-rows", 0) for r in b.records]
+    assert sorted(got) == [(b"a", b"va"), (b"b", b"vb")]
+
+
+def test_rows_are_dealt_to_tasks_by_row_number(spark):
+    """Row i goes to task i % n: shares differ by at most one row, none is empty while
+    there are as many rows as tasks (one input partition of 5 rows over 4 tasks)."""
+    from kctl.spark.replay import task_rows
+    df = spark.createDataFrame([(f"k{i}", f"v{i}") for i in range(5)], "k string, v string").coalesce(1)
+    parts = task_rows(df, 4).glom().collect()
+    assert [sorted(k for k, _ in p) for p in parts] == [["k0", "k4"], ["k1"], ["k2"], ["k3"]]
+
+
+def test_a_uri_spark_cannot_open_is_one_line(spark, capsys):
+    """``s3a://`` without the hadoop-aws jars on Spark's classpath: one line naming the
+    missing file system, exit 2 (before: ~200 lines of Python and Java stack trace, exit 1)."""
+    from kctl.cli import main
+    with pytest.raises(SystemExit) as e:
+        main(["replay", "s3a://no-bucket/x.parquet", "-t", "t", "-b", "127.0.0.1:1"])
+    err = capsys.readouterr().err
+    assert e.value.code == 2 and len(err.strip().splitlines()) == 1, err
+    assert err.startswith("kctl: error: s3a://no-bucket/x.parquet: cannot read: ClassNotFoundException: "
+                          "Class org.apache.hadoop.fs.s3a.S3AFileSystem not found"), err
+
+
+def test_a_file_not_in_its_format_is_one_line(tmp_path):
+    """A ``.parquet`` file that is not Parquet, in a fresh ``kctl replay`` process: its
+    whole stderr is one line, exit 2 (before: the Python traceback, Py4J's Java one and
+    the local executor's logged stack trace, exit 1)."""
+    import subprocess
+    import sys
+    from tests.spark.conftest import _need_spark
+    _need_spark()
+    path = tmp_path / "bogus.parquet"
+    path.write_text("not parquet\n")
+    res = subprocess.run([sys.executable, "-m", "kctl", "replay", str(path), "-t", "t", "-b", "127.0.0.1:1",
+                          "--master", "local[1]"], capture_output=True, text=True, timeout=300)
+    assert res.returncode == 2 and len(res.stderr.strip().splitlines()) == 1, res.stderr
+    assert res.stderr.startswith(f"kctl: error: {path}: cannot read: RuntimeException: file:{path} "
+                                 "is not a Parquet file."), res.stderr
