@@ -38,7 +38,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TypeVar
 
 from kctl.engine.backoff import ExponentialBackoff, Random
@@ -65,6 +65,15 @@ class SetupRetry:
         """The producer's ``max.block.ms`` and ``retry.backoff.ms``/``retry.backoff.max.ms``."""
         return cls(config.max_block_ms, "max.block.ms",
                    config.effective_retry_backoff_ms, config.retry_backoff_max_ms)
+
+    def after_stop(self, grace_s: float) -> SetupRetry:
+        """This patience bounded by a stop's grace (named so in the final error): after
+        Ctrl-C, a step that cannot reach the cluster must not hold the exit for its whole
+        timeout."""
+        grace_ms = int(grace_s * 1000)
+        if grace_ms >= self.timeout_ms:
+            return self
+        return replace(self, timeout_ms=grace_ms, timeout_name="the stop grace")
 
 
 def call(client: BlockingClient, step: Callable[[BlockingClient], T], retry: SetupRetry, *, what: str,

@@ -59,6 +59,8 @@ from kctl.topics import validate_topic_name
 __all__ = ["ConsumeOptions", "ConsumeOutcome", "ConsumePlan", "execute", "parse_start", "prepare",
            "past_log_end", "read_extents", "short_of_num_records"]
 
+#: How long the final end offsets may take after a stop (Ctrl-C): produce's stop grace.
+FINAL_ENDS_STOP_GRACE_S = 5.0
 #: How long a backlog may take to drain before the run gives up (and says so).
 BACKLOG_DRAIN_LIMIT_S = 600.0
 #: --idle-timeout when --num-records is the only stop (kafka-consumer-perf-test's --timeout
@@ -438,11 +440,16 @@ def _execute(plan: ConsumePlan, so_far: _SetUpSoFar, *, on_event: Callable[[str]
         if on_start is not None:
             on_start(stats)
         result = run.wait()
+        # After a stop, the final end offsets get the stop grace, not default.api.timeout.ms
+        # (a cluster that stopped answering must not hold the exit for a minute).
+        ends_retry, answer_s = (retry.after_stop(FINAL_ENDS_STOP_GRACE_S), FINAL_ENDS_STOP_GRACE_S) \
+            if result.interrupted else (retry, None)
         summary = _with_final_ends(result.summary, bootstrap=bootstrap.split(",")[0].strip(),
                                    client_for=lambda address: BlockingClient(
                                        address, client_id="kctl-consume-admin", security=config.security,
-                                       setup_timeout_s=setup_timeout_s(config.network)),
-                                   isolation_level=int(config.isolation_level), retry=retry, on_event=on_event)
+                                       setup_timeout_s=setup_timeout_s(config.network),
+                                       **({"timeout_s": answer_s} if answer_s is not None else {})),
+                                   isolation_level=int(config.isolation_level), retry=ends_retry, on_event=on_event)
         if backlog is not None:
             done = stats.caught_up_at()
             drain_s = (done - stats.start_wall_ns) / 1e9 if done else summary.run.duration_s

@@ -603,7 +603,7 @@ def _execute(plan: ProducePlan, so_far: _SetUpSoFar, *, on_event: Callable[[str]
             on_event("verifying: reading the produced range back")
             # After a stop, the read back has the stop grace, not max.block.ms, to reach
             # the cluster (a stop waits that long for verdicts too).
-            patience = retry if not result.interrupted else _after_stop(retry, spec.stop_grace_s)
+            patience = retry if not result.interrupted else retry.after_stop(spec.stop_grace_s)
             try:
                 checked = verify(bootstrap, spec.topic, spec.run_id, result.acked_runs, security=security,
                                  read_committed=spec.transaction_duration_ms is not None, since=since,
@@ -630,14 +630,6 @@ def _had_no_ack(summary: RunSummary) -> bool:
     """Records of the run ended failed or abandoned: --verify looks for them in the log too."""
     c = summary.counts
     return bool(c.failed or c.abandoned or summary.run.warmup.records_failed)
-
-
-def _after_stop(retry: SetupRetry, grace_s: float) -> SetupRetry:
-    """``retry`` bounded by the stop grace (named so in its error)."""
-    grace_ms = int(grace_s * 1000)
-    if grace_ms >= retry.timeout_ms:
-        return retry
-    return replace(retry, timeout_ms=grace_ms, timeout_name="the stop grace")
 
 
 def _start_consumers(plan: ProducePlan, bootstrap: str, spec: LoadSpec, partitions: int,

@@ -144,3 +144,14 @@ def test_an_error_that_may_pass_gives_up_at_the_bound_with_the_last_error():
     assert clock.ns == 700_000_000 and len(errors) == 4          # never sleeps past the bound
     assert e.value.last is errors[-1] and e.value.attempts == 4 and e.value.bound == "max.block.ms=1000 ms"
     assert str(e.value) == "setting up topic 't': no leader, attempt 4 (asked 4 time(s) for max.block.ms=1000 ms)"
+
+
+def test_after_a_stop_the_patience_is_the_stop_grace():
+    """After Ctrl-C a set-up step (verify's ends, consume's final end offsets) has the stop
+    grace, named so in its error, not the whole max.block.ms / default.api.timeout.ms."""
+    from kctl.engine.setup_retry import SetupRetry
+
+    r = SetupRetry(60_000, "default.api.timeout.ms", 100, 1000)
+    assert r.after_stop(5.0) == SetupRetry(5_000, "the stop grace", 100, 1000)
+    short = SetupRetry(2_000, "max.block.ms", 100, 1000)
+    assert short.after_stop(5.0) is short
