@@ -189,12 +189,7 @@ def inspect(
     lose_rate, lose_limit = FaultPlan.parse_lose(lose_records) if lose_records is not None else (0.0, None)
     lose_error = None
     if reject_records is not None:
-        lose_error, _, rest = reject_records.partition(":")
-        lose_error = lose_error.strip().upper()
-        if not lose_error:
-            raise ConfigError(f"--reject-records {reject_records!r}: expected NAME[:RATE[:LIMIT]], "
-                              "e.g. OUT_OF_ORDER_SEQUENCE_NUMBER:1:1 (a Kafka error name first)")
-        lose_rate, lose_limit = FaultPlan.parse_lose(rest or "1", "--reject-records", reject_records)
+        lose_error, lose_rate, lose_limit = FaultPlan.parse_reject(reject_records)
     plan = FaultPlan(
         delay_ms=FaultPlan.parse_delay(delay_ms) if delay_ms else None, throttle_ms=throttle_ms,
         error=ErrorRewrite.parse(inject_error) if inject_error is not None else None, drop_rate=drop_rate,

@@ -310,6 +310,24 @@ class FaultPlan:
             raise ConfigError(f"{flag} {shown!r}: the limit {most} is negative (a count of batches)")
         return value, most
 
+    @staticmethod
+    def parse_reject(text: str) -> tuple[str, float, int | None]:
+        """``"OUT_OF_ORDER_SEQUENCE_NUMBER:1:1"`` -> (name, 1.0, 1) (``--reject-records
+        NAME[:RATE[:LIMIT]]``, RATE 1 when left out). Errors name the option and its value."""
+        name, _, rest = text.partition(":")
+        name = name.strip().upper()
+        if not name:
+            raise ConfigError(f"--reject-records {text!r}: expected NAME[:RATE[:LIMIT]], "
+                              "e.g. OUT_OF_ORDER_SEQUENCE_NUMBER:1:1 (a Kafka error name first)")
+        if name == "NONE":
+            raise ConfigError(f"--reject-records {text!r}: "
+                              + _NONE_IS_NO_ERROR.format(example="OUT_OF_ORDER_SEQUENCE_NUMBER"))
+        if name not in ERRORS_BY_NAME:
+            raise ConfigError(f"--reject-records {text!r}: unknown Kafka error name {name!r} "
+                              "(e.g. OUT_OF_ORDER_SEQUENCE_NUMBER)")
+        rate, limit = FaultPlan.parse_lose(rest or "1", "--reject-records", text)
+        return name, rate, limit
+
 
 @dataclass(frozen=True, slots=True)
 class FaultDecision:

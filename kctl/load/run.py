@@ -347,7 +347,7 @@ class _Collector:
     def _take(self, msg: WorkerInterval | WorkerFailed) -> None:
         run = self.run_
         assert run.stats is not None
-        closed = run.stats.add(msg)
+        run.stats.add(msg, run.on_round)      # a plain line per round it closes
         if isinstance(msg, WorkerFailed):
             self.failures[msg.worker] = msg.error
             self.finished.add(msg.worker)
@@ -356,7 +356,5 @@ class _Collector:
             self.finished.add(msg.worker)
             if msg.acked_runs is not None:
                 self.acked[msg.worker] = msg.acked_runs
-        # After a stop too: the workers' final reports close the last (partial) round, and
-        # the lines add up to the summary.
-        if closed and run.on_round is not None:
-            run.on_round(run.stats, closed)
+        # After a stop too: the workers' final reports close the last (partial) rounds, one
+        # line each (above), and the lines add up to the summary.

@@ -329,13 +329,11 @@ class ReportMerger:
         if index < self.next_index.get(worker, 0):
             return                      # already seen live
         self.next_index[worker] = index + 1
-        closed = self.stats.add(msg)
+        self.stats.add(msg, self.on_round)    # a plain line per round it closes
         if isinstance(msg, WorkerFailed):
             self.failures[worker] = msg.error
         elif msg.final and msg.acked_runs is not None:
             self.acked[worker] = msg.acked_runs
-        if closed and self.on_round is not None:
-            self.on_round(self.stats, closed)
 
 
 class SparkLoadRun:

@@ -360,18 +360,21 @@ class RunStats:
         return self.target_rate is not None
 
     # -- input -------------------------------------------------------------------------------------
-    def add(self, msg: WorkerInterval | WorkerFailed) -> int:
+    def add(self, msg: WorkerInterval | WorkerFailed,
+            on_round: Callable[[RunStats, int], None] | None = None) -> int:
+        """Takes one worker message; returns how many rounds it closed. ``on_round`` is
+        called after each round it closes (a plain line per round: one message can close
+        several, e.g. a stopped worker's final report)."""
         with self._lock:
-            return self._add_unlocked(msg)
+            return self._add_unlocked(msg, on_round)
 
-    def _add_unlocked(self, msg: WorkerInterval | WorkerFailed) -> int:
-        """Takes one worker message; returns how many rounds it closed (print a plain
-        line per closed round)."""
+    def _add_unlocked(self, msg: WorkerInterval | WorkerFailed,
+                      on_round: Callable[[RunStats, int], None] | None = None) -> int:
         if isinstance(msg, WorkerFailed):
             self._failed[msg.worker] = msg.error
             self._done.add(msg.worker)
             self._next_round.setdefault(msg.worker, self._closed_upto + 1)
-            return self._close_ready()
+            return self._close_ready(on_round)
         w = msg.worker
         prev = self._last_metrics.get(w)
         delta = msg.metrics if prev is None else metrics_delta(msg.metrics, prev)
@@ -416,7 +419,7 @@ class RunStats:
         if msg.final:
             self._done.add(w)
             self._in_flight[w] = {}
-        return self._close_ready()
+        return self._close_ready(on_round)
 
     def _moved(self, msg: WorkerInterval) -> MetricsSnapshot:
         """The records (value bytes, per partition and per broker) this report moves into
@@ -454,12 +457,14 @@ class RunStats:
             self.hlog.flush()
         return n
 
-    def _close_ready(self) -> int:
+    def _close_ready(self, on_round: Callable[[RunStats, int], None] | None = None) -> int:
         n = 0
         while (r := closable_round(self._rounds, self._closed_upto, self._next_round, self._done,
                                    self.workers, self.max_lag_rounds)) is not None:
             self._close(r)
             n += 1
+            if on_round is not None:
+                on_round(self, 1)
         return n
 
     def _close(self, r: int, *, ending: bool = False) -> None:

@@ -200,7 +200,8 @@ def test_bad_options_are_one_line_errors():
     run = subprocess.run([sys.executable, "-m", "kctl", "inspect", "--upstream", "127.0.0.1:1",
                           "--inject-error", "NOPE:0.1"], capture_output=True, text=True, timeout=30)
     assert run.returncode == 2
-    assert run.stderr.strip().splitlines()[-1].startswith("kctl: error: unknown Kafka error name 'NOPE'")
+    assert run.stderr.strip().splitlines()[-1].startswith(
+        "kctl: error: --inject-error 'NOPE:0.1': unknown Kafka error name 'NOPE'")
 
 
 def test_bad_lose_records_is_a_one_line_error():
@@ -211,9 +212,10 @@ def test_bad_lose_records_is_a_one_line_error():
 
 
 def test_bad_reject_records_is_a_one_line_error():
-    for arg, first in (("NOPE:1", "kctl: error: unknown Kafka error name 'NOPE'"),
+    for arg, first in (("NOPE:1", "kctl: error: --reject-records 'NOPE:1': unknown Kafka error name 'NOPE'"),
                        ("OUT_OF_ORDER_SEQUENCE_NUMBER:often",
-                        "kctl: error: --reject-records OUT_OF_ORDER_SEQUENCE_NUMBER: 'often'")):
+                        "kctl: error: --reject-records 'OUT_OF_ORDER_SEQUENCE_NUMBER:often': expected RATE[:LIMIT]"),
+                       ("", "kctl: error: --reject-records '': expected NAME[:RATE[:LIMIT]]")):
         run = subprocess.run([sys.executable, "-m", "kctl", "inspect", "--upstream", "127.0.0.1:1",
                               "--reject-records", arg], capture_output=True, text=True, timeout=30)
         assert run.returncode == 2
@@ -227,8 +229,8 @@ def test_none_is_refused_as_an_error_to_inject():
                               flag, arg], capture_output=True, text=True, timeout=30)
         assert run.returncode == 2
         lines = run.stderr.strip().splitlines()
-        assert len(lines) == 1 and lines[0].startswith(
-            "kctl: error: error name NONE is Kafka's code 0, no error"), run.stderr
+        assert len(lines) == 1 and lines[0].startswith(f"kctl: error: {flag} {arg!r}: "
+                                                       "error name NONE is Kafka's code 0, no error"), run.stderr
 
 
 def _snapshot():

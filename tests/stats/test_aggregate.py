@@ -342,3 +342,22 @@ def test_paced_span_runs_from_the_first_measured_ack_when_acks_lag_the_schedule(
                               histograms={}, metrics=metrics(records_acked=100), final=True,
                               last_done_wall_ns=last, first_measured_done_wall_ns=first))
         assert st.summary().rates.records_per_s == pytest.approx(expected), expected
+
+
+def test_one_report_closing_several_rounds_gives_a_line_for_each() -> None:
+    """A stopped worker's final report can close several rounds at once (Spark's stop: a
+    task's late reports arrive together). A plain line per round, so the lines add up to
+    the summary's count; before, only the last round's line was printed."""
+    st = RunStats(workers=2, start_wall_ns=T0, max_lag_rounds=5)
+    lines: list[int] = []
+
+    def on_round(stats, closed):
+        lines.append(stats.snapshot(T0).interval_acked)
+
+    for k in range(3):
+        st.add(report(0, k, metrics(records_acked=10 * (k + 1))), on_round)
+    assert lines == []                       # waiting for worker 1
+    st.add(report(1, 0, metrics(records_acked=5), final=True), on_round)
+    assert lines == [15, 10, 10]             # rounds 0, 1 and 2, one line each
+    st.finish(on_round)
+    assert sum(lines) == st.summary().to_json()["counts"]["acked"] == 35
