@@ -48,6 +48,7 @@ from kctl.load.clock_sync import SAME_HOST, check_peer_address
 from kctl.load.consume_run import ConsumeResult, ConsumeRun, ConsumeSpec
 from kctl.load.consume_verify import ReadExtent, verify_against_acks, verify_sequences
 from kctl.load.consume_worker import StartPosition
+from kctl.load.stop import STOP_GRACE_S
 from kctl.load.worker_count import WorkerCount, default_workers
 from kctl.protocol.identity import run_tag
 from kctl.quantities import check_warmup_within, parse_duration, parse_warmup
@@ -59,8 +60,6 @@ from kctl.topics import validate_topic_name
 __all__ = ["ConsumeOptions", "ConsumeOutcome", "ConsumePlan", "execute", "parse_start", "prepare",
            "past_log_end", "read_extents", "short_of_num_records"]
 
-#: How long the final end offsets may take after a stop (Ctrl-C): produce's stop grace.
-FINAL_ENDS_STOP_GRACE_S = 5.0
 #: How long a backlog may take to drain before the run gives up (and says so).
 BACKLOG_DRAIN_LIMIT_S = 600.0
 #: --idle-timeout when --num-records is the only stop (kafka-consumer-perf-test's --timeout
@@ -442,7 +441,7 @@ def _execute(plan: ConsumePlan, so_far: _SetUpSoFar, *, on_event: Callable[[str]
         result = run.wait()
         # After a stop, the final end offsets get the stop grace, not default.api.timeout.ms
         # (a cluster that stopped answering must not hold the exit for a minute).
-        ends_retry, answer_s = (retry.after_stop(FINAL_ENDS_STOP_GRACE_S), FINAL_ENDS_STOP_GRACE_S) \
+        ends_retry, answer_s = (retry.after_stop(STOP_GRACE_S), STOP_GRACE_S) \
             if result.interrupted else (retry, None)
         summary = _with_final_ends(result.summary, bootstrap=bootstrap.split(",")[0].strip(),
                                    client_for=lambda address: BlockingClient(

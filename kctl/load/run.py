@@ -33,7 +33,7 @@ from kctl.errors import KctlError
 from kctl.load.payload import KeySpec, PayloadPool
 from kctl.load.priority import yield_to_load
 from kctl.load.schedule import split, window_ns
-from kctl.load.stop import PARENT_STOPS, stops_held
+from kctl.load.stop import PARENT_STOPS, STOP_GRACE_S, stops_held
 from kctl.load.worker import StartGate, WorkerSpec, run_worker
 from kctl.stats.aggregate import RunStats
 from kctl.stats.hlog import IntervalLogWriter
@@ -69,7 +69,7 @@ class LoadSpec:
     interval_s: float = 1.0
     verify: bool = False
     collect_acked: bool = False     # acked runs in the final reports without --verify (consume targets)
-    stop_grace_s: float = 5.0
+    stop_grace_s: float = STOP_GRACE_S
     seed: int = 0
     run_id: str = field(default_factory=lambda: uuid.uuid4().hex[:12])
     transaction_duration_ms: int | None = None   # commit every N ms (transactional.id set)

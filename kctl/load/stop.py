@@ -26,8 +26,12 @@ from contextlib import contextmanager
 from types import FrameType
 from typing import Any
 
-__all__ = ["PARENT_STOPS", "ParentStops", "WorkerStop", "install_worker_stop", "later_stops_hurry",
-           "stops_held"]
+__all__ = ["PARENT_STOPS", "STOP_GRACE_S", "ParentStops", "WorkerStop", "install_worker_stop",
+           "later_stops_hurry", "stops_held"]
+
+#: How long a stop (Ctrl-C, SIGTERM) gives what is still under way: records in flight,
+#: a transaction's end, --verify's and consume's last requests to the cluster.
+STOP_GRACE_S = 5.0
 
 
 class WorkerStop:

@@ -79,7 +79,7 @@ from kctl.errors import KctlError
 from kctl.load.payload import KeySpec, PayloadPool
 from kctl.load.priority import short_slice
 from kctl.load.schedule import Schedule
-from kctl.load.stop import install_worker_stop
+from kctl.load.stop import STOP_GRACE_S, install_worker_stop
 from kctl.protocol.identity import IdentityStamp, run_tag
 from kctl.protocol.records import Header
 from kctl.stats.latency import LatencyRecorder, encode_histogram, new_histogram
@@ -125,7 +125,7 @@ class WorkerSpec:
     extra_headers: int = 0
     id_headers: bool = True
     interval_s: float = 1.0
-    stop_grace_s: float = 5.0
+    stop_grace_s: float = STOP_GRACE_S
     seed: int = 0
     verify: bool = False
     transaction_duration_ms: int | None = None   # commit every N ms (needs transactional.id)
