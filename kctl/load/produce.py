@@ -483,11 +483,8 @@ def _stopped_before_start(plan: ProducePlan, so_far: _SetUpSoFar, hdr_out: str |
     """The outcome of a run stopped in its set-up: an interrupted summary with zero counts
     (and an .hlog without intervals)."""
     spec = LoadSpec(producer=plan.config, **plan.spec_args)
-    config = {"bootstrap": so_far.bootstrap, "embedded_broker": so_far.embedded,
-              "topic": plan.options.topic, "partitions": so_far.partitions, "workers": spec.workers,
-              "workers_reason": spec.workers_reason, "rate": spec.rate or None,
-              "num_records": spec.num_records, "duration_s": spec.duration_s,
-              "verify": spec.verify, "producer": redact_properties({s.name: str(s.value) for s in plan.settings})}
+    config = _summary_config(plan, spec, bootstrap=so_far.bootstrap, embedded=so_far.embedded,
+                             partitions=so_far.partitions)
     stats = run_stats(spec, time.time_ns(), config=config, hdr_out=hdr_out)
     stats.interrupted = True
     stats.stopped_in = "set-up"
@@ -496,6 +493,27 @@ def _stopped_before_start(plan: ProducePlan, so_far: _SetUpSoFar, hdr_out: str |
         stats.hlog.close()
     result = LoadResult(summary, {}, True, {})
     return ProduceOutcome(so_far.bootstrap or "", so_far.embedded, result, None, summary)
+
+
+def _summary_config(plan: ProducePlan, spec: LoadSpec, *, bootstrap: str | None, embedded: bool,
+                    partitions: int | None) -> dict[str, Any]:
+    """The run's settings as its summary's ``config`` (a stop in set-up gives what was known)."""
+    props = {s.name: str(s.value) for s in plan.settings}
+    if bootstrap is not None:
+        props["bootstrap.servers"] = bootstrap
+    return {
+        "bootstrap": bootstrap, "embedded_broker": embedded, "topic": plan.options.topic,
+        "partitions": partitions, "workers": spec.workers,
+        "workers_reason": spec.workers_reason, "rate": spec.rate or None,
+        "num_records": spec.num_records, "duration_s": spec.duration_s,
+        "warmup_records": spec.warmup_records, "warmup_s": spec.warmup_s,
+        "record_size": plan.options.record_size if not plan.options.payload_file else None,
+        "payload": "file" if plan.options.payload_file else plan.options.payload,
+        "compressibility": plan.options.compressibility, "keys": plan.options.keys,
+        "headers": plan.options.headers, "id_headers": spec.id_headers,
+        "verify": spec.verify, "transaction_duration_ms": spec.transaction_duration_ms,
+        "spin_ms": spec.spin_ms if spec.rate else None,
+        "producer": redact_properties(props)}
 
 
 def _execute(plan: ProducePlan, so_far: _SetUpSoFar, *, on_event: Callable[[str], None],
@@ -524,23 +542,10 @@ def _execute(plan: ProducePlan, so_far: _SetUpSoFar, *, on_event: Callable[[str]
         so_far.partitions = partitions
         on_event(f"producing to {plan.options.topic} ({partitions} partitions) on {bootstrap} "
                  f"with {plan.spec_args['workers']} worker(s) ({plan.spec_args['workers_reason']})")
-        props = {s.name: str(s.value) for s in plan.settings}
-        props["bootstrap.servers"] = bootstrap
         producer = plan.config.with_properties({"bootstrap.servers": bootstrap})
         spec = LoadSpec(producer=producer, **plan.spec_args)
-        summary_config = {
-            "bootstrap": bootstrap, "embedded_broker": embedded, "topic": plan.options.topic,
-            "partitions": partitions, "workers": spec.workers,
-            "workers_reason": spec.workers_reason, "rate": spec.rate or None,
-            "num_records": spec.num_records, "duration_s": spec.duration_s,
-            "warmup_records": spec.warmup_records, "warmup_s": spec.warmup_s,
-            "record_size": plan.options.record_size if not plan.options.payload_file else None,
-            "payload": "file" if plan.options.payload_file else plan.options.payload,
-            "compressibility": plan.options.compressibility, "keys": plan.options.keys,
-            "headers": plan.options.headers, "id_headers": spec.id_headers,
-            "verify": spec.verify, "transaction_duration_ms": spec.transaction_duration_ms,
-            "spin_ms": spec.spin_ms if spec.rate else None,
-            "producer": redact_properties(props)}
+        summary_config = _summary_config(plan, spec, bootstrap=bootstrap, embedded=embedded,
+                                         partitions=partitions)
         consume_run = None
         if plan.consumer is not None:
             if run_factory is not LoadRun:
